@@ -1,0 +1,49 @@
+"""hpctune: hyperparameter tuning for Slurm clusters, coordinated only through Slurm and files.
+
+User code needs only :class:`TrialContext` (passed to the training function) and, to analyse a
+study, :func:`open_study`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from hpctune.context import ReportResult, TrialContext, TrialStop
+    from hpctune.journal.reader import Study, open_study
+    from hpctune.states import Decision, StudyState, TrialStatus
+
+_LAZY = {
+    "TrialContext": "hpctune.context",
+    "TrialStop": "hpctune.context",
+    "ReportResult": "hpctune.context",
+    "Study": "hpctune.journal.reader",
+    "open_study": "hpctune.journal.reader",
+    "Decision": "hpctune.states",
+    "StudyState": "hpctune.states",
+    "TrialStatus": "hpctune.states",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public names on first use (keeps `import hpctune` light in workers)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hpctune' has no attribute {name!r}")
+
+
+__all__ = [
+    "Decision",
+    "ReportResult",
+    "Study",
+    "StudyState",
+    "TrialContext",
+    "TrialStatus",
+    "TrialStop",
+    "__version__",
+    "open_study",
+]

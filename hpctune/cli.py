@@ -1,0 +1,246 @@
+"""The ``hpctune`` command line: thin click commands that parse, call the library and print.
+
+Exit codes: 0 success, 2 bad input (a malformed study.toml, a missing study, a busy one),
+1 a failure at run time (the study failed, workers could not start).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hpctune.errors import HpctuneError, UsageError
+from hpctune.files import write_json_atomic
+from hpctune.layout import StudyPaths
+from hpctune.states import StudyState
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _study_paths(directory: str) -> StudyPaths:
+    paths = StudyPaths.of(directory)
+    if not paths.journal.exists():
+        raise UsageError(
+            f"{paths.root} is not a study directory (no journal.zarr in it); give the directory "
+            "that `hpctune launch` printed"
+        )
+    return paths
+
+
+def _exit_code(state: StudyState) -> int:
+    return EXIT_FAILURE if state is StudyState.FAILED else EXIT_OK
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Print tracebacks of errors.")
+@click.option(
+    "--log-level",
+    default=None,
+    metavar="LEVEL",
+    help="Log level of the controller and workers (also HPCTUNE_LOG_LEVEL).",
+)
+@click.version_option(package_name="hpctune")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
+    """Tune hyperparameters on a Slurm cluster (or this machine), coordinated through files.
+
+    \b
+    Start:   hpctune launch study.toml --local
+    Watch:   hpctune status <study-dir>
+    Stop:    hpctune stop <study-dir>      then  hpctune resume <study-dir> --local
+    """
+    ctx.obj = {"debug": debug}
+    if log_level:
+        import os
+
+        os.environ["HPCTUNE_LOG_LEVEL"] = log_level.upper()
+
+
+@cli.command()
+@click.argument("study_toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Run the controller here, in the foreground, with workers as local "
+    "processes (the default when sbatch is not on PATH).",
+)
+@click.option(
+    "--study-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The study directory to create (default: [study].directory of the spec).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Validate the spec and print what would run; create nothing."
+)
+def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool) -> int:
+    """Validate STUDY_TOML, create the study directory and run the study.
+
+    With --local the study runs in the foreground and ends with a table of the trials and the
+    best configuration; Ctrl-C stops it cleanly (resume it with `hpctune resume`).
+    """
+    from hpctune.launch import check_entry_point, create_study, run_local
+    from hpctune.spec import load_spec
+
+    spec = load_spec(study_toml, directory=study_dir)
+    check_entry_point(spec)
+    if dry_run:
+        _print_plan(spec)
+        return EXIT_OK
+    if not local and shutil.which("sbatch") is not None:
+        raise UsageError(
+            "this hpctune cannot submit the controller to Slurm yet; run the study on this "
+            "machine with --local"
+        )
+    if not local:
+        click.echo("sbatch is not on PATH: running the study locally (--local)")
+    paths = create_study(spec)
+    click.echo(f"study directory: {paths.root}")
+    click.echo(f"watch it from another shell with: hpctune status {paths.root}")
+    return _exit_code(run_local(paths))
+
+
+def _print_plan(spec: Any) -> None:
+    from hpctune.policies.generators import make_generator
+    from hpctune.seeding import component_seed
+    from hpctune.summary import format_params
+
+    generator = make_generator(
+        spec.generator.name,
+        spec.generator.options,
+        spec.space,
+        component_seed(spec.seed, "generator"),
+    )
+    click.echo(f"spec {spec.source} is valid")
+    click.echo(f"study directory: {spec.directory}")
+    click.echo(f"entry point: {spec.entry.describe()}")
+    click.echo(
+        f"metric: {spec.metric} ({spec.mode}), max_steps {spec.max_steps}, "
+        f"{spec.num_trials} trials, generator {spec.generator.name}, "
+        f"policy {spec.policy.name}, {spec.resources.slots} slots"
+    )
+    for index in range(min(spec.num_trials, 5)):
+        click.echo(f"  trial {index}: {format_params(generator.suggest(index))}")
+    if spec.num_trials > 5:
+        click.echo(f"  ... {spec.num_trials - 5} more")
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Run the controller here with local workers (the default without sbatch).",
+)
+def resume(study_dir: Path, local: bool) -> int:
+    """Carry on a stopped, interrupted or killed study from its journal.
+
+    Trials lost with their workers restart from their last checkpoint; live workers of a killed
+    controller are adopted.
+    """
+    from hpctune.launch import run_local
+
+    paths = _study_paths(str(study_dir))
+    if not local and shutil.which("sbatch") is not None:
+        raise UsageError("this hpctune cannot submit the controller to Slurm yet; use --local")
+    click.echo(f"resuming {paths.root}")
+    return _exit_code(run_local(paths))
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (format in docs/cli.md) instead of a table.",
+)
+@click.option("--limit", type=int, default=None, help="Show only the last N trials.")
+def status(study_dir: Path, as_json: bool, limit: int | None) -> int:
+    """Show a study's state and trials, from its journal (also while it runs)."""
+    from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
+    from hpctune.summary import best_text, status_json, study_line, trials_table
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    controller = controller_alive(paths)
+    if as_json:
+        data = status_json(study.record, str(paths.root))
+        data["study"]["controller"] = controller
+        click.echo(json.dumps(data, indent=2, default=str))
+        return EXIT_OK
+    click.echo(f"study {study.record.spec.get('name')} in {paths.root}")
+    click.echo(study_line(study.record))
+    if controller is not None:
+        click.echo(f"controller: pid {controller.get('pid')} on {controller.get('host')}")
+    elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
+        click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
+    if study.record.reason:
+        click.echo(f"reason: {study.record.reason}")
+    click.echo("")
+    click.echo(trials_table(study.record, limit=limit))
+    click.echo("")
+    click.echo(best_text(study.record))
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--trial",
+    "trial_id",
+    type=int,
+    default=None,
+    help="Stop (terminate) only this trial; the study goes on.",
+)
+def stop(study_dir: Path, trial_id: int | None) -> int:
+    """Stop a study cooperatively: running trials suspend at their next report.
+
+    The command drops a file in the study's inbox and returns; the controller carries it out.
+    """
+    paths = _study_paths(str(study_dir))
+    if trial_id is None:
+        command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
+    else:
+        command = {"command": "stop_trial", "trial": trial_id}
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    name = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
+    write_json_atomic(paths.inbox / name, command, fsync=True)
+    what = f"trial {trial_id}" if trial_id is not None else "the study"
+    click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; map errors to exit codes (2 bad input, 1 failure)."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        result = cli.main(args=args, prog_name="hpctune", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILURE
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_BAD_INPUT if isinstance(exc, click.UsageError) else exc.exit_code
+    except HpctuneError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    return int(result) if isinstance(result, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

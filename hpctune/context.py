@@ -1,0 +1,295 @@
+"""The training API: the :class:`TrialContext` hpctune passes to the user's function.
+
+A training function takes one argument and may use as little of it as it likes::
+
+    def train(ctx):
+        model = make_model(ctx.params["hidden"])
+        state = ctx.load_checkpoint()                  # None on a fresh start
+        if state is not None:
+            model.load_state_dict(state["model"])
+        for epoch in range(ctx.start_step, ctx.max_steps):
+            lr = ctx.params["lr"]                      # a schedule is evaluated at ctx.step
+            accuracy = train_one_epoch(model, lr)
+            ctx.save_checkpoint({"model": model.state_dict()}, step=epoch + 1)
+            if ctx.report(step=epoch + 1, accuracy=accuracy).should_stop:
+                break
+
+The controller's decision at a boundary comes back from :meth:`TrialContext.report`. A function
+that ignores it is stopped at its next ``report`` by :class:`TrialStop` (the work of that step is
+discarded), so a function that only reports still works under every policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.eventlog import EventWriter
+from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
+from hpctune.states import Decision
+
+
+class TrialStop(BaseException):
+    """Raised in the user's function to end the segment (a stop, a suspend or a diverged metric).
+
+    It derives from ``BaseException`` so that a broad ``except Exception`` in training code does
+    not swallow it. Catch it only to clean up, then re-raise.
+    """
+
+    def __init__(self, decision: Decision, reason: str = "") -> None:
+        self.decision = decision
+        self.reason = reason
+        super().__init__(f"{decision.value}: {reason}" if reason else decision.value)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What :meth:`TrialContext.report` returns: the decision in force after this step."""
+
+    decision: Decision
+    reason: str = ""
+
+    @property
+    def should_stop(self) -> bool:
+        """True when the function should return now (its checkpoint is saved already)."""
+        return self.decision is not Decision.CONTINUE
+
+
+class _HashingWriter:
+    """A file wrapper that hashes and counts what is written through it."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.nbytes = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.nbytes += len(data)
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+class TrialContext:
+    """The user's handle on one segment of a trial.
+
+    Attributes:
+        trial_id: The trial's id.
+        seed: A seed fixed per trial (same across segments), for ``torch.manual_seed`` etc.
+        start_step: The step training resumes from (0 on a fresh start).
+        until_step: The last step of this segment (the trial's last step unless the policy
+            trains it in slices).
+        max_steps: The trial's last step.
+        step: The last step reported (``start_step`` before the first report).
+        study_dir: The study directory.
+    """
+
+    def __init__(
+        self,
+        assignment: Assignment,
+        *,
+        study_dir: Path,
+        events: EventWriter,
+        checkpoint_path: Callable[[int], Path],
+        decision_file: Path,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._a = assignment
+        self._events = events
+        self._checkpoint_path = checkpoint_path
+        self._decision_file = decision_file
+        self._clock = clock
+        self._sleep = sleep
+        self._decision = ReportResult(Decision.CONTINUE)
+        self._last_poll = -math.inf
+        self.trial_id = assignment.trial_id
+        self.seed = assignment.seed
+        self.start_step = assignment.start_step
+        self.until_step = assignment.until_step
+        self.max_steps = assignment.max_steps
+        self.step = assignment.start_step
+        self.study_dir = Path(study_dir)
+        self.checkpoint_step: int | None = None  # the step of the last checkpoint saved here
+        self.diverged: str = ""
+
+    # -- hyperparameters --------------------------------------------------------------------
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The hyperparameters in force at :attr:`step` (schedules evaluated)."""
+        return self.params_at(self.step)
+
+    @property
+    def raw_params(self) -> Mapping[str, Any]:
+        """The hyperparameters as stored (schedules as dicts)."""
+        return self._a.params
+
+    def params_at(self, step: float) -> dict[str, Any]:
+        """The hyperparameters in force at ``step`` (fractional steps allowed)."""
+        from hpctune.schedules import evaluate
+
+        return {name: evaluate(value, step) for name, value in self._a.params.items()}
+
+    def value(self, name: str, step: float | None = None) -> Any:
+        """One hyperparameter at ``step`` (default :attr:`step`)."""
+        if name not in self._a.params:
+            raise KeyError(f"no hyperparameter {name!r}; the trial has {sorted(self._a.params)}")
+        return self.params_at(self.step if step is None else step)[name]
+
+    # -- reports and decisions ----------------------------------------------------------------
+
+    @property
+    def decision(self) -> Decision:
+        """The decision in force (CONTINUE until the controller or the segment's end says so)."""
+        return self._decision.decision
+
+    @property
+    def decision_reason(self) -> str:
+        """Why the decision in force was taken (empty for CONTINUE)."""
+        return self._decision.reason
+
+    def report(self, step: int | None = None, **metrics: float) -> ReportResult:
+        """Record metrics for ``step`` (default: the last step + 1) and return the decision.
+
+        Steps must increase and stay within ``(start_step, max_steps]``. A non-finite value of the
+        study metric ends the trial at once (it diverged). If the previous report already asked
+        the function to stop and it went on, :class:`TrialStop` is raised and this step is
+        discarded.
+
+        Raises:
+            TrialStop: The trial must end now.
+            HpctuneError: A bad step or metric value.
+        """
+        if self._decision.should_stop:
+            raise TrialStop(self._decision.decision, self._decision.reason or "stop ignored")
+        step = self.step + 1 if step is None else step
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise HpctuneError(f"report(step=...) must be an int, but got {step!r}")
+        if not self.step < step <= self.max_steps:
+            raise HpctuneError(
+                f"report(step={step}) must be after the last step {self.step} and at most "
+                f"max_steps={self.max_steps}; resume from ctx.start_step={self.start_step}"
+            )
+        values = {name: _to_float(name, value) for name, value in metrics.items()}
+        boundary = step % self._a.boundary == 0 or step >= self.until_step
+        self._events.write(
+            {"kind": EV_REPORT, "t": self._clock(), "step": step, "metrics": values},
+            fsync=boundary,
+        )
+        self.step = step
+        metric = values.get(self._a.metric)
+        if metric is not None and not math.isfinite(metric):
+            self.diverged = f"{self._a.metric} is {metric} at step {step}"
+            raise TrialStop(Decision.STOP, f"diverged: {self.diverged}")
+        if step >= self.until_step:
+            reason = "last step" if step >= self.max_steps else f"end of segment at {step}"
+            self._decision = ReportResult(
+                Decision.STOP if step >= self.max_steps else Decision.SUSPEND, reason
+            )
+            return self._decision
+        self._poll_decision(step, wait=boundary)
+        return self._decision
+
+    def _poll_decision(self, step: int, *, wait: bool) -> None:
+        """Read the controller's latest decision; at a boundary wait a little for this step's."""
+        now = self._clock()
+        if not wait and now - self._last_poll < 0.5:
+            return
+        deadline = now + (self._a.decision_wait if wait else 0.0)
+        while True:
+            self._last_poll = self._clock()
+            message = DecisionMessage.read(self._decision_file)
+            if message is not None and message.segment_id == self._a.segment_id:
+                if message.decision is not Decision.CONTINUE:
+                    self._decision = ReportResult(message.decision, message.reason)
+                    return
+                if message.step >= step:
+                    return
+            if self._clock() >= deadline:
+                return  # go on; the decision applies at the next boundary
+            self._sleep(0.05)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def save_checkpoint(self, obj: Any, step: int | None = None) -> Path:
+        """Save ``obj`` (with ``torch.save``) as the checkpoint of ``step`` (default :attr:`step`).
+
+        The file is written under a temporary name, hashed while written, and renamed into place;
+        only then is it announced to the controller. Returns the file's path.
+        """
+        import torch
+
+        step = self.step if step is None else step
+        if step > self.step or step < self.start_step:
+            raise HpctuneError(
+                f"save_checkpoint(step={step}) must be between start_step={self.start_step} and "
+                f"the last reported step {self.step}; report the step first or pass step="
+            )
+        path = self._checkpoint_path(step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self._events.write(
+            {
+                "kind": EV_CHECKPOINT,
+                "t": self._clock(),
+                "step": step,
+                "path": str(path.relative_to(self.study_dir)),
+                "sha256": writer.sha256.hexdigest(),
+                "nbytes": writer.nbytes,
+            },
+            fsync=True,
+        )
+        self.checkpoint_step = step
+        return path
+
+    def load_checkpoint(self, map_location: Any = "cpu", *, verify: bool = True) -> Any:
+        """Load the checkpoint this segment starts from, or return ``None`` on a fresh start.
+
+        Raises:
+            CheckpointError: The file is missing or its checksum does not match the journal.
+        """
+        if self._a.checkpoint is None:
+            return None
+        import torch
+
+        path = self.study_dir / self._a.checkpoint
+        if not path.exists():
+            raise CheckpointError(f"checkpoint {path} of trial {self.trial_id} is missing")
+        if verify and self._a.checkpoint_sha256:
+            from hpctune.files import sha256_file
+
+            digest = sha256_file(path)
+            if digest != self._a.checkpoint_sha256:
+                raise CheckpointError(
+                    f"checkpoint {path} has SHA-256 {digest}, but the journal recorded "
+                    f"{self._a.checkpoint_sha256}; the file was changed or truncated"
+                )
+        return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def _to_float(name: str, value: Any) -> float:
+    """Turn a metric value (number, numpy or torch scalar) into a float."""
+    if isinstance(value, bool):
+        raise HpctuneError(f"metric {name}={value!r} must be a number, not a bool")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise HpctuneError(
+            f"metric {name}={value!r} must be a number (int, float, numpy or torch scalar)"
+        ) from None

@@ -1,0 +1,59 @@
+"""The exception tree of hpctune.
+
+Every error a user can act on is an :class:`HpctuneError`. The CLI catches it, prints one line
+(the traceback only with ``--debug``) and exits with the error's ``exit_code``: 2 for bad input,
+1 for a failure at run time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HpctuneError(Exception):
+    """Root of all hpctune errors."""
+
+    exit_code: int = 1
+
+
+class StudySpecError(HpctuneError):
+    """A study.toml (or a value given on the command line) is invalid.
+
+    Args:
+        path: The file that holds the bad value.
+        field: The dotted name of the field, e.g. ``search_space.lr.low``; empty for the file.
+        message: What must hold, what was given and what to do.
+    """
+
+    exit_code = 2
+
+    def __init__(self, path: Path | str | None, field: str, message: str) -> None:
+        self.path = None if path is None else Path(path)
+        self.field = field
+        self.message = message
+        where = str(self.path) if self.path is not None else "study spec"
+        if field:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+class UsageError(HpctuneError):
+    """A command was called with arguments that cannot work (a missing study, a busy one)."""
+
+    exit_code = 2
+
+
+class JournalError(HpctuneError):
+    """The journal of a study is missing, of an unknown format, or cannot be read."""
+
+
+class CheckpointError(HpctuneError):
+    """A checkpoint file is missing or its checksum does not match the journal."""
+
+
+class SubmissionError(HpctuneError):
+    """Workers could not be started (a process or a Slurm job failed to launch)."""
+
+
+class CurveFitError(HpctuneError):
+    """A learning-curve fit failed."""

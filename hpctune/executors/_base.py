@@ -1,0 +1,39 @@
+"""The executor interface: how the controller starts, watches and cancels workers.
+
+An executor knows nothing of trials or policies. It starts worker processes or jobs for given
+worker ids and returns, for each, a JSON-able ``info`` dict that the controller stores in the
+journal, so that a restarted controller (a new process, maybe on another node) can still ask
+whether that worker lives and cancel it. Liveness answers are a second opinion: the worker's
+heartbeat file is the first.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+
+class Executor(abc.ABC):
+    """Base class of executors (local processes; Slurm jobs through submitit)."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Start one worker per id (as one batch where the backend allows); return their infos.
+
+        Raises:
+            SubmissionError: A worker could not be started.
+        """
+
+    @abc.abstractmethod
+    def is_alive(self, worker_id: str, info: Mapping[str, Any]) -> bool | None:
+        """True if the worker's process or job still exists, False if not, None if unknown."""
+
+    @abc.abstractmethod
+    def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        """Stop the worker at once (SIGKILL or scancel). Idempotent."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release resources held by the executor (not the workers)."""

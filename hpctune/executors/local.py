@@ -1,0 +1,111 @@
+"""The local executor: workers as processes on this machine (laptop, CI box, one node).
+
+Each worker runs ``python -m hpctune.worker <study-dir> <worker-id>`` — the same worker code as on
+Slurm — in its own session, so that a Ctrl-C in the terminal reaches only the controller (which
+stops the study cleanly) and a killed controller leaves its workers running, to be adopted by
+the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hpctune.errors import SubmissionError
+from hpctune.executors._base import Executor
+from hpctune.layout import StudyPaths
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class LocalExecutor(Executor):
+    """Start workers as local processes.
+
+    Args:
+        study_dir: The study directory.
+        cpus_per_worker: Threads each worker may use (sets ``OMP_NUM_THREADS`` and friends).
+        env: Extra environment variables for the workers.
+    """
+
+    name = "local"
+
+    def __init__(
+        self, study_dir: Path, *, cpus_per_worker: int = 1, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.paths = StudyPaths.of(study_dir)
+        self.cpus_per_worker = cpus_per_worker
+        self.env = dict(env or {})
+        self.host = socket.gethostname()
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Start one process per worker id."""
+        env = dict(os.environ)
+        for name in THREAD_VARIABLES:
+            env[name] = str(self.cpus_per_worker)
+        env.update(self.env)
+        infos: dict[str, dict[str, Any]] = {}
+        for worker_id in worker_ids:
+            log = self.paths.worker_log(worker_id)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(log.with_suffix(".stdio"), "ab") as out:
+                    child = subprocess.Popen(
+                        [sys.executable, "-m", "hpctune.worker", str(self.paths.root), worker_id],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                        cwd=self.paths.root,
+                    )
+            except OSError as exc:
+                raise SubmissionError(f"could not start worker {worker_id}: {exc}") from exc
+            self._children[worker_id] = child
+            infos[worker_id] = {"executor": self.name, "pid": child.pid, "host": self.host}
+        return infos
+
+    def is_alive(self, worker_id: str, info: Mapping[str, Any]) -> bool | None:
+        """Ask the child handle, or ``/proc`` for a worker started by an earlier controller."""
+        child = self._children.get(worker_id)
+        if child is not None:
+            return child.poll() is None
+        if info.get("host") != self.host or "pid" not in info:
+            return None
+        return _is_worker_process(int(info["pid"]), worker_id)
+
+    def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        """Kill the worker's process group."""
+        child = self._children.get(worker_id)
+        pid = child.pid if child is not None else info.get("pid")
+        if pid is None or info.get("host", self.host) != self.host:
+            return
+        if child is None and not _is_worker_process(int(pid), worker_id):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(pid), signal.SIGKILL)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+
+    def close(self) -> None:
+        """Reap finished children."""
+        for child in self._children.values():
+            child.poll()
+
+
+def _is_worker_process(pid: int, worker_id: str) -> bool:
+    """True if ``pid`` is alive and is the hpctune worker ``worker_id`` (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return False
+    return state != "Z" and b"hpctune.worker" in cmdline and worker_id.encode() in cmdline

@@ -1,0 +1,245 @@
+"""Read a study from its journal: offline, read-only, also while the study runs.
+
+>>> study = open_study("runs/digits-20261122-101500")       # doctest: +SKIP
+>>> study.best_trial().params                                # doctest: +SKIP
+>>> steps, values = study.curve(3)                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hpctune.errors import JournalError
+from hpctune.journal.state import (
+    CheckpointRef,
+    StudyRecord,
+    TrialRecord,
+    decode_data,
+    valid_rows,
+)
+from hpctune.journal.store import JournalReader
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+JOURNAL_DIR = "journal.zarr"
+
+
+def load_state(reader: JournalReader) -> StudyRecord:
+    """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
+    record = StudyRecord()
+    ck = reader.table("checkpoints")
+    for row in range(len(ck["trial"])):
+        record.checkpoints[row] = CheckpointRef(
+            row=row,
+            trial_id=int(ck["trial"][row]),
+            segment_id=int(ck["segment"][row]),
+            step=int(ck["step"][row]),
+            time=float(ck["time"][row]),
+            nbytes=int(ck["nbytes"][row]),
+            sha256=str(ck["sha256"][row]),
+            path=str(ck["path"][row]),
+        )
+    log = reader.table("log")
+    for kind, trial, segment, time, data in zip(
+        log["kind"], log["trial"], log["segment"], log["time"], log["data"], strict=True
+    ):
+        record.apply(str(kind), int(trial), int(segment), float(time), decode_data(str(data)))
+    for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
+        if not ref.deleted and ref.trial_id in record.trials:
+            record.trials[ref.trial_id].checkpoint_row = ref.row
+    _load_curves(reader, record)
+    return record
+
+
+def _load_curves(reader: JournalReader, record: StudyRecord) -> None:
+    """Fill each trial's curve of the study metric and its last step from the metrics table."""
+    trial = reader.column("metrics", "trial")
+    if not len(trial):
+        return
+    segment = reader.column("metrics", "segment")
+    step = reader.column("metrics", "step")
+    time = reader.column("metrics", "time")
+    values = reader.metric_values(record.metric)
+    valid = valid_rows(segment, step, record.segments)
+    index = np.flatnonzero(valid)
+    order = index[np.argsort(trial[index], kind="stable")]
+    trials, starts = np.unique(trial[order], return_index=True)
+    for trial_id, rows in zip(trials, np.split(order, starts[1:]), strict=True):
+        tr = record.trials.get(int(trial_id))
+        if tr is None or not len(rows):
+            continue
+        tr.step = max(tr.step, int(step[rows].max()))
+        has_value = ~np.isnan(values[rows])
+        rows = rows[has_value]
+        tr.curve_steps = step[rows].tolist()
+        tr.curve_values = values[rows].tolist()
+        tr.curve_times = time[rows].tolist()
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A trial's learning curve of one metric (valid rows only, in step order)."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    times: np.ndarray
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter((self.steps, self.values))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class Study:
+    """A read-only view of a study directory, as of the journal's last commit.
+
+    Args:
+        directory: The study directory (holding ``journal.zarr``).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory).resolve()
+        journal = self.directory / JOURNAL_DIR
+        if not journal.exists():
+            raise JournalError(
+                f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
+                "give the directory `hpctune launch` printed"
+            )
+        self._reader = JournalReader(journal)
+        self.record = load_state(self._reader)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The study spec as launched (JSON form)."""
+        return self.record.spec
+
+    @property
+    def metric(self) -> str:
+        """The name of the metric the study optimises."""
+        return self.record.metric
+
+    @property
+    def mode(self) -> str:
+        """``"max"`` or ``"min"``."""
+        return str(self.record.spec.get("mode", "max"))
+
+    @property
+    def trials(self) -> list[TrialRecord]:
+        """All trials, by id."""
+        return [self.record.trials[k] for k in sorted(self.record.trials)]
+
+    def trial(self, trial_id: int) -> TrialRecord:
+        """Return one trial; raises ``KeyError`` naming the known ids if it does not exist."""
+        try:
+            return self.record.trials[trial_id]
+        except KeyError:
+            raise KeyError(
+                f"no trial {trial_id} in {self.directory}; trials are 0..{len(self.trials) - 1}"
+            ) from None
+
+    def metric_names(self) -> list[str]:
+        """Every metric name reported in the study."""
+        return self._reader.metric_names
+
+    def curve(self, trial_id: int, metric: str | None = None) -> Curve:
+        """Return the curve of ``metric`` (default: the study's) for one trial."""
+        self.trial(trial_id)
+        metric = metric or self.metric
+        if metric == self.metric:
+            tr = self.record.trials[trial_id]
+            return Curve(
+                np.asarray(tr.curve_steps, dtype=np.int64),
+                np.asarray(tr.curve_values, dtype=float),
+                np.asarray(tr.curve_times, dtype=float),
+            )
+        rows = self._valid_rows(trial_id)
+        values = self._reader.metric_values(metric)[rows]
+        keep = ~np.isnan(values)
+        return Curve(
+            self._reader.column("metrics", "step")[rows][keep],
+            values[keep],
+            self._reader.column("metrics", "time")[rows][keep],
+        )
+
+    def _valid_rows(self, trial_id: int) -> np.ndarray:
+        segment = self._reader.column("metrics", "segment")
+        step = self._reader.column("metrics", "step")
+        trial = self._reader.column("metrics", "trial")
+        valid = valid_rows(segment, step, self.record.segments)
+        return np.flatnonzero(valid & (trial == trial_id))
+
+    def best_value(self, trial_id: int) -> float:
+        """The best value of the study metric a trial reached (NaN if none)."""
+        from hpctune.summary import best_value
+
+        return best_value(self.record, self.trial(trial_id))[0]
+
+    def best_trial(self) -> TrialRecord | None:
+        """The trial with the best value of the study metric at any step, or ``None``."""
+        from hpctune.summary import best_trial
+
+        return best_trial(self.record)
+
+    def checkpoint_path(self, trial_id: int) -> Path | None:
+        """The file of a trial's latest checkpoint, or ``None``."""
+        row = self.record.trials[trial_id].checkpoint_row
+        return None if row is None else self.directory / self.record.checkpoints[row].path
+
+    def counts(self) -> dict[str, int]:
+        """Number of trials in each status."""
+        return self.record.counts()
+
+    def is_done(self) -> bool:
+        """True when every trial is in a final state and the study has ended."""
+        return all(t.status.is_final for t in self.trials) and self.record.state.value in (
+            "finished",
+            "failed",
+        )
+
+    def trials_frame(self) -> pd.DataFrame:
+        """One row per trial (needs pandas): id, status, steps, last and best value, params."""
+        import pandas as pd
+
+        rows = []
+        for tr in self.trials:
+            row: dict[str, Any] = {
+                "trial": tr.trial_id,
+                "status": tr.status.value,
+                "step": tr.step,
+                "last": tr.curve_values[-1] if tr.curve_values else math.nan,
+                "best": self.best_value(tr.trial_id),
+                "parent": tr.parent_trial,
+            }
+            row.update({f"param.{k}": v for k, v in tr.params.items()})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def metrics_frame(self) -> pd.DataFrame:
+        """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
+        import pandas as pd
+
+        segment = self._reader.column("metrics", "segment")
+        step = self._reader.column("metrics", "step")
+        valid = valid_rows(segment, step, self.record.segments)
+        data: dict[str, Any] = {
+            "trial": self._reader.column("metrics", "trial")[valid],
+            "segment": segment[valid],
+            "step": step[valid],
+            "time": self._reader.column("metrics", "time")[valid],
+        }
+        for name in self.metric_names():
+            data[name] = self._reader.metric_values(name)[valid]
+        return pd.DataFrame(data)
+
+
+def open_study(directory: str | Path) -> Study:
+    """Open a study directory read-only (safe while its controller runs)."""
+    return Study(directory)

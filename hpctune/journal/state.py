@@ -1,0 +1,375 @@
+"""The study's state as a fold over the journal's log, shared by the controller and readers.
+
+The controller appends a log record and applies it to its in-memory :class:`StudyRecord` with
+the same :meth:`StudyRecord.apply` a reader uses to rebuild the state from the journal, so what the
+controller acts on and what ``hpctune status`` shows cannot drift apart, and a restarted
+controller rebuilds exactly the state the killed one had committed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hpctune.states import SegmentStatus, StudyState, TrialStatus
+
+# Log record kinds.
+STUDY = "study"
+TRIAL_CREATED = "trial_created"
+TRIAL_STATUS = "trial_status"
+SEGMENT_ASSIGNED = "segment_assigned"
+SEGMENT_STARTED = "segment_started"
+SEGMENT_ENDED = "segment_ended"
+DECISION = "decision"
+WORKER = "worker"
+COMMAND = "command"
+POLICY_STATE = "policy_state"
+CHECKPOINT_DELETED = "checkpoint_deleted"
+CONTROLLER = "controller"
+LOG_KINDS = (
+    STUDY,
+    TRIAL_CREATED,
+    TRIAL_STATUS,
+    SEGMENT_ASSIGNED,
+    SEGMENT_STARTED,
+    SEGMENT_ENDED,
+    DECISION,
+    WORKER,
+    COMMAND,
+    POLICY_STATE,
+    CHECKPOINT_DELETED,
+    CONTROLLER,
+)
+
+
+@dataclass
+class StatusChange:
+    """One entry of a trial's status history."""
+
+    time: float
+    status: TrialStatus
+    step: int
+    reason: str = ""
+
+
+@dataclass
+class CheckpointRef:
+    """A checkpoint known to the journal (a row of the ``checkpoints`` table)."""
+
+    row: int
+    trial_id: int
+    segment_id: int
+    step: int
+    time: float
+    nbytes: int
+    sha256: str
+    path: str  # relative to the study directory
+    deleted: bool = False
+
+
+@dataclass
+class SegmentRecord:
+    """A stretch of one trial on one worker between two checkpoints."""
+
+    segment_id: int
+    trial_id: int
+    worker_id: str
+    start_step: int
+    until_step: int
+    checkpoint_row: int | None
+    assigned_time: float
+    status: SegmentStatus = SegmentStatus.ASSIGNED
+    started_time: float | None = None
+    ended_time: float | None = None
+    end_step: int | None = None
+    reason: str = ""
+    host: str = ""
+    pid: int | None = None
+    decision: str = ""  # the last non-continue decision sent to it ("suspend" or "stop")
+    decision_reason: str = ""
+
+
+@dataclass
+class TrialRecord:
+    """Everything the journal knows of one trial."""
+
+    trial_id: int
+    params: dict[str, Any]
+    created_time: float
+    seed: int
+    generator_index: int | None = None
+    parent_trial: int | None = None
+    parent_step: int | None = None
+    parent_checkpoint_row: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    status: TrialStatus = TrialStatus.QUEUED
+    history: list[StatusChange] = field(default_factory=list)
+    segments: list[int] = field(default_factory=list)
+    step: int = 0
+    checkpoint_row: int | None = None
+    priority: float = 0.0
+    retries: int = 0
+    reason: str = ""
+    error: str = ""
+    # The study metric's curve (valid rows only), kept by the controller and the reader.
+    curve_steps: list[int] = field(default_factory=list)
+    curve_values: list[float] = field(default_factory=list)
+    curve_times: list[float] = field(default_factory=list)
+
+    def truncate_curve(self, step: int) -> None:
+        """Drop curve points after ``step`` (a new segment restarts there)."""
+        keep = 0
+        while keep < len(self.curve_steps) and self.curve_steps[keep] <= step:
+            keep += 1
+        del self.curve_steps[keep:], self.curve_values[keep:], self.curve_times[keep:]
+
+
+@dataclass
+class WorkerRecord:
+    """A worker process or Slurm job known to the journal."""
+
+    worker_id: str
+    started_time: float
+    info: dict[str, Any] = field(default_factory=dict)
+    state: str = "started"  # started | lost | exited | stopping
+    segment_id: int | None = None  # the segment assigned and not ended
+    ended_time: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class StudyRecord:
+    """The fold of the journal's log: the whole state of a study."""
+
+    spec: dict[str, Any] = field(default_factory=dict)
+    state: StudyState = StudyState.CREATED
+    created_time: float = 0.0
+    started_time: float | None = None
+    ended_time: float | None = None
+    reason: str = ""
+    failing: bool = False  # the study is stopping because of a failure; it ends as failed
+    trials: dict[int, TrialRecord] = field(default_factory=dict)
+    segments: dict[int, SegmentRecord] = field(default_factory=dict)
+    workers: dict[str, WorkerRecord] = field(default_factory=dict)
+    checkpoints: dict[int, CheckpointRef] = field(default_factory=dict)
+    policy_state: dict[str, Any] = field(default_factory=dict)
+    commands_done: set[str] = field(default_factory=set)
+    controller_starts: int = 0
+    generated: int = 0  # trials created from the generator
+
+    @property
+    def metric(self) -> str:
+        """The name of the study's metric."""
+        return str(self.spec.get("metric", ""))
+
+    def apply(
+        self, kind: str, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        """Apply one log record."""
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is None:
+            return  # kinds from a newer minor version are ignored
+        handler(trial, segment, time, data)
+
+    # -- handlers, one per kind ------------------------------------------------------------
+
+    def _on_study(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        if "spec" in data:
+            self.spec = data["spec"]
+            self.created_time = time
+        self.state = StudyState(data["state"])
+        self.reason = data.get("reason", "")
+        if self.state in (StudyState.RUNNING, StudyState.STOPPING):
+            self.failing = bool(data.get("fail", False))
+        if self.state is StudyState.RUNNING and self.started_time is None:
+            self.started_time = time
+        final = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
+        self.ended_time = time if self.state in final else None
+
+    def _on_trial_created(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        record = TrialRecord(
+            trial_id=trial,
+            params=data["params"],
+            created_time=time,
+            seed=int(data["seed"]),
+            generator_index=data.get("generator_index"),
+            parent_trial=data.get("parent_trial"),
+            parent_step=data.get("parent_step"),
+            parent_checkpoint_row=data.get("parent_checkpoint_row"),
+            info=data.get("info", {}),
+            priority=float(data.get("priority", 0.0)),
+            step=int(data.get("parent_step") or 0),
+        )
+        record.history.append(StatusChange(time, TrialStatus.QUEUED, record.step))
+        self.trials[trial] = record
+        if record.generator_index is not None:
+            self.generated = max(self.generated, record.generator_index + 1)
+
+    def _on_trial_status(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        record = self.trials[trial]
+        record.status = TrialStatus(data["status"])
+        record.reason = data.get("reason", "")
+        if data.get("error"):
+            record.error = data["error"]
+        if "retries" in data:
+            record.retries = int(data["retries"])
+        if "priority" in data:
+            record.priority = float(data["priority"])
+        record.history.append(StatusChange(time, record.status, record.step, record.reason))
+
+    def _on_segment_assigned(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        record = SegmentRecord(
+            segment_id=segment,
+            trial_id=trial,
+            worker_id=data["worker"],
+            start_step=int(data["start_step"]),
+            until_step=int(data["until_step"]),
+            checkpoint_row=data.get("checkpoint_row"),
+            assigned_time=time,
+        )
+        self.segments[segment] = record
+        tr = self.trials[trial]
+        tr.segments.append(segment)
+        tr.truncate_curve(record.start_step)
+        tr.step = record.start_step
+        tr.status = TrialStatus.RUNNING
+        tr.history.append(StatusChange(time, TrialStatus.RUNNING, tr.step))
+        worker = self.workers.get(record.worker_id)
+        if worker is not None:
+            worker.segment_id = segment
+
+    def _on_segment_started(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        record = self.segments[segment]
+        record.status = SegmentStatus.RUNNING
+        record.started_time = time
+        record.host = data.get("host", "")
+        record.pid = data.get("pid")
+
+    def _on_segment_ended(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        record = self.segments[segment]
+        record.status = SegmentStatus(data["status"])
+        record.ended_time = time
+        record.end_step = data.get("step")
+        record.reason = data.get("reason", "")
+        worker = self.workers.get(record.worker_id)
+        if worker is not None and worker.segment_id == segment:
+            worker.segment_id = None
+
+    def _on_decision(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        if trial in self.trials and "priority" in data:
+            self.trials[trial].priority = float(data["priority"])
+        seg = self.segments.get(segment)
+        if seg is not None and data.get("decision") in ("suspend", "stop"):
+            seg.decision = data["decision"]
+            seg.decision_reason = data.get("reason", "")
+
+    def _on_worker(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        worker_id = data["worker"]
+        event = data["event"]
+        if event == "started":
+            self.workers[worker_id] = WorkerRecord(worker_id, time, info=data.get("info", {}))
+            return
+        worker = self.workers[worker_id]
+        if event == "submitted":
+            worker.info = data.get("info", {})
+            worker.started_time = time
+            return
+        worker.state = event
+        worker.reason = data.get("reason", "")
+        if event in ("lost", "exited"):
+            worker.ended_time = time
+
+    def _on_command(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        if data.get("file"):
+            self.commands_done.add(data["file"])
+
+    def _on_policy_state(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        self.policy_state = data["state"]
+
+    def _on_checkpoint_deleted(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        for row in data["rows"]:
+            ref = self.checkpoints.get(int(row))
+            if ref is not None:
+                ref.deleted = True
+                tr = self.trials.get(ref.trial_id)
+                if tr is not None and tr.checkpoint_row == ref.row:
+                    tr.checkpoint_row = None
+
+    def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        if data.get("event") == "started":
+            self.controller_starts += 1
+
+    # -- the other tables --------------------------------------------------------------------
+
+    def add_checkpoint(self, ref: CheckpointRef) -> None:
+        """Record a checkpoint row; it becomes its trial's latest checkpoint."""
+        self.checkpoints[ref.row] = ref
+        trial = self.trials.get(ref.trial_id)
+        if trial is not None and not ref.deleted:
+            trial.checkpoint_row = ref.row
+
+    def add_report(self, trial_id: int, step: int, time: float, value: float | None) -> None:
+        """Record a report of trial ``trial_id`` (``value``: the study metric, if reported)."""
+        trial = self.trials[trial_id]
+        trial.step = step
+        if value is not None:
+            trial.curve_steps.append(step)
+            trial.curve_values.append(float(value))
+            trial.curve_times.append(time)
+
+    def checkpoint_step(self, trial_id: int) -> int | None:
+        """The step of a trial's latest checkpoint, or ``None``."""
+        row = self.trials[trial_id].checkpoint_row
+        return None if row is None else self.checkpoints[row].step
+
+    def active_segments(self) -> list[SegmentRecord]:
+        """Segments assigned or running, not yet ended."""
+        return [s for s in self.segments.values() if not s.status.is_final]
+
+    def counts(self) -> dict[str, int]:
+        """Number of trials in each status."""
+        result = {status.value: 0 for status in TrialStatus}
+        for trial in self.trials.values():
+            result[trial.status.value] += 1
+        return result
+
+
+def decode_data(text: str) -> dict[str, Any]:
+    """Decode the JSON ``data`` column of a log row."""
+    return json.loads(text) if text else {}
+
+
+def valid_rows(
+    segment: np.ndarray, step: np.ndarray, segments: dict[int, SegmentRecord]
+) -> np.ndarray:
+    """Return the mask of metric rows still valid.
+
+    A row of segment ``s`` at step ``x`` is superseded when a later segment of the same trial
+    started at a step below ``x`` (training was redone from an earlier checkpoint).
+    """
+    if not len(segment):
+        return np.zeros(0, dtype=bool)
+    lut = np.full(max(max(segments, default=0), int(segment.max())) + 1, np.inf)
+    running_min: dict[int, float] = {}
+    for seg_id in sorted(segments, reverse=True):
+        seg = segments[seg_id]
+        lut[seg_id] = running_min.get(seg.trial_id, np.inf)
+        running_min[seg.trial_id] = min(running_min.get(seg.trial_id, np.inf), seg.start_step)
+    return step <= lut[segment]

@@ -1,0 +1,278 @@
+"""The zarr journal: append-only columnar tables with an atomic commit record.
+
+Contract (see ``docs/journal.md``):
+
+* The controller is the only writer (:class:`JournalWriter`); any number of readers
+  (:class:`JournalReader`) may read at any time, also from other nodes, without locks.
+* Every table only grows. Rows are buffered in memory and written by :meth:`JournalWriter.commit`,
+  which writes the column chunks first and then the group's attributes (one small file, replaced
+  atomically) with the committed length of every table. Readers read those lengths first and
+  never look past them, so they see either the previous commit or the new one.
+* A writer killed in the middle of a commit leaves rows beyond the committed lengths; they are
+  invisible and the next commit overwrites them. Together with the event-file cursors stored in
+  the same attributes, this makes ingestion exactly-once across controller restarts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from hpctune.errors import JournalError
+
+FORMAT_VERSION = 1
+ATTR = "hpctune"
+NO_ID = -1
+
+# Columns of each table: name -> (numpy dtype or "str", fill value, chunk length).
+TABLES: dict[str, dict[str, tuple[str, Any]]] = {
+    "log": {
+        "kind": ("str", ""),
+        "trial": ("i8", NO_ID),
+        "segment": ("i8", NO_ID),
+        "time": ("f8", math.nan),
+        "data": ("str", ""),
+    },
+    "metrics": {
+        "trial": ("i8", NO_ID),
+        "segment": ("i8", NO_ID),
+        "step": ("i8", NO_ID),
+        "time": ("f8", math.nan),
+    },
+    "checkpoints": {
+        "trial": ("i8", NO_ID),
+        "segment": ("i8", NO_ID),
+        "step": ("i8", NO_ID),
+        "time": ("f8", math.nan),
+        "nbytes": ("i8", 0),
+        "sha256": ("str", ""),
+        "path": ("str", ""),
+    },
+}
+CHUNKS = {"log": 2048, "metrics": 8192, "checkpoints": 2048}
+VALUES = "metrics/values"
+
+
+def _array_dtype(kind: str) -> Any:
+    return str if kind == "str" else kind
+
+
+class JournalWriter:
+    """The controller's handle on the journal: buffer rows, then commit them atomically.
+
+    Args:
+        path: The journal's zarr directory (``<study>/journal.zarr``).
+        create: Create a new, empty journal (the path must not exist).
+    """
+
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        self.path = Path(path)
+        if create:
+            self.group = zarr.open_group(str(self.path), mode="w-", zarr_format=3)
+            for table, columns in TABLES.items():
+                for column, (kind, fill) in columns.items():
+                    self.group.create_array(
+                        f"{table}/{column}",
+                        shape=(0,),
+                        chunks=(CHUNKS[table],),
+                        dtype=_array_dtype(kind),
+                        fill_value=fill,
+                    )
+            self.state: dict[str, Any] = {
+                "format": FORMAT_VERSION,
+                "lengths": dict.fromkeys(TABLES, 0),
+                "metric_names": [],
+                "cursors": {},
+                "commit": 0,
+                "time": time.time(),
+            }
+            self.group.attrs[ATTR] = self.state
+        else:
+            self.group = zarr.open_group(str(self.path), mode="r+")
+            self.state = read_state(self.group, self.path)
+        self._pending: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
+        self._pending_values: dict[str, list[float]] = {}
+
+    @property
+    def lengths(self) -> dict[str, int]:
+        """Committed row count of each table."""
+        return dict(self.state["lengths"])
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Names of the metric columns (committed and pending)."""
+        names = list(self.state["metric_names"])
+        names.extend(n for n in self._pending_values if n not in names)
+        return names
+
+    @property
+    def cursors(self) -> dict[str, int]:
+        """Byte offsets of the event files read so far, as of the last commit."""
+        return dict(self.state["cursors"])
+
+    def next_index(self, table: str) -> int:
+        """Return the row index the next appended row of ``table`` will get."""
+        return int(self.state["lengths"][table]) + len(self._pending[table])
+
+    def append(self, table: str, **row: Any) -> int:
+        """Buffer one row of ``table``; return its row index. Missing columns take their fill."""
+        if table == "metrics":
+            raise ValueError("use append_metrics for the metrics table")
+        unknown = set(row) - set(TABLES[table])
+        if unknown:
+            raise ValueError(f"unknown columns for table {table!r}: {sorted(unknown)}")
+        index = self.next_index(table)
+        self._pending[table].append(row)
+        return index
+
+    def append_metrics(
+        self, trial: int, segment: int, step: int, time_: float, values: Mapping[str, float]
+    ) -> int:
+        """Buffer one metrics row (one report of one trial); return its row index."""
+        index = self.next_index("metrics")
+        n_pending = len(self._pending["metrics"])
+        for name in values:
+            if name not in self._pending_values:
+                self._pending_values[name] = [math.nan] * n_pending
+        for name, column in self._pending_values.items():
+            value = values.get(name, math.nan)
+            column.append(float(value) if value is not None else math.nan)
+        self._pending["metrics"].append(
+            {"trial": trial, "segment": segment, "step": step, "time": time_}
+        )
+        return index
+
+    @property
+    def has_pending(self) -> bool:
+        """True when rows wait for a commit."""
+        return any(self._pending.values())
+
+    def commit(self, cursors: Mapping[str, int] | None = None) -> None:
+        """Write the buffered rows, then publish the new lengths (and ``cursors``) atomically."""
+        lengths = dict(self.state["lengths"])
+        for table, rows in self._pending.items():
+            if not rows:
+                continue
+            start = lengths[table]
+            end = start + len(rows)
+            for column, (kind, fill) in TABLES[table].items():
+                values = [row.get(column, fill) for row in rows]
+                self._write(f"{table}/{column}", kind, start, end, values, CHUNKS[table], fill)
+            if table == "metrics":
+                self._write_values(start, end)
+            lengths[table] = end
+        state = dict(self.state)
+        state["lengths"] = lengths
+        state["metric_names"] = self.metric_names
+        if cursors is not None:
+            state["cursors"] = dict(cursors)
+        state["commit"] = int(state["commit"]) + 1
+        state["time"] = time.time()
+        self.group.attrs[ATTR] = state
+        self.state = state
+        self._pending = {table: [] for table in TABLES}
+        self._pending_values = {}
+
+    def _write_values(self, start: int, end: int) -> None:
+        n = end - start
+        for name in self.metric_names:
+            column = self._pending_values.get(name, [math.nan] * n)
+            self._write(f"{VALUES}/{name}", "f8", start, end, column, CHUNKS["metrics"], math.nan)
+
+    def _write(
+        self,
+        name: str,
+        kind: str,
+        start: int,
+        end: int,
+        values: Sequence[Any],
+        chunk: int,
+        fill: Any,
+    ) -> None:
+        try:
+            array = self.group[name]
+        except KeyError:
+            array = self.group.create_array(
+                name, shape=(0,), chunks=(chunk,), dtype=_array_dtype(kind), fill_value=fill
+            )
+        assert isinstance(array, zarr.Array)
+        if array.shape[0] < end:
+            capacity = -(-end // chunk) * chunk
+            array.resize((capacity,))
+        data = np.array(values, dtype=object if kind == "str" else kind)
+        array[start:end] = data
+
+
+def read_state(group: zarr.Group, path: Path) -> dict[str, Any]:
+    """Return the commit record of a journal group, checking its format version."""
+    state = group.attrs.get(ATTR)
+    if not isinstance(state, dict) or "lengths" not in state:
+        raise JournalError(f"{path} is not an hpctune journal (no '{ATTR}' attributes)")
+    if int(state.get("format", 0)) > FORMAT_VERSION:
+        raise JournalError(
+            f"{path} has journal format {state['format']}, newer than this hpctune "
+            f"({FORMAT_VERSION}); upgrade hpctune to read it"
+        )
+    return dict(state)
+
+
+class JournalReader:
+    """A read-only snapshot of the journal as of one commit; safe while the controller writes.
+
+    Args:
+        path: The journal's zarr directory.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not (self.path / "zarr.json").exists():
+            raise JournalError(f"no journal at {self.path} (expected a zarr group there)")
+        self.group = zarr.open_group(str(self.path), mode="r")
+        self.state = read_state(self.group, self.path)
+
+    @property
+    def lengths(self) -> dict[str, int]:
+        """Committed row count of each table in this snapshot."""
+        return dict(self.state["lengths"])
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Names of the metric columns in this snapshot."""
+        return list(self.state["metric_names"])
+
+    @property
+    def cursors(self) -> dict[str, int]:
+        """Event-file offsets as of this snapshot."""
+        return dict(self.state["cursors"])
+
+    def column(self, table: str, column: str, start: int = 0) -> np.ndarray:
+        """Return rows ``start:`` of one column (strings as an object array)."""
+        n = int(self.state["lengths"][table])
+        if start >= n:
+            kind = TABLES[table][column][0] if column in TABLES[table] else "f8"
+            return np.zeros(0, dtype=object if kind == "str" else kind)
+        array = self.group[f"{table}/{column}"]
+        assert isinstance(array, zarr.Array)
+        data = np.asarray(array[start:n])
+        if data.dtype.kind in "TUO":
+            return data.astype(object)
+        return data
+
+    def table(self, table: str, start: int = 0) -> dict[str, np.ndarray]:
+        """Return every column of ``table`` from row ``start`` on."""
+        return {column: self.column(table, column, start) for column in TABLES[table]}
+
+    def metric_values(self, name: str, start: int = 0) -> np.ndarray:
+        """Return the values of metric ``name`` (NaN where a row did not report it)."""
+        n = int(self.state["lengths"]["metrics"])
+        if name not in self.state["metric_names"] or start >= n:
+            return np.full(max(n - start, 0), math.nan)
+        array = self.group[f"{VALUES}/{name}"]
+        assert isinstance(array, zarr.Array)
+        return np.asarray(array[start:n], dtype="f8")

@@ -1,0 +1,120 @@
+"""The layout of a study directory: one place that names every file.
+
+```
+<study>/
+  study.toml            the spec as launched (copy)          written once by `hpctune launch`
+  journal.zarr/         the journal                          controller only
+  controller.json       controller heartbeat (pid, host)     controller only
+  events/segment-<S>.jsonl   a segment's event lines         the worker running segment S
+  workers/<W>/heartbeat.json                                 worker W
+  workers/<W>/assignment.json   W's current assignment       controller
+  decisions/segment-<S>.json    latest decision for S        controller
+  inbox/<time>-<id>.json        user commands                `hpctune stop`; controller deletes
+  checkpoints/trial-<T>/step-<N>-segment-<S>.pt              the worker running S
+  logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<T>.out|.err
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpctune.journal.reader import JOURNAL_DIR
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Paths inside one study directory."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, root: str | Path) -> StudyPaths:
+        """Return the paths of the study directory ``root`` (made absolute)."""
+        return cls(Path(root).resolve())
+
+    @property
+    def journal(self) -> Path:
+        return self.root / JOURNAL_DIR
+
+    @property
+    def spec_copy(self) -> Path:
+        return self.root / "study.toml"
+
+    @property
+    def controller_file(self) -> Path:
+        return self.root / "controller.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def workers(self) -> Path:
+        return self.root / "workers"
+
+    @property
+    def decisions(self) -> Path:
+        return self.root / "decisions"
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def controller_log(self) -> Path:
+        return self.logs / "controller.log"
+
+    def event_file(self, segment_id: int) -> Path:
+        return self.events / f"segment-{segment_id:06d}.jsonl"
+
+    def worker_dir(self, worker_id: str) -> Path:
+        return self.workers / worker_id
+
+    def heartbeat(self, worker_id: str) -> Path:
+        return self.workers / worker_id / "heartbeat.json"
+
+    def assignment(self, worker_id: str) -> Path:
+        return self.workers / worker_id / "assignment.json"
+
+    def decision(self, segment_id: int) -> Path:
+        return self.decisions / f"segment-{segment_id:06d}.json"
+
+    def trial_checkpoints(self, trial_id: int) -> Path:
+        return self.checkpoints / f"trial-{trial_id:06d}"
+
+    def checkpoint_file(self, trial_id: int, step: int, segment_id: int) -> Path:
+        return self.trial_checkpoints(trial_id) / f"step-{step:08d}-segment-{segment_id:06d}.pt"
+
+    def worker_log(self, worker_id: str) -> Path:
+        return self.logs / "workers" / f"{worker_id}.log"
+
+    def trial_output(self, trial_id: int, stream: str) -> Path:
+        """``stream`` is ``"out"`` or ``"err"``."""
+        return self.logs / "trials" / f"trial-{trial_id:06d}.{stream}"
+
+    def relative(self, path: Path) -> str:
+        """Return ``path`` relative to the study directory, as stored in the journal."""
+        return str(Path(path).resolve().relative_to(self.root))
+
+    def make_dirs(self) -> None:
+        """Create the study's folders (idempotent)."""
+        for folder in (
+            self.events,
+            self.workers,
+            self.decisions,
+            self.inbox,
+            self.checkpoints,
+            self.logs / "workers",
+            self.logs / "trials",
+        ):
+            folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,58 @@
+"""Pure policies (schedulers) and configuration generators.
+
+Policies decide what runs; generators propose hyperparameter configurations. Both are pure: no
+I/O, no Slurm, no clock. See :mod:`hpctune.policies._base` for the interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hpctune.policies._base import (
+    Action,
+    ActionKind,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    StudyView,
+    TrialView,
+    parse_options,
+)
+from hpctune.policies.default import DefaultPolicy
+
+POLICIES: Mapping[str, type[Policy]] = {
+    DefaultPolicy.name: DefaultPolicy,
+}
+
+
+def make_policy(name: str, options: Mapping[str, Any]) -> Policy:
+    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``).
+
+    Raises:
+        OptionError: The name is unknown or an option is invalid (``key`` names which).
+    """
+    if name not in POLICIES:
+        raise OptionError(
+            "name", f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
+        )
+    cls = POLICIES[name]
+    parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
+    return cls(parsed)  # type: ignore[call-arg]
+
+
+__all__ = [
+    "POLICIES",
+    "Action",
+    "ActionKind",
+    "DefaultPolicy",
+    "Event",
+    "EventKind",
+    "OptionError",
+    "Policy",
+    "StudyView",
+    "TrialView",
+    "make_policy",
+    "parse_options",
+]

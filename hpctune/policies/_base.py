@@ -1,0 +1,358 @@
+"""The policy interface: pure schedulers fed frozen views of a study, returning actions.
+
+A policy sees a read-only :class:`StudyView` and one :class:`Event` at a time (HyperDrive's
+up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`, *ApplicationStat* is
+:attr:`EventKind.REPORT`, *OnIterationFinish* is :attr:`EventKind.BOUNDARY`) and returns a list of
+:class:`Action`. It does no I/O, reads no clock (the view carries the time) and draws random
+numbers only from the generator it is given. The same object runs under the local executor, on
+Slurm and in the simulator. Whatever it must remember across restarts goes through
+:meth:`Policy.state_dict`, which the controller writes to the journal.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from hpctune.states import TrialStatus
+
+
+class OptionError(ValueError):
+    """An option of a policy or generator is invalid.
+
+    Args:
+        key: The option's name (as written under ``[policy]`` or ``[generator]``).
+        message: What must hold and what was given.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
+
+
+class EventKind(Enum):
+    """What happened, from the policy's point of view."""
+
+    SLOT_FREE = "slot_free"  # HyperDrive's AllocateJobs: idle workers wait for work
+    REPORT = "report"  # ApplicationStat: a trial reported metrics
+    BOUNDARY = "boundary"  # OnIterationFinish: a trial reached an evaluation boundary
+
+
+@dataclass(frozen=True)
+class Event:
+    """One up-call to the policy.
+
+    Attributes:
+        kind: What happened.
+        trial_id: The trial concerned (REPORT, BOUNDARY).
+        step: The step reported or reached (REPORT, BOUNDARY).
+        free_slots: How many workers are idle (SLOT_FREE).
+    """
+
+    kind: EventKind
+    trial_id: int | None = None
+    step: int | None = None
+    free_slots: int = 0
+
+    @classmethod
+    def slot_free(cls, free_slots: int) -> Event:
+        """Idle workers are waiting for assignments."""
+        return cls(EventKind.SLOT_FREE, free_slots=free_slots)
+
+    @classmethod
+    def report(cls, trial_id: int, step: int) -> Event:
+        """Trial ``trial_id`` reported metrics for ``step``."""
+        return cls(EventKind.REPORT, trial_id=trial_id, step=step)
+
+    @classmethod
+    def boundary(cls, trial_id: int, step: int) -> Event:
+        """Trial ``trial_id`` reached the evaluation boundary at ``step``."""
+        return cls(EventKind.BOUNDARY, trial_id=trial_id, step=step)
+
+
+class ActionKind(Enum):
+    """What a policy can ask the controller to do."""
+
+    START = "start"  # a new trial from the generator (or with given params) on a free slot
+    CONTINUE = "continue"  # keep training a running trial
+    SUSPEND = "suspend"  # stop a running trial at its boundary, keep its checkpoint
+    RESUME = "resume"  # put a queued or suspended trial on a free slot
+    TERMINATE = "terminate"  # stop a trial for good
+    FORK = "fork"  # a new trial from another trial's checkpoint (PBT, stage trees)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One decision of a policy. Build them with the class methods.
+
+    Attributes:
+        kind: The kind of action.
+        trial_id: The trial acted on (CONTINUE, SUSPEND, RESUME, TERMINATE) or the parent (FORK).
+        priority: Higher runs first when slots are scarce (HyperDrive's ``labelJob``).
+        params: Hyperparameters of the new trial (START with explicit params, FORK).
+        step: FORK: the parent's checkpoint step to start from.
+        until_step: How far the assignment trains; ``None`` means the trial's last step.
+        reason: A short text for the journal and the logs.
+    """
+
+    kind: ActionKind
+    trial_id: int | None = None
+    priority: float = 0.0
+    params: Mapping[str, Any] | None = None
+    step: int | None = None
+    until_step: int | None = None
+    reason: str = ""
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        params: Mapping[str, Any] | None = None,
+        priority: float = 0.0,
+        until_step: int | None = None,
+        reason: str = "",
+    ) -> Action:
+        """Start a new trial: the generator's next configuration unless ``params`` are given."""
+        return cls(
+            ActionKind.START,
+            params=params,
+            priority=priority,
+            until_step=until_step,
+            reason=reason,
+        )
+
+    @classmethod
+    def continue_(cls, trial_id: int, *, priority: float = 0.0, reason: str = "") -> Action:
+        """Keep ``trial_id`` training."""
+        return cls(ActionKind.CONTINUE, trial_id=trial_id, priority=priority, reason=reason)
+
+    @classmethod
+    def suspend(cls, trial_id: int, *, priority: float = 0.0, reason: str = "") -> Action:
+        """Stop ``trial_id`` at its boundary and keep it resumable."""
+        return cls(ActionKind.SUSPEND, trial_id=trial_id, priority=priority, reason=reason)
+
+    @classmethod
+    def resume(
+        cls,
+        trial_id: int,
+        *,
+        priority: float = 0.0,
+        until_step: int | None = None,
+        reason: str = "",
+    ) -> Action:
+        """Run the queued or suspended ``trial_id`` on a free slot."""
+        return cls(
+            ActionKind.RESUME,
+            trial_id=trial_id,
+            priority=priority,
+            until_step=until_step,
+            reason=reason,
+        )
+
+    @classmethod
+    def terminate(cls, trial_id: int, *, reason: str = "") -> Action:
+        """Stop ``trial_id`` for good."""
+        return cls(ActionKind.TERMINATE, trial_id=trial_id, reason=reason)
+
+    @classmethod
+    def fork(
+        cls,
+        parent_id: int,
+        step: int,
+        params: Mapping[str, Any],
+        *,
+        priority: float = 0.0,
+        until_step: int | None = None,
+        reason: str = "",
+    ) -> Action:
+        """Start a new trial from ``parent_id``'s checkpoint at ``step`` with ``params``."""
+        return cls(
+            ActionKind.FORK,
+            trial_id=parent_id,
+            step=step,
+            params=params,
+            priority=priority,
+            until_step=until_step,
+            reason=reason,
+        )
+
+
+_EMPTY = np.zeros(0)
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """A frozen picture of one trial.
+
+    Attributes:
+        trial_id: The trial's id (0, 1, 2, ... in creation order).
+        status: Its current status.
+        params: Its hyperparameters as stored (schedules as dicts).
+        step: The last step it reported (its start step if none yet).
+        steps: Steps of its curve of the study's metric (the valid rows only).
+        values: The metric at those steps (raw, in the metric's own direction).
+        times: Study-relative seconds at which those values were reported.
+        checkpoint_step: The step of its latest checkpoint, or ``None``.
+        parent_trial: The trial it was forked from, or ``None``.
+        parent_step: The parent's step it started from, or ``None``.
+        priority: The priority the policy gave it last.
+        retries: How often it was restarted after a lost worker.
+        info: Free-form data set by the generator or policy (e.g. a PBT generation).
+    """
+
+    trial_id: int
+    status: TrialStatus
+    params: Mapping[str, Any]
+    step: int = 0
+    steps: np.ndarray = field(default_factory=lambda: _EMPTY)
+    values: np.ndarray = field(default_factory=lambda: _EMPTY)
+    times: np.ndarray = field(default_factory=lambda: _EMPTY)
+    checkpoint_step: int | None = None
+    parent_trial: int | None = None
+    parent_step: int | None = None
+    priority: float = 0.0
+    retries: int = 0
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def last_value(self) -> float:
+        """The last reported metric value, NaN if none."""
+        return float(self.values[-1]) if len(self.values) else math.nan
+
+
+@dataclass(frozen=True)
+class StudyView:
+    """A frozen picture of the study, the only input of a policy besides the event.
+
+    Attributes:
+        metric: The name of the metric the study optimises.
+        mode: ``"max"`` or ``"min"``.
+        max_steps: The last step of a trial.
+        boundary: The evaluation boundary, in steps.
+        now: Seconds since the study started (the controller's clock).
+        trials: Every trial by id.
+        free_slots: Idle workers right now.
+        total_slots: Workers the study may hold.
+        trials_remaining: New trials the generator may still create (``None``: unbounded).
+    """
+
+    metric: str
+    mode: str
+    max_steps: int
+    boundary: int
+    now: float
+    trials: Mapping[int, TrialView]
+    free_slots: int
+    total_slots: int
+    trials_remaining: int | None
+
+    @property
+    def sign(self) -> float:
+        """+1 for ``max``, -1 for ``min``: multiply values by it so that larger is better."""
+        return 1.0 if self.mode == "max" else -1.0
+
+    def with_status(self, *statuses: TrialStatus) -> list[TrialView]:
+        """The trials in any of ``statuses``, by id."""
+        return [t for _, t in sorted(self.trials.items()) if t.status in statuses]
+
+
+class Policy(abc.ABC):
+    """Base class of all policies (schedulers).
+
+    Contract: :meth:`decide` is a pure function of the view, the event, the generator and the
+    policy's own state; it does no I/O and never reads a clock. It returns only actions the
+    controller can carry out (at most ``event.free_slots`` START/RESUME/FORK actions on a
+    SLOT_FREE event; CONTINUE, SUSPEND or TERMINATE for the trial of a BOUNDARY event).
+
+    Subclasses set :attr:`name`, may declare an ``Options`` dataclass (parsed by
+    :func:`parse_options`) and set :attr:`boundary_decisions` to ``False`` when they never act at
+    boundaries, so that workers need not wait for a decision there.
+    """
+
+    name: ClassVar[str] = ""
+    boundary_decisions: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        """Return the actions for ``event``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the policy's state as JSON-able data (empty for stateless policies)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027
+        """Restore the state returned by :meth:`state_dict`."""
+
+    @staticmethod
+    def fill_slots(view: StudyView, free_slots: int) -> list[Action]:
+        """Fill free slots: queued trials first, then suspended ones, then new trials.
+
+        Queued and suspended trials go by priority (highest first), then by id.
+        """
+        actions: list[Action] = []
+        waiting = view.with_status(TrialStatus.QUEUED) + sorted(
+            view.with_status(TrialStatus.SUSPENDED), key=lambda t: (-t.priority, t.trial_id)
+        )
+        for trial in waiting[:free_slots]:
+            actions.append(Action.resume(trial.trial_id, priority=trial.priority))
+        remaining = free_slots - len(actions)
+        if view.trials_remaining is not None:
+            remaining = min(remaining, view.trials_remaining)
+        actions.extend(Action.start() for _ in range(max(remaining, 0)))
+        return actions
+
+
+_O = TypeVar("_O")
+
+
+def parse_options(options_type: type[_O], options: Mapping[str, Any]) -> _O:
+    """Build the options dataclass ``options_type`` from a mapping, with precise errors.
+
+    Unknown keys raise :class:`OptionError` listing the valid ones with their defaults; a value of
+    the wrong type raises :class:`OptionError` naming the expected type.
+    """
+    fields = {f.name: f for f in dataclasses.fields(options_type)}  # type: ignore[arg-type]
+    for key in options:
+        if key not in fields:
+            valid = (
+                ", ".join(f"{name} (default {_default_repr(f)})" for name, f in fields.items())
+                or "none"
+            )
+            raise OptionError(key, f"unknown option; valid options: {valid}")
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        expected = fields[key].type
+        values[key] = _check_type(key, value, expected if isinstance(expected, str) else "")
+    return options_type(**values)
+
+
+def _default_repr(f: dataclasses.Field[Any]) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    return "required"
+
+
+def _check_type(key: str, value: Any, type_name: str) -> Any:
+    """Check ``value`` against the annotation text ``type_name`` (float, int, bool, str)."""
+    kinds = {part.strip() for part in type_name.split("|")}
+    if value is None and "None" in kinds:
+        return None
+    if "bool" in kinds and isinstance(value, bool):
+        return value
+    if "int" in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if "float" in kinds and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if "str" in kinds and isinstance(value, str):
+        return value
+    if not kinds & {"bool", "int", "float", "str"}:
+        return value
+    raise OptionError(key, f"must be of type {type_name}, but got {value!r}")

@@ -1,0 +1,35 @@
+"""HyperDrive's Default policy: fill every free slot, run every trial to its last step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView
+
+
+@dataclass(frozen=True)
+class DefaultOptions:
+    """The Default policy has no options."""
+
+
+class DefaultPolicy(Policy):
+    """Start trials greedily on idle workers and run each to its maximum (HyperDrive §4.2).
+
+    It ignores reports and boundaries ("Default SAP"), so workers never wait for a decision.
+    """
+
+    name: ClassVar[str] = "default"
+    boundary_decisions: ClassVar[bool] = False
+    Options = DefaultOptions
+
+    def __init__(self, options: DefaultOptions | None = None) -> None:
+        self.options = options or DefaultOptions()
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        """Fill free slots on SLOT_FREE; let everything else run."""
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        return []

@@ -1,0 +1,59 @@
+"""Configuration generators: what the next new trial's hyperparameters are.
+
+Generators are separate from policies (HyperDrive's Hyperparameter Generator). Each is a
+:class:`Generator` with a ``name``, an ``Options`` dataclass and the constructor
+``(space, seed, options)``; :func:`make_generator` builds one from the ``[generator]`` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from hpctune.policies._base import OptionError, parse_options
+from hpctune.policies.generators._base import Generator
+from hpctune.policies.generators.grid import GridGenerator, GridOptions
+from hpctune.policies.generators.random import RandomGenerator, RandomOptions
+
+if TYPE_CHECKING:
+    from hpctune.space import SearchSpace
+
+GENERATORS: Mapping[str, type[Generator]] = {
+    RandomGenerator.name: RandomGenerator,
+    GridGenerator.name: GridGenerator,
+}
+
+
+def make_generator(
+    name: str, options: Mapping[str, Any], space: SearchSpace, seed: int
+) -> Generator:
+    """Build the generator ``name`` with ``options`` (the ``[generator]`` table without ``name``).
+
+    Args:
+        name: A key of :data:`GENERATORS`.
+        options: The generator's options.
+        space: The study's search space.
+        seed: The generator's seed, ``component_seed(study_seed, "generator")`` in a study.
+
+    Raises:
+        OptionError: The name is unknown (``key`` is ``"name"``) or an option is invalid.
+        NoGridError: The grid generator was asked for a space with a range without a grid.
+    """
+    if name not in GENERATORS:
+        raise OptionError(
+            "name", f"unknown generator {name!r}; known generators: {', '.join(GENERATORS)}"
+        )
+    cls = GENERATORS[name]
+    parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
+    return cls(space, seed, parsed)
+
+
+__all__ = [
+    "GENERATORS",
+    "Generator",
+    "GridGenerator",
+    "GridOptions",
+    "RandomGenerator",
+    "RandomOptions",
+    "make_generator",
+]

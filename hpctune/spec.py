@@ -1,0 +1,580 @@
+"""The study spec: what a ``study.toml`` says, checked and resolved.
+
+:func:`load_spec` reads a ``study.toml`` with :mod:`tomllib` and returns a frozen
+:class:`StudySpec` with absolute paths and every default filled in. Every mistake is a
+:class:`~hpctune.errors.StudySpecError` whose ``field`` is the dotted name of the bad value
+(``study.boundary``, ``search_space.lr.low``, ``policy.eta``) and whose message says what must
+hold, what was given and what to do. Loading never writes anything and never imports the
+user's code (the CLI calls :meth:`EntryPoint.load` for that).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hpctune.errors import StudySpecError
+from hpctune.policies import OptionError, make_policy
+from hpctune.policies.generators import make_generator
+from hpctune.seeding import component_seed
+from hpctune.space import NoGridError, SearchSpace, parse_space
+
+SECTIONS = ("study", "search_space", "generator", "policy", "resources")
+STUDY_KEYS = (
+    "name",
+    "directory",
+    "entry_point",
+    "metric",
+    "mode",
+    "max_steps",
+    "step_unit",
+    "boundary",
+    "num_trials",
+    "seed",
+    "fail_fast",
+    "max_retries",
+)
+RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
+DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """The user's training function.
+
+    Attributes:
+        file: The absolute path of a ``.py`` file (for ``"train.py:train"``), or ``None``.
+        module: The module (for ``"package.module:train"``), or ``None``.
+        function: The function's name in the file or module (dotted for attributes).
+    """
+
+    file: Path | None
+    module: str | None
+    function: str
+
+    def describe(self) -> str:
+        """Return the entry point as written, with the file's absolute path."""
+        return f"{self.file if self.file is not None else self.module}:{self.function}"
+
+    def load(self) -> Callable[..., Any]:
+        """Import the file or module and return the function.
+
+        A file is imported under a module name unique to its path, with its folder put on
+        ``sys.path`` (so that it can import its neighbours); loading twice returns the same
+        function.
+
+        Raises:
+            StudySpecError: The file or module is missing or fails to import, or the function
+                is missing or not callable (``field`` is ``study.entry_point``).
+        """
+        module = self._import()
+        obj: Any = module
+        for part in self.function.split("."):
+            if not hasattr(obj, part):
+                names = sorted(n for n, v in vars(module).items() if callable(v) and n[0] != "_")
+                raise StudySpecError(
+                    None,
+                    "study.entry_point",
+                    f"{self.describe()}: there is no `{self.function}` in "
+                    f"{self.file or self.module}; callables defined there: "
+                    f"{', '.join(names) or 'none'}",
+                )
+            obj = getattr(obj, part)
+        if not callable(obj):
+            raise StudySpecError(
+                None,
+                "study.entry_point",
+                f"{self.describe()}: `{self.function}` must be a function, but it is a "
+                f"{type(obj).__name__}",
+            )
+        return obj  # type: ignore[no-any-return]
+
+    def _import(self) -> Any:
+        if self.file is None:
+            try:
+                return importlib.import_module(str(self.module))
+            except ImportError as exc:
+                raise StudySpecError(
+                    None,
+                    "study.entry_point",
+                    f"cannot import module {self.module!r} ({exc}); install its package or add "
+                    "its folder to PYTHONPATH, or name a file instead (train.py:train)",
+                ) from exc
+            except Exception as exc:
+                raise _import_failed(self.describe(), exc) from exc
+        if not self.file.is_file():
+            raise StudySpecError(None, "study.entry_point", f"the file {self.file} does not exist")
+        digest = hashlib.sha1(str(self.file).encode("utf-8")).hexdigest()[:12]
+        stem = re.sub(r"\W", "_", self.file.stem)
+        name = f"hpctune_entry_{stem}_{digest}"
+        if name in sys.modules:
+            return sys.modules[name]
+        folder = str(self.file.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        spec = importlib.util.spec_from_file_location(name, self.file)
+        if spec is None or spec.loader is None:
+            raise StudySpecError(
+                None, "study.entry_point", f"{self.file} cannot be imported as a Python file"
+            )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise _import_failed(self.describe(), exc) from exc
+        return module
+
+
+def _import_failed(what: str, exc: Exception) -> StudySpecError:
+    return StudySpecError(
+        None,
+        "study.entry_point",
+        f"importing {what} failed with {type(exc).__name__}: {exc}; run it with "
+        "`python -c 'import ...'` to see the traceback",
+    )
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A policy or generator: its name and its options (the rest of its table)."""
+
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    """What the study may hold.
+
+    Attributes:
+        slots: How many workers run at once.
+        cpus_per_worker: CPUs of each worker.
+        gpus_per_worker: GPUs of each worker.
+    """
+
+    slots: int = 2
+    cpus_per_worker: int = 1
+    gpus_per_worker: int = 0
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A checked study spec, every path absolute and every default filled in.
+
+    Attributes:
+        source: The absolute path of the study.toml.
+        name: The study's name.
+        directory: The study directory (absolute).
+        entry: The training function.
+        metric: The metric the study optimises.
+        mode: ``"max"`` or ``"min"``.
+        max_steps: The last step of a trial (>= 1).
+        step_unit: What a step is called (``"epoch"``).
+        boundary: The evaluation boundary, in steps.
+        num_trials: How many trials the generator creates.
+        seed: The master seed.
+        fail_fast: Stop the study at the first failed trial.
+        max_retries: How often a trial is restarted after its worker was lost.
+        space: The search space.
+        generator: The generator and its options.
+        policy: The policy and its options.
+        resources: Workers and their sizes.
+    """
+
+    source: Path
+    name: str
+    directory: Path
+    entry: EntryPoint
+    metric: str
+    mode: str
+    max_steps: int
+    step_unit: str
+    boundary: int
+    num_trials: int
+    seed: int
+    fail_fast: bool
+    max_retries: int
+    space: SearchSpace
+    generator: ComponentSpec
+    policy: ComponentSpec
+    resources: ResourcesSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
+        return {
+            "source": str(self.source),
+            "name": self.name,
+            "directory": str(self.directory),
+            "entry": {
+                "file": None if self.entry.file is None else str(self.entry.file),
+                "module": self.entry.module,
+                "function": self.entry.function,
+            },
+            "metric": self.metric,
+            "mode": self.mode,
+            "max_steps": self.max_steps,
+            "step_unit": self.step_unit,
+            "boundary": self.boundary,
+            "num_trials": self.num_trials,
+            "seed": self.seed,
+            "fail_fast": self.fail_fast,
+            "max_retries": self.max_retries,
+            "space": self.space.to_dict(),
+            "generator": {"name": self.generator.name, "options": dict(self.generator.options)},
+            "policy": {"name": self.policy.name, "options": dict(self.policy.options)},
+            "resources": {
+                "slots": self.resources.slots,
+                "cpus_per_worker": self.resources.cpus_per_worker,
+                "gpus_per_worker": self.resources.gpus_per_worker,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StudySpec:
+        """Rebuild a spec from :meth:`to_dict` (no files are checked).
+
+        Raises:
+            StudySpecError: A key is missing (``field`` names it).
+        """
+        try:
+            entry = d["entry"]
+            return cls(
+                source=Path(d["source"]),
+                name=d["name"],
+                directory=Path(d["directory"]),
+                entry=EntryPoint(
+                    file=None if entry["file"] is None else Path(entry["file"]),
+                    module=entry["module"],
+                    function=entry["function"],
+                ),
+                metric=d["metric"],
+                mode=d["mode"],
+                max_steps=d["max_steps"],
+                step_unit=d["step_unit"],
+                boundary=d["boundary"],
+                num_trials=d["num_trials"],
+                seed=d["seed"],
+                fail_fast=d["fail_fast"],
+                max_retries=d["max_retries"],
+                space=SearchSpace.from_dict(d["space"]),
+                generator=ComponentSpec(
+                    d["generator"]["name"], copy.deepcopy(dict(d["generator"]["options"]))
+                ),
+                policy=ComponentSpec(
+                    d["policy"]["name"], copy.deepcopy(dict(d["policy"]["options"]))
+                ),
+                resources=ResourcesSpec(**d["resources"]),
+            )
+        except KeyError as exc:
+            raise StudySpecError(
+                None, str(exc.args[0]), "missing from the stored study spec"
+            ) from None
+
+
+def load_spec(
+    path: str | Path,
+    *,
+    directory: str | Path | None = None,
+    now: datetime | None = None,
+) -> StudySpec:
+    """Read and check a ``study.toml``; write nothing.
+
+    Args:
+        path: The study.toml.
+        directory: Overrides ``[study].directory`` (CLI ``--study-dir``); relative to the
+            current directory.
+        now: The time for ``{timestamp}`` (default: now).
+
+    Raises:
+        StudySpecError: The file is missing, is not valid TOML, or a value is invalid.
+    """
+    source = Path(os.path.abspath(Path(path).expanduser()))
+    if not source.exists():
+        raise StudySpecError(source, "", f"the study spec {source} does not exist; check the path")
+    if not source.is_file():
+        raise StudySpecError(source, "", f"{source} is not a file; give the study.toml's path")
+    try:
+        data = tomllib.loads(source.read_bytes().decode("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise StudySpecError(source, "", f"not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise StudySpecError(source, "", f"not UTF-8 text ({exc}); save it as UTF-8") from None
+    except OSError as exc:
+        raise StudySpecError(source, "", f"cannot read the file: {exc}") from None
+    return parse_spec(data, source=source, directory=directory, now=now)
+
+
+class _Section:
+    """Typed access to one table of the spec, raising precise errors."""
+
+    def __init__(self, path: Path, name: str, table: Mapping[str, Any]) -> None:
+        self.path, self.name, self.table = path, name, table
+
+    def error(self, key: str, message: str) -> StudySpecError:
+        return StudySpecError(self.path, f"{self.name}.{key}", message)
+
+    def check_keys(self, valid: tuple[str, ...]) -> None:
+        for key in self.table:
+            if key not in valid:
+                close = difflib.get_close_matches(key, valid, n=1)
+                hint = f"did you mean `{close[0]}`? " if close else ""
+                raise self.error(
+                    key, f"unknown key in [{self.name}]; {hint}valid keys: {', '.join(valid)}"
+                )
+
+    def get(self, key: str, default: Any, what: str) -> Any:
+        if key in self.table:
+            return self.table[key]
+        if default is _REQUIRED:
+            raise self.error(key, f"`{self.name}.{key}` is required: {what}")
+        return default
+
+    def must(self, key: str, rule: str, value: Any, hint: str = "") -> StudySpecError:
+        shown = f"{value!r} ({type(value).__name__})" if isinstance(value, str) else repr(value)
+        return self.error(
+            key,
+            f"`{self.name}.{key}` must be {rule}, but got {shown}" + (f"; {hint}" if hint else ""),
+        )
+
+    def string(self, key: str, default: Any = _REQUIRED, what: str = "") -> str:
+        value = self.get(key, default, what)
+        if not isinstance(value, str) or not value.strip():
+            raise self.must(key, "a non-empty string", value)
+        return value
+
+    def integer(
+        self,
+        key: str,
+        default: Any = _REQUIRED,
+        *,
+        low: int = 0,
+        high: int | None = None,
+        what: str = "",
+        high_text: str = "",
+    ) -> int:
+        value = self.get(key, default, what)
+        rule = f"an integer >= {low}" if high is None else f"between {low} and {high_text}"
+        if not isinstance(value, int) or isinstance(value, bool):
+            hint = "write it without quotes" if isinstance(value, str) else ""
+            raise self.must(key, rule, value, hint)
+        if value < low or (high is not None and value > high):
+            raise self.must(key, rule, value)
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key, default, "")
+        if not isinstance(value, bool):
+            raise self.must(key, "true or false", value)
+        return value
+
+
+def _table(data: Mapping[str, Any], key: str, path: Path, required: bool) -> Mapping[str, Any]:
+    if key not in data:
+        if required:
+            raise StudySpecError(path, key, f"the [{key}] section is required")
+        return {}
+    value = data[key]
+    if not isinstance(value, Mapping):
+        raise StudySpecError(path, key, f"`{key}` must be a table ([{key}]), but got {value!r}")
+    return value
+
+
+def parse_spec(
+    data: Mapping[str, Any],
+    *,
+    source: Path,
+    directory: str | Path | None = None,
+    now: datetime | None = None,
+) -> StudySpec:
+    """Check the parsed TOML ``data`` of the study.toml at ``source``.
+
+    Args:
+        data: The parsed TOML document.
+        source: The study.toml's path (made absolute); relative paths resolve against its
+            folder.
+        directory: Overrides ``[study].directory``; relative to the current directory.
+        now: The time for ``{timestamp}`` (default: now).
+
+    Raises:
+        StudySpecError: A section, key or value is invalid (``field`` names it).
+    """
+    source = Path(os.path.abspath(source))
+    for key in data:
+        if key not in SECTIONS:
+            close = difflib.get_close_matches(key, SECTIONS, n=1)
+            hint = f"did you mean [{close[0]}]? " if close else ""
+            raise StudySpecError(
+                source, key, f"unknown section; {hint}valid sections: {', '.join(SECTIONS)}"
+            )
+    study = _Section(source, "study", _table(data, "study", source, True))
+    study.check_keys(STUDY_KEYS)
+    name = study.string("name", what='a short name for the study, e.g. name = "resnet-lr"')
+    if not _NAME_RE.fullmatch(name):
+        raise study.must(
+            "name",
+            "letters, digits, '_', '.' and '-', starting with a letter or digit",
+            name,
+        )
+    entry_text = study.string(
+        "entry_point", what='the training function, e.g. entry_point = "train.py:train"'
+    )
+    entry = _parse_entry_point(entry_text, study)
+    metric = study.string(
+        "metric", what='the metric the training function reports, e.g. metric = "val_loss"'
+    )
+    mode = study.get("mode", _REQUIRED, 'whether larger metric values are better: "max" or "min"')
+    if mode not in ("max", "min"):
+        raise study.must("mode", '"max" or "min"', mode)
+    max_steps = study.integer("max_steps", low=1, what="the number of steps of a full trial")
+    step_unit = study.string("step_unit", "epoch")
+    boundary = study.integer(
+        "boundary", 1, low=1, high=max_steps, high_text=f"max_steps ({max_steps})"
+    )
+    seed = study.integer("seed", 0, low=0)
+    fail_fast = study.boolean("fail_fast", False)
+    max_retries = study.integer("max_retries", 2, low=0)
+    study_dir = _parse_directory(study, name, directory, now)
+
+    space = parse_space(_table(data, "search_space", source, True), path=source)
+
+    generator = _component(data, "generator", "random", source)
+    try:
+        gen = make_generator(
+            generator.name, generator.options, space, component_seed(seed, "generator")
+        )
+    except OptionError as exc:
+        raise StudySpecError(source, f"generator.{exc.key}", exc.message) from None
+    except NoGridError as exc:
+        raise StudySpecError(source, f"search_space.{exc.param}", exc.message) from None
+    size = gen.size()
+    if "num_trials" not in study.table and size is None:
+        raise study.error(
+            "num_trials",
+            f"`study.num_trials` is required with the {generator.name!r} generator: how many "
+            "trials to create, e.g. num_trials = 32",
+        )
+    num_trials = study.integer(
+        "num_trials", size, low=1, high=size, high_text=f"the grid size ({size})"
+    )
+
+    policy = _component(data, "policy", "default", source)
+    try:
+        make_policy(policy.name, policy.options)
+    except OptionError as exc:
+        raise StudySpecError(source, f"policy.{exc.key}", exc.message) from None
+    except ValueError as exc:
+        raise StudySpecError(source, "policy", str(exc)) from None
+
+    res = _Section(source, "resources", _table(data, "resources", source, False))
+    res.check_keys(RESOURCE_KEYS)
+    resources = ResourcesSpec(
+        slots=res.integer("slots", ResourcesSpec.slots, low=1),
+        cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
+        gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
+    )
+    return StudySpec(
+        source=source,
+        name=name,
+        directory=study_dir,
+        entry=entry,
+        metric=metric,
+        mode=mode,
+        max_steps=max_steps,
+        step_unit=step_unit,
+        boundary=boundary,
+        num_trials=num_trials,
+        seed=seed,
+        fail_fast=fail_fast,
+        max_retries=max_retries,
+        space=space,
+        generator=generator,
+        policy=policy,
+        resources=resources,
+    )
+
+
+def _component(data: Mapping[str, Any], key: str, default: str, path: Path) -> ComponentSpec:
+    table = _table(data, key, path, False)
+    name = table.get("name", default)
+    if not isinstance(name, str):
+        raise StudySpecError(
+            path, f"{key}.name", f"`{key}.name` must be a string, but got {name!r}"
+        )
+    options = {k: copy.deepcopy(v) for k, v in table.items() if k != "name"}
+    return ComponentSpec(name, options)
+
+
+def _parse_entry_point(text: str, study: _Section) -> EntryPoint:
+    target, sep, function = text.rpartition(":")
+    form = 'write "train.py:train" (a file next to study.toml) or "package.module:train"'
+    if not sep or not target or not _DOTTED_RE.fullmatch(function):
+        raise study.must("entry_point", "of the form <file.py or module>:<function>", text, form)
+    if target.endswith(".py"):
+        file = Path(target).expanduser()
+        if not file.is_absolute():
+            file = study.path.parent / file
+        file = Path(os.path.abspath(file))
+        if not file.is_file():
+            raise study.error(
+                "entry_point",
+                f"the file {file} named by `study.entry_point` ({text!r}) does not exist; "
+                "relative paths are relative to the study.toml's folder",
+            )
+        return EntryPoint(file=file, module=None, function=function)
+    if not _DOTTED_RE.fullmatch(target):
+        raise study.must("entry_point", "of the form <file.py or module>:<function>", text, form)
+    return EntryPoint(file=None, module=target, function=function)
+
+
+def _parse_directory(
+    study: _Section, name: str, override: str | Path | None, now: datetime | None
+) -> Path:
+    if override is not None:
+        template, base = str(override), Path.cwd()
+    else:
+        template = study.string("directory", DEFAULT_DIRECTORY)
+        base = study.path.parent
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    values = {"name": name, "timestamp": stamp}
+
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise study.error(
+                "directory",
+                f"unknown placeholder {{{key}}} in {template!r}; valid placeholders: "
+                "{name}, {timestamp}",
+            )
+        return values[key]
+
+    path = Path(re.sub(r"\{([^{}]*)\}", fill, template)).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    return Path(os.path.abspath(path))
+
+
+__all__ = [
+    "ComponentSpec",
+    "EntryPoint",
+    "ResourcesSpec",
+    "StudySpec",
+    "load_spec",
+    "parse_spec",
+]

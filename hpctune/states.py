@@ -1,0 +1,65 @@
+"""The states of trials, segments and studies (shared by journal, controller and policies)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TrialStatus(StrEnum):
+    """Where a trial stands.
+
+    ``queued``: created, waiting for a slot (also a trial whose worker was lost, until it
+    resumes). ``running``: a segment of it is assigned to a worker. ``suspended``: stopped at a
+    boundary with a checkpoint, may be resumed. ``completed``: trained to its last step.
+    ``terminated``: stopped for good by the policy, by the user or because its metric diverged.
+    ``failed``: the user function raised, or its workers were lost more often than
+    ``max_retries`` allows.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        """True for the states a trial never leaves."""
+        return self in (TrialStatus.COMPLETED, TrialStatus.TERMINATED, TrialStatus.FAILED)
+
+
+class SegmentStatus(StrEnum):
+    """How a segment (a stretch of one trial on one worker) ended, or that it has not."""
+
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    COMPLETED = "completed"  # the trial reached its last step
+    SUSPENDED = "suspended"  # stopped at a boundary or at the assignment's last step; resumable
+    TERMINATED = "terminated"  # stopped for good (policy, user, diverged metric)
+    FAILED = "failed"  # the user function raised
+    LOST = "lost"  # the worker died; the trial resumes from its last checkpoint
+
+    @property
+    def is_final(self) -> bool:
+        """True once the segment has ended."""
+        return self not in (SegmentStatus.ASSIGNED, SegmentStatus.RUNNING)
+
+
+class StudyState(StrEnum):
+    """The state of a whole study."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # by the user; `hpctune resume` carries on
+    FINISHED = "finished"  # every trial reached a final state
+    FAILED = "failed"  # e.g. fail_fast and a trial failed
+
+
+class Decision(StrEnum):
+    """What a worker is told at a boundary."""
+
+    CONTINUE = "continue"
+    SUSPEND = "suspend"
+    STOP = "stop"

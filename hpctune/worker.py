@@ -1,0 +1,297 @@
+"""The worker: runs assignments (segments of trials) back to back in one process or Slurm job.
+
+The loop: read ``workers/<W>/assignment.json``; when it names a segment not run yet, run the
+user's function on it (events to the segment's own file, stdout/stderr to the trial's log files);
+when it is an exit order, exit. A background thread keeps ``heartbeat.json`` fresh. A worker never
+waits on the controller for long: decisions are read at boundaries with a bounded wait, and a
+worker whose controller has been silent for ``controller_timeout`` seconds exits once idle.
+
+Run it as ``python -m hpctune.worker <study-dir> <worker-id>``; the local executor does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hpctune.context import TrialContext, TrialStop
+from hpctune.eventlog import EventWriter, read_events
+from hpctune.files import read_json, write_json_atomic
+from hpctune.layout import StudyPaths
+from hpctune.protocol import EV_END, EV_START, Assignment, Heartbeat, read_assignment
+from hpctune.states import Decision, SegmentStatus
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL = 2.0
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class _HeartbeatThread(threading.Thread):
+    """Rewrite the heartbeat file every ``interval`` seconds and on every state change."""
+
+    def __init__(self, path: Path, beat: Heartbeat, interval: float) -> None:
+        super().__init__(name="hpctune-heartbeat", daemon=True)
+        self.path = path
+        self.beat = beat
+        self.interval = interval
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.write()
+
+    def update(self, **changes: Any) -> None:
+        with self._lock:
+            for key, value in changes.items():
+                setattr(self.beat, key, value)
+        self.write()
+
+    def write(self) -> None:
+        with self._lock:
+            self.beat.time = time.time()
+            body = self.beat.to_dict()
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, body)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            self.write()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
+@contextlib.contextmanager
+def redirect_output(out: Path, err: Path) -> Iterator[None]:
+    """Send file descriptors 1 and 2 (Python and C-level output) to ``out`` and ``err``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    targets = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for p in (out, err)]
+    try:
+        os.dup2(targets[0], 1)
+        os.dup2(targets[1], 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, *targets):
+            os.close(fd)
+
+
+def segment_has_ended(path: Path) -> bool:
+    """True if a segment's event file already holds its end record."""
+    return any(r.get("kind") == EV_END for r in read_events(path).records)
+
+
+class Worker:
+    """One worker of a study.
+
+    Args:
+        study_dir: The study directory.
+        worker_id: This worker's id (as in the journal).
+        poll_interval: Seconds between reads of the assignment file while idle.
+        controller_timeout: Exit once idle if the controller's heartbeat is older than this.
+    """
+
+    def __init__(
+        self,
+        study_dir: str | Path,
+        worker_id: str,
+        *,
+        poll_interval: float | None = None,
+        controller_timeout: float | None = None,
+    ) -> None:
+        self.paths = StudyPaths.of(study_dir)
+        self.worker_id = worker_id
+        self.poll_interval = poll_interval or _env_float("HPCTUNE_POLL_INTERVAL", 0.1)
+        self.controller_timeout = controller_timeout or _env_float(
+            "HPCTUNE_CONTROLLER_TIMEOUT", 120.0
+        )
+        self._functions: dict[str, Callable[..., Any]] = {}
+        self._done: set[int] = set()
+        self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
+        beat = Heartbeat(worker_id, slurm_job_id=os.environ.get("SLURM_JOB_ID"))
+        self.heartbeat = _HeartbeatThread(
+            self.paths.heartbeat(worker_id), beat, HEARTBEAT_INTERVAL
+        )
+
+    def run(self) -> int:
+        """Run assignments until told to exit or orphaned; return the process exit code."""
+        self.heartbeat.start()
+        logger.info("worker %s started (pid %d)", self.worker_id, os.getpid())
+        reason = "orphaned"
+        try:
+            while True:
+                assignment = read_assignment(self.paths.assignment(self.worker_id))
+                if isinstance(assignment, str):
+                    reason = assignment
+                    break
+                if assignment is not None and assignment.segment_id not in self._done:
+                    self._done.add(assignment.segment_id)
+                    if segment_has_ended(self.paths.event_file(assignment.segment_id)):
+                        logger.info("segment %d already ended; skipped", assignment.segment_id)
+                    else:
+                        self.run_segment(assignment)
+                    continue
+                if self._controller_silent():
+                    logger.warning(
+                        "controller silent for more than %.0f s; exiting", self.controller_timeout
+                    )
+                    break
+                time.sleep(self.poll_interval)
+        finally:
+            self.heartbeat.update(state="exited", segment_id=None)
+            self.heartbeat.stop()
+            logger.info("worker %s exits: %s", self.worker_id, reason)
+        return 0
+
+    def _controller_silent(self) -> bool:
+        data = read_json(self.paths.controller_file)
+        last = float(data.get("time", 0.0)) if isinstance(data, dict) else 0.0
+        if not last:
+            with contextlib.suppress(OSError):
+                last = self.paths.worker_dir(self.worker_id).stat().st_mtime
+        return time.time() - last > self.controller_timeout
+
+    def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
+        from hpctune.spec import EntryPoint
+
+        point = EntryPoint(
+            file=Path(entry["file"]) if entry.get("file") else None,
+            module=entry.get("module"),
+            function=entry["function"],
+        )
+        key = point.describe()
+        if key not in self._functions:
+            self._functions[key] = point.load()
+        return self._functions[key]
+
+    def run_segment(self, a: Assignment) -> None:
+        """Run one segment: call the user's function, then write the end record."""
+        logger.info(
+            "segment %d: trial %d from step %d to %d",
+            a.segment_id,
+            a.trial_id,
+            a.start_step,
+            a.until_step,
+        )
+        paths = self.paths
+        with EventWriter(paths.event_file(a.segment_id)) as events:
+            events.write(
+                {
+                    "kind": EV_START,
+                    "t": time.time(),
+                    "worker": self.worker_id,
+                    "pid": os.getpid(),
+                    "host": self.heartbeat.beat.host,
+                    "start_step": a.start_step,
+                    "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                },
+                fsync=True,
+            )
+            self.heartbeat.update(state="running", segment_id=a.segment_id, step=a.start_step)
+            ctx = TrialContext(
+                a,
+                study_dir=paths.root,
+                events=events,
+                checkpoint_path=lambda step: paths.checkpoint_file(a.trial_id, step, a.segment_id),
+                decision_file=paths.decision(a.segment_id),
+            )
+            status, reason, error = self._call(a, ctx)
+            events.write(
+                {
+                    "kind": EV_END,
+                    "t": time.time(),
+                    "status": status.value,
+                    "step": ctx.step,
+                    "reason": reason,
+                    "error": error,
+                },
+                fsync=True,
+            )
+        self.heartbeat.update(state="idle", segment_id=None, step=None)
+        logger.info(
+            "segment %d ended: %s at step %d %s", a.segment_id, status.value, ctx.step, reason
+        )
+
+    def _call(self, a: Assignment, ctx: TrialContext) -> tuple[SegmentStatus, str, str]:
+        """Call the user's function; return the segment's status, a reason and a traceback."""
+        paths = self.paths
+        try:
+            with redirect_output(
+                paths.trial_output(a.trial_id, "out"), paths.trial_output(a.trial_id, "err")
+            ):
+                function = self._function(a.entry)
+                function(ctx)
+        except TrialStop as stop:
+            if ctx.diverged:
+                return SegmentStatus.TERMINATED, f"diverged: {ctx.diverged}", ""
+            return _from_decision(ctx, stop.decision, stop.reason)
+        except (Exception, SystemExit) as exc:  # the user's code failed; the worker goes on
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            error = "".join(traceback.format_exception(type(exc), exc, tb))  # user frames only
+            self._append_error(a.trial_id, error)
+            return SegmentStatus.FAILED, f"{type(exc).__name__}: {exc}", error
+        return _from_decision(ctx, ctx.decision, ctx.decision_reason)
+
+    def _append_error(self, trial_id: int, error: str) -> None:
+        with (
+            contextlib.suppress(OSError),
+            open(self.paths.trial_output(trial_id, "err"), "a") as f,
+        ):
+            f.write(error)
+
+
+def _from_decision(
+    ctx: TrialContext, decision: Decision, reason: str
+) -> tuple[SegmentStatus, str, str]:
+    """Map the decision in force when the function returned to the segment's status."""
+    if ctx.step >= ctx.max_steps:
+        return SegmentStatus.COMPLETED, "", ""
+    if decision is Decision.STOP:
+        return SegmentStatus.TERMINATED, reason or "stopped", ""
+    if decision is Decision.SUSPEND or ctx.step >= ctx.until_step:
+        return SegmentStatus.SUSPENDED, reason or "suspended", ""
+    return SegmentStatus.COMPLETED, f"function returned at step {ctx.step}", ""
+
+
+def setup_logging(path: Path) -> None:
+    """Log to ``path`` at the level of ``HPCTUNE_LOG_LEVEL`` (default INFO)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("hpctune")
+    root.addHandler(handler)
+    root.setLevel(os.environ.get("HPCTUNE_LOG_LEVEL", "INFO").upper())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m hpctune.worker <study-dir> <worker-id>``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m hpctune.worker <study-dir> <worker-id>", file=sys.stderr)
+        return 2
+    study_dir, worker_id = args
+    setup_logging(StudyPaths.of(study_dir).worker_log(worker_id))
+    return Worker(study_dir, worker_id).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Shared helpers: write a study (spec + training script) into a temporary folder and run it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+DIGITS = REPO / "jobs" / "digits"
+
+
+def toml_value(value: Any) -> str:
+    """Write a Python value as TOML (scalars, lists, inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(value)
+
+
+def write_study(
+    folder: Path,
+    *,
+    train: str | Path,
+    space: dict[str, Any],
+    function: str = "train",
+    policy: dict[str, Any] | None = None,
+    generator: dict[str, Any] | None = None,
+    resources: dict[str, Any] | None = None,
+    **study: Any,
+) -> Path:
+    """Write ``study.toml`` (and the training script) into ``folder``; return the spec's path.
+
+    ``train`` is either source text (written to train.py) or a path of a script to copy.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(train, Path):
+        shutil.copy(train, folder / "train.py")
+    else:
+        (folder / "train.py").write_text(textwrap.dedent(train))
+    fields: dict[str, Any] = {
+        "name": "test",
+        "directory": "study",
+        "entry_point": f"train.py:{function}",
+        "metric": "score",
+        "mode": "max",
+        "max_steps": 5,
+        "num_trials": 4,
+        "seed": 0,
+    }
+    fields.update(study)
+    lines = ["[study]"] + [f"{k} = {toml_value(v)}" for k, v in fields.items()]
+    lines += ["", "[search_space]"] + [f"{k} = {toml_value(v)}" for k, v in space.items()]
+    for name, table in (
+        ("policy", policy),
+        ("generator", generator),
+        ("resources", resources or {"slots": 2}),
+    ):
+        if table:
+            lines += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    path = folder / "study.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def hpctune_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["HPCTUNE_CONTROLLER_TIMEOUT"] = "20"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_hpctune(
+    *args: str, timeout: float = 240, cwd: Path | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``hpctune`` CLI in a subprocess and return its result."""
+    result = subprocess.run(
+        [sys.executable, "-m", "hpctune.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=hpctune_env(),
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"hpctune {' '.join(args)} exited {result.returncode}:\n"
+            f"{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def start_hpctune(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """Start the ``hpctune`` CLI in the background (its own session)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpctune.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env=hpctune_env(),
+        start_new_session=True,
+    )
+
+
+def kill_workers(study_dir: Path) -> None:
+    """SIGKILL every worker process of a study still alive (test cleanup)."""
+    from hpctune.journal import open_study
+
+    if not (study_dir / "journal.zarr").exists():
+        return
+    for worker in open_study(study_dir).record.workers.values():
+        pid = worker.info.get("pid")
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def cleanup_studies() -> Iterator[list[Path]]:
+    """Collect study directories; kill their leftover workers after the test."""
+    studies: list[Path] = []
+    yield studies
+    for study in studies:
+        kill_workers(study)
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

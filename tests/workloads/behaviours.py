@@ -1,0 +1,35 @@
+"""A small deterministic training function whose behaviour is a hyperparameter (for tests).
+
+``score`` at step s is ``x * s / max_steps`` (so trials differ by ``x``); the state (a running
+sum) goes through real checkpoints (torch serialization), so a resumed trial continues exactly.
+Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
+(the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions).
+``sleep`` seconds are spent per step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def train(ctx) -> None:
+    p = ctx.params
+    behaviour = p.get("behaviour", "ok")
+    state = ctx.load_checkpoint() or {"total": 0.0}
+    print(f"trial {ctx.trial_id} starts at step {ctx.start_step}")
+    for step in range(ctx.start_step + 1, ctx.max_steps + 1):
+        time.sleep(p.get("sleep", 0.0))
+        if behaviour == "raise" and step == 2:
+            raise ValueError(f"bad value in trial {ctx.trial_id}")
+        if behaviour == "exit" and step == 2 and not os.environ.get("HPCTUNE_TEST_NO_EXIT"):
+            os._exit(3)
+        score = p["x"] * step / ctx.max_steps
+        if behaviour == "nan" and step == 3:
+            score = float("nan")
+        state["total"] += score
+        result = ctx.report(step=step, score=score, total=state["total"])
+        if p.get("checkpoint", True):
+            ctx.save_checkpoint(state)
+        if behaviour != "ignore" and result.should_stop:
+            return
