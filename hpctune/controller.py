@@ -155,7 +155,7 @@ class Controller:
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
         for name in self.state.commands_done:
-            self._outbox.append(lambda p=self.paths.inbox / name: p.unlink(missing_ok=True))
+            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
         for worker in self._live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
                 self._worker_gone(worker, "lost", "never confirmed started", None)
@@ -163,8 +163,8 @@ class Controller:
                 self._outbox.append(partial(write_assignment, path, None, "unknown to controller"))
         self._startup_failures = 0
         for seg in self.state.active_segments():
-            worker = self.state.workers.get(seg.worker_id)
-            if worker is not None and worker.state == "started":
+            owner = self.state.workers.get(seg.worker_id)
+            if owner is not None and owner.state == "started":
                 self._outbox.append(self._assignment_writer(seg))
             if seg.decision:
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
@@ -245,6 +245,24 @@ class Controller:
         self._log(
             st.TRIAL_STATUS, trial=trial.trial_id, status=status.value, reason=reason, **extra
         )
+        if status.is_final:
+            self._outbox.append(partial(self._sweep_checkpoints, trial.trial_id))
+
+    def _sweep_checkpoints(self, trial_id: int) -> None:
+        """Delete a finished trial's checkpoint files the journal does not reference.
+
+        They are left by a controller killed between a commit and its deletions, or by a worker
+        killed while writing; nothing can use them.
+        """
+        folder = self.paths.trial_checkpoints(trial_id)
+        keep = {
+            ref.path
+            for ref in self.state.checkpoints.values()
+            if ref.trial_id == trial_id and not ref.deleted
+        }
+        for path in folder.glob("*") if folder.is_dir() else []:
+            if self.paths.relative(path) not in keep:
+                path.unlink(missing_ok=True)
 
     def _beat(self, final: bool = False) -> None:
         now = self.clock.now()
@@ -274,7 +292,7 @@ class Controller:
             if not isinstance(command, dict):
                 continue  # not fully written yet (or garbage): look again next time
             self._log(st.COMMAND, file=name, command=command)
-            self._outbox.append(lambda p=self.paths.inbox / name: p.unlink(missing_ok=True))
+            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
             self._apply_command(command)
 
     def _apply_command(self, command: dict[str, Any]) -> None:
@@ -395,7 +413,7 @@ class Controller:
             return
         self._log(st.CHECKPOINT_DELETED, rows=[r.row for r in refs])
         for ref in refs:
-            self._outbox.append(lambda p=self.paths.root / ref.path: p.unlink(missing_ok=True))
+            self._outbox.append(partial(Path.unlink, self.paths.root / ref.path, missing_ok=True))
 
     def _end_segment(
         self, seg: SegmentRecord, status: SegmentStatus, reason: str, error: str, step: Any

@@ -73,7 +73,7 @@ def check_entry_point(spec: StudySpec) -> None:
                 for alias in node.names
             }
         )
-        if entry.function not in names:
+        if entry.function.split(".")[0] not in names:
             raise StudySpecError(
                 spec.source,
                 "study.entry_point",

@@ -29,7 +29,7 @@ from hpctune.layout import StudyPaths
 from hpctune.protocol import EV_END, EV_START, Assignment, Heartbeat, read_assignment
 from hpctune.states import Decision, SegmentStatus
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("hpctune.worker")  # also when run as __main__
 
 HEARTBEAT_INTERVAL = 2.0
 

@@ -1,0 +1,212 @@
+"""Tests of the training API (TrialContext) with real event files and checkpoint files."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpctune.context import TrialContext, TrialStop
+from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.eventlog import EventWriter, read_events
+from hpctune.files import write_json_atomic
+from hpctune.protocol import Assignment, DecisionMessage
+from hpctune.states import Decision
+
+
+def _assignment(**changes: object) -> Assignment:
+    fields: dict[str, object] = {
+        "segment_id": 7,
+        "trial_id": 3,
+        "seed": 11,
+        "start_step": 0,
+        "until_step": 10,
+        "max_steps": 10,
+        "boundary": 2,
+        "metric": "acc",
+        "mode": "max",
+        "entry": {"file": None, "module": "m", "function": "f"},
+        "params": {
+            "lr": {"schedule": "step", "base": 1.0, "step_size": 2, "gamma": 0.5},
+            "width": 8,
+        },
+    }
+    fields.update(changes)
+    return Assignment(**fields)  # type: ignore[arg-type]
+
+
+def _context(tmp_path: Path, **changes: object) -> tuple[TrialContext, EventWriter]:
+    events = EventWriter(tmp_path / "events.jsonl")
+    a = _assignment(**changes)
+    ctx = TrialContext(
+        a,
+        study_dir=tmp_path,
+        events=events,
+        checkpoint_path=lambda step: tmp_path / "ck" / f"step-{step}.pt",
+        decision_file=tmp_path / "decision.json",
+    )
+    return ctx, events
+
+
+def _records(tmp_path: Path) -> list[dict[str, object]]:
+    return read_events(tmp_path / "events.jsonl").records
+
+
+def test_params_evaluate_schedules_at_the_current_step(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    assert ctx.params == {"lr": 1.0, "width": 8}
+    ctx.report(step=1, acc=0.1)
+    ctx.report(step=2, acc=0.2)
+    assert ctx.params["lr"] == 0.5
+    assert ctx.value("lr", 4) == 0.25
+    assert ctx.raw_params["lr"]["schedule"] == "step"
+    with pytest.raises(KeyError, match="width"):
+        ctx.value("depth")
+
+
+def test_report_writes_self_checking_events(tmp_path: Path) -> None:
+    ctx, events = _context(tmp_path)
+    ctx.report(acc=0.5, loss=torch.tensor(1.5))  # step defaults to last + 1
+    ctx.report(step=3, acc=0.75)
+    events.close()
+    records = _records(tmp_path)
+    assert [r["step"] for r in records] == [1, 3]
+    assert records[0]["metrics"] == {"acc": 0.5, "loss": 1.5}
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (0, "after the last step"),
+        (11, "max_steps=10"),
+        (2.5, "must be an int"),
+        (True, "must be an int"),
+    ],
+)
+def test_bad_steps_are_refused(tmp_path: Path, step: object, message: str) -> None:
+    ctx, _ = _context(tmp_path)
+    with pytest.raises(HpctuneError, match=message):
+        ctx.report(step=step, acc=1.0)  # type: ignore[arg-type]
+
+
+def test_bad_metric_values_are_refused(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    with pytest.raises(HpctuneError, match="must be a number"):
+        ctx.report(acc="high")  # type: ignore[arg-type]
+    with pytest.raises(HpctuneError, match="not a bool"):
+        ctx.report(acc=True)
+
+
+def test_a_non_finite_study_metric_stops_the_trial_at_once(tmp_path: Path) -> None:
+    ctx, events = _context(tmp_path)
+    with pytest.raises(TrialStop) as stop:
+        ctx.report(acc=math.nan)
+    assert stop.value.decision is Decision.STOP
+    assert "diverged" in stop.value.reason
+    assert ctx.diverged == "acc is nan at step 1"
+    events.close()
+    assert math.isnan(_records(tmp_path)[0]["metrics"]["acc"])  # type: ignore[index]
+
+
+def test_a_non_finite_other_metric_is_only_recorded(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    assert not ctx.report(acc=0.5, loss=math.inf).should_stop
+
+
+def test_the_last_step_of_a_segment_says_suspend(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path, until_step=2)
+    assert not ctx.report(acc=0.1).should_stop
+    result = ctx.report(acc=0.2)
+    assert result.decision is Decision.SUSPEND
+    with pytest.raises(TrialStop):  # a function that ignores it is stopped at its next report
+        ctx.report(acc=0.3)
+
+
+def test_a_decision_from_the_controller_reaches_the_loop(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    ctx.report(acc=0.1)
+    write_json_atomic(
+        tmp_path / "decision.json", DecisionMessage(7, 1, Decision.STOP, "poor").to_dict()
+    )
+    result = ctx.report(acc=0.2)  # step 2 is a boundary: the file is read
+    assert result.should_stop and result.reason == "poor"
+    assert ctx.decision_reason == "poor"
+
+
+def test_a_decision_for_another_segment_is_ignored(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    write_json_atomic(
+        tmp_path / "decision.json", DecisionMessage(6, 1, Decision.STOP, "old").to_dict()
+    )
+    assert not ctx.report(step=2, acc=0.2).should_stop
+
+
+def test_at_a_boundary_the_worker_waits_a_little_for_the_decision(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path, decision_wait=5.0)
+
+    def controller() -> None:
+        time.sleep(0.3)
+        write_json_atomic(
+            tmp_path / "decision.json",
+            DecisionMessage(7, 2, Decision.SUSPEND, "opportunistic").to_dict(),
+        )
+
+    thread = threading.Thread(target=controller)
+    thread.start()
+    start = time.monotonic()
+    result = ctx.report(step=2, acc=0.5)
+    thread.join()
+    assert result.decision is Decision.SUSPEND
+    assert 0.2 < time.monotonic() - start < 4.0
+
+
+def test_without_a_decision_the_worker_goes_on_after_the_wait(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path, decision_wait=0.2)
+    start = time.monotonic()
+    assert not ctx.report(step=2, acc=0.5).should_stop
+    assert time.monotonic() - start >= 0.2
+
+
+def test_checkpoints_round_trip_with_their_checksum(tmp_path: Path) -> None:
+    ctx, events = _context(tmp_path)
+    ctx.report(acc=0.1)
+    path = ctx.save_checkpoint({"w": torch.arange(5), "epoch": 1})
+    events.close()
+    record = _records(tmp_path)[-1]
+    assert record["kind"] == "checkpoint" and record["step"] == 1
+    assert record["path"] == "ck/step-1.pt"
+    assert record["nbytes"] == path.stat().st_size
+    resumed, _ = _context(
+        tmp_path, start_step=1, checkpoint=record["path"], checkpoint_sha256=record["sha256"]
+    )
+    state = resumed.load_checkpoint()
+    assert state["epoch"] == 1 and torch.equal(state["w"], torch.arange(5))
+    assert resumed.step == 1
+
+
+def test_a_changed_checkpoint_is_detected(tmp_path: Path) -> None:
+    ctx, events = _context(tmp_path)
+    ctx.report(acc=0.1)
+    path = ctx.save_checkpoint({"w": 1})
+    events.close()
+    record = _records(tmp_path)[-1]
+    path.write_bytes(path.read_bytes()[:-1])
+    resumed, _ = _context(
+        tmp_path, start_step=1, checkpoint=record["path"], checkpoint_sha256=record["sha256"]
+    )
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        resumed.load_checkpoint()
+    path.unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        resumed.load_checkpoint()
+
+
+def test_a_fresh_start_has_no_checkpoint(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    assert ctx.load_checkpoint() is None
+    with pytest.raises(HpctuneError, match="report the step first"):
+        ctx.save_checkpoint({}, step=3)
