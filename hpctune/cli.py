@@ -35,6 +35,15 @@ def _study_paths(directory: str) -> StudyPaths:
     return paths
 
 
+def _refuse_slurm(local: bool) -> None:
+    """Without --local on a Slurm login node: the Slurm executor is not built yet."""
+    if not local and shutil.which("sbatch") is not None:
+        raise UsageError(
+            "this hpctune cannot submit the controller to Slurm yet; run the study on this "
+            "machine with --local"
+        )
+
+
 def _exit_code(state: StudyState) -> int:
     return EXIT_FAILURE if state is StudyState.FAILED else EXIT_OK
 
@@ -95,11 +104,7 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
     if dry_run:
         _print_plan(spec)
         return EXIT_OK
-    if not local and shutil.which("sbatch") is not None:
-        raise UsageError(
-            "this hpctune cannot submit the controller to Slurm yet; run the study on this "
-            "machine with --local"
-        )
+    _refuse_slurm(local)
     if not local:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
     paths = create_study(spec)
@@ -149,8 +154,7 @@ def resume(study_dir: Path, local: bool) -> int:
     from hpctune.launch import run_local
 
     paths = _study_paths(str(study_dir))
-    if not local and shutil.which("sbatch") is not None:
-        raise UsageError("this hpctune cannot submit the controller to Slurm yet; use --local")
+    _refuse_slurm(local)
     click.echo(f"resuming {paths.root}")
     return _exit_code(run_local(paths))
 

@@ -378,28 +378,27 @@ class Controller:
 
     def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
         previous = self.state.trials[seg.trial_id].checkpoint_row
-        row = self.writer.append(
-            "checkpoints",
-            trial=seg.trial_id,
-            segment=seg.segment_id,
+        ref = CheckpointRef(
+            row=self.writer.next_index("checkpoints"),
+            trial_id=seg.trial_id,
+            segment_id=seg.segment_id,
             step=int(record["step"]),
             time=t,
             nbytes=int(record.get("nbytes", 0)),
             sha256=str(record.get("sha256", "")),
             path=str(record["path"]),
         )
-        self.state.add_checkpoint(
-            CheckpointRef(
-                row=row,
-                trial_id=seg.trial_id,
-                segment_id=seg.segment_id,
-                step=int(record["step"]),
-                time=t,
-                nbytes=int(record.get("nbytes", 0)),
-                sha256=str(record.get("sha256", "")),
-                path=str(record["path"]),
-            )
+        self.writer.append(
+            "checkpoints",
+            trial=ref.trial_id,
+            segment=ref.segment_id,
+            step=ref.step,
+            time=ref.time,
+            nbytes=ref.nbytes,
+            sha256=ref.sha256,
+            path=ref.path,
         )
+        self.state.add_checkpoint(ref)
         if previous is not None and not self._pinned(previous):
             self._delete_checkpoints([previous])
 

@@ -133,7 +133,8 @@ def test_a_decision_from_the_controller_reaches_the_loop(tmp_path: Path) -> None
         tmp_path / "decision.json", DecisionMessage(7, 1, Decision.STOP, "poor").to_dict()
     )
     result = ctx.report(acc=0.2)  # step 2 is a boundary: the file is read
-    assert result.should_stop and result.reason == "poor"
+    assert result.should_stop
+    assert result.reason == "poor"
     assert ctx.decision_reason == "poor"
 
 
@@ -177,14 +178,16 @@ def test_checkpoints_round_trip_with_their_checksum(tmp_path: Path) -> None:
     path = ctx.save_checkpoint({"w": torch.arange(5), "epoch": 1})
     events.close()
     record = _records(tmp_path)[-1]
-    assert record["kind"] == "checkpoint" and record["step"] == 1
+    assert record["kind"] == "checkpoint"
+    assert record["step"] == 1
     assert record["path"] == "ck/step-1.pt"
     assert record["nbytes"] == path.stat().st_size
     resumed, _ = _context(
         tmp_path, start_step=1, checkpoint=record["path"], checkpoint_sha256=record["sha256"]
     )
     state = resumed.load_checkpoint()
-    assert state["epoch"] == 1 and torch.equal(state["w"], torch.arange(5))
+    assert state["epoch"] == 1
+    assert torch.equal(state["w"], torch.arange(5))
     assert resumed.step == 1
 
 

@@ -31,8 +31,48 @@ if TYPE_CHECKING:
 JOURNAL_DIR = "journal.zarr"
 
 
+class MetricRows:
+    """The metrics table of one snapshot, read once: columns, valid rows, rows by trial.
+
+    Args:
+        reader: The journal snapshot.
+        record: Its study state (whose segments decide which rows are valid).
+    """
+
+    def __init__(self, reader: JournalReader, record: StudyRecord) -> None:
+        self._reader = reader
+        self.trial = reader.column("metrics", "trial")
+        self.segment = reader.column("metrics", "segment")
+        self.step = reader.column("metrics", "step")
+        self.time = reader.column("metrics", "time")
+        self.valid = valid_rows(self.segment, self.step, record.segments)
+        index = np.flatnonzero(self.valid)
+        order = index[np.argsort(self.trial[index], kind="stable")]
+        trials, starts = np.unique(self.trial[order], return_index=True)
+        groups = np.split(order, starts[1:]) if len(order) else []
+        self.by_trial: dict[int, np.ndarray] = {
+            int(t): rows for t, rows in zip(trials, groups, strict=True)
+        }
+        self._values: dict[str, np.ndarray] = {}
+
+    def values(self, metric: str) -> np.ndarray:
+        """All rows of one metric (NaN where not reported), read once."""
+        if metric not in self._values:
+            self._values[metric] = self._reader.metric_values(metric)
+        return self._values[metric]
+
+    def curve_rows(self, trial_id: int, metric: str) -> np.ndarray:
+        """The valid rows of a trial that hold a value of ``metric``, in step order."""
+        rows = self.by_trial.get(trial_id, np.zeros(0, dtype=np.int64))
+        return rows[~np.isnan(self.values(metric)[rows])]
+
+
 def load_state(reader: JournalReader) -> StudyRecord:
     """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
+    return _load(reader)[0]
+
+
+def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
     ck = reader.table("checkpoints")
     for row in range(len(ck["trial"])):
@@ -54,33 +94,17 @@ def load_state(reader: JournalReader) -> StudyRecord:
     for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
         if not ref.deleted and ref.trial_id in record.trials:
             record.trials[ref.trial_id].checkpoint_row = ref.row
-    _load_curves(reader, record)
-    return record
-
-
-def _load_curves(reader: JournalReader, record: StudyRecord) -> None:
-    """Fill each trial's curve of the study metric and its last step from the metrics table."""
-    trial = reader.column("metrics", "trial")
-    if not len(trial):
-        return
-    segment = reader.column("metrics", "segment")
-    step = reader.column("metrics", "step")
-    time = reader.column("metrics", "time")
-    values = reader.metric_values(record.metric)
-    valid = valid_rows(segment, step, record.segments)
-    index = np.flatnonzero(valid)
-    order = index[np.argsort(trial[index], kind="stable")]
-    trials, starts = np.unique(trial[order], return_index=True)
-    for trial_id, rows in zip(trials, np.split(order, starts[1:]), strict=True):
-        tr = record.trials.get(int(trial_id))
-        if tr is None or not len(rows):
+    metrics = MetricRows(reader, record)
+    for trial_id, all_rows in metrics.by_trial.items():
+        tr = record.trials.get(trial_id)
+        if tr is None or not len(all_rows):
             continue
-        tr.step = max(tr.step, int(step[rows].max()))
-        has_value = ~np.isnan(values[rows])
-        rows = rows[has_value]
-        tr.curve_steps = step[rows].tolist()
-        tr.curve_values = values[rows].tolist()
-        tr.curve_times = time[rows].tolist()
+        tr.step = max(tr.step, int(metrics.step[all_rows].max()))
+        rows = metrics.curve_rows(trial_id, record.metric)
+        tr.curve_steps = metrics.step[rows].tolist()
+        tr.curve_values = metrics.values(record.metric)[rows].tolist()
+        tr.curve_times = metrics.time[rows].tolist()
+    return record, metrics
 
 
 @dataclass(frozen=True)
@@ -114,7 +138,7 @@ class Study:
                 "give the directory `hpctune launch` printed"
             )
         self._reader = JournalReader(journal)
-        self.record = load_state(self._reader)
+        self.record, self._metrics = _load(self._reader)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -160,21 +184,9 @@ class Study:
                 np.asarray(tr.curve_values, dtype=float),
                 np.asarray(tr.curve_times, dtype=float),
             )
-        rows = self._valid_rows(trial_id)
-        values = self._reader.metric_values(metric)[rows]
-        keep = ~np.isnan(values)
-        return Curve(
-            self._reader.column("metrics", "step")[rows][keep],
-            values[keep],
-            self._reader.column("metrics", "time")[rows][keep],
-        )
-
-    def _valid_rows(self, trial_id: int) -> np.ndarray:
-        segment = self._reader.column("metrics", "segment")
-        step = self._reader.column("metrics", "step")
-        trial = self._reader.column("metrics", "trial")
-        valid = valid_rows(segment, step, self.record.segments)
-        return np.flatnonzero(valid & (trial == trial_id))
+        rows = self._metrics.curve_rows(trial_id, metric)
+        m = self._metrics
+        return Curve(m.step[rows], m.values(metric)[rows], m.time[rows])
 
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached (NaN if none)."""
@@ -226,17 +238,15 @@ class Study:
         """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
         import pandas as pd
 
-        segment = self._reader.column("metrics", "segment")
-        step = self._reader.column("metrics", "step")
-        valid = valid_rows(segment, step, self.record.segments)
+        m = self._metrics
         data: dict[str, Any] = {
-            "trial": self._reader.column("metrics", "trial")[valid],
-            "segment": segment[valid],
-            "step": step[valid],
-            "time": self._reader.column("metrics", "time")[valid],
+            "trial": m.trial[m.valid],
+            "segment": m.segment[m.valid],
+            "step": m.step[m.valid],
+            "time": m.time[m.valid],
         }
         for name in self.metric_names():
-            data[name] = self._reader.metric_values(name)[valid]
+            data[name] = m.values(name)[m.valid]
         return pd.DataFrame(data)
 
 

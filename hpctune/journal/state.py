@@ -372,4 +372,5 @@ def valid_rows(
         seg = segments[seg_id]
         lut[seg_id] = running_min.get(seg.trial_id, np.inf)
         running_min[seg.trial_id] = min(running_min.get(seg.trial_id, np.inf), seg.start_step)
-    return step <= lut[segment]
+    known = segment >= 0  # rows without a segment are never superseded
+    return ~known | (step <= lut[np.where(known, segment, 0)])

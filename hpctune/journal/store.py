@@ -181,9 +181,19 @@ class JournalWriter:
 
     def _write_values(self, start: int, end: int) -> None:
         n = end - start
+        committed = set(self.state["metric_names"])
         for name in self.metric_names:
             column = self._pending_values.get(name, [math.nan] * n)
-            self._write(f"{VALUES}/{name}", "f8", start, end, column, CHUNKS["metrics"], math.nan)
+            self._write(
+                f"{VALUES}/{name}",
+                "f8",
+                start,
+                end,
+                column,
+                CHUNKS["metrics"],
+                math.nan,
+                fresh=name not in committed,
+            )
 
     def _write(
         self,
@@ -194,9 +204,19 @@ class JournalWriter:
         values: Sequence[Any],
         chunk: int,
         fill: Any,
+        *,
+        fresh: bool = False,
     ) -> None:
+        """Write rows ``start:end`` of one column, growing it by whole chunks.
+
+        ``fresh``: the column is new in this commit; an array left by a commit that was killed
+        before it was published is emptied first, so its rows cannot leak into this one.
+        """
         try:
             array = self.group[name]
+            if fresh:
+                assert isinstance(array, zarr.Array)
+                array.resize((0,))
         except KeyError:
             array = self.group.create_array(
                 name, shape=(0,), chunks=(chunk,), dtype=_array_dtype(kind), fill_value=fill
