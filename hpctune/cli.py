@@ -35,15 +35,6 @@ def _study_paths(directory: str) -> StudyPaths:
     return paths
 
 
-def _refuse_slurm(local: bool) -> None:
-    """Without --local on a Slurm login node: the Slurm executor is not built yet."""
-    if not local and shutil.which("sbatch") is not None:
-        raise UsageError(
-            "this hpctune cannot submit the controller to Slurm yet; run the study on this "
-            "machine with --local"
-        )
-
-
 def _exit_code(state: StudyState) -> int:
     return EXIT_FAILURE if state is StudyState.FAILED else EXIT_OK
 
@@ -101,19 +92,32 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
 
     spec = load_spec(study_toml, directory=study_dir)
     check_entry_point(spec)
+    slurm = not local and shutil.which("sbatch") is not None
     if dry_run:
-        _print_plan(spec)
+        _print_plan(spec, slurm)
         return EXIT_OK
-    _refuse_slurm(local)
-    if not local:
+    if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
     paths = create_study(spec)
     click.echo(f"study directory: {paths.root}")
+    if slurm:
+        return _submit_controller(paths, spec)
     click.echo(f"watch it from another shell with: hpctune status {paths.root}")
     return _exit_code(run_local(paths))
 
 
-def _print_plan(spec: Any) -> None:
+def _submit_controller(paths: StudyPaths, spec: Any) -> int:
+    from hpctune.slurm.controller_job import submit_controller
+
+    job = submit_controller(paths, spec)
+    click.echo(f"controller job: {job} (log: {paths.logs}/controller-{job}.out)")
+    click.echo(f"watch:  hpctune status {paths.root}")
+    click.echo(f"stop:   hpctune stop {paths.root}")
+    click.echo(f"resume: hpctune resume {paths.root}")
+    return EXIT_OK
+
+
+def _print_plan(spec: Any, slurm: bool) -> None:
     from hpctune.policies.generators import make_generator
     from hpctune.seeding import component_seed
     from hpctune.summary import format_params
@@ -136,6 +140,14 @@ def _print_plan(spec: Any) -> None:
         click.echo(f"  trial {index}: {format_params(generator.suggest(index))}")
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
+    if slurm:
+        from hpctune.slurm.controller_job import render_controller_script
+        from hpctune.slurm.executor import worker_parameters
+
+        click.echo("\ncontroller job (sbatch script):")
+        click.echo(render_controller_script(StudyPaths.of(spec.directory), spec))
+        click.echo("worker jobs (submitit SlurmExecutor parameters, one job array per batch):")
+        click.echo(json.dumps(worker_parameters(spec), indent=2))
 
 
 @cli.command()
@@ -151,12 +163,34 @@ def resume(study_dir: Path, local: bool) -> int:
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
     controller are adopted.
     """
-    from hpctune.launch import run_local
+    from hpctune.launch import ensure_no_controller, run_local
 
     paths = _study_paths(str(study_dir))
-    _refuse_slurm(local)
-    click.echo(f"resuming {paths.root}")
-    return _exit_code(run_local(paths))
+    if local or shutil.which("sbatch") is None:
+        click.echo(f"resuming {paths.root}")
+        return _exit_code(run_local(paths))
+    from hpctune.journal.reader import open_study
+    from hpctune.slurm.controller_job import queued_controller
+    from hpctune.spec import StudySpec
+
+    ensure_no_controller(paths)
+    queued = queued_controller(paths)
+    if queued is not None:
+        raise UsageError(
+            f"the controller job {queued} of {paths.root} is still queued or "
+            f"running; cancel it with `scancel {queued}` first"
+        )
+    spec = StudySpec.from_dict(open_study(paths.root).spec)
+    return _submit_controller(paths, spec)
+
+
+@cli.command(hidden=True)
+@click.argument("study_dir", type=click.Path(path_type=Path))
+def controller(study_dir: Path) -> int:
+    """Run the controller inside its Slurm batch job (what controller.sbatch runs)."""
+    from hpctune.launch import run_in_slurm_job
+
+    return _exit_code(run_in_slurm_job(_study_paths(str(study_dir))))
 
 
 @cli.command()

@@ -103,6 +103,7 @@ class TrialContext:
         decision_file: Path,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        interrupted: Callable[[], str] = lambda: "",
     ) -> None:
         self._a = assignment
         self._events = events
@@ -110,6 +111,7 @@ class TrialContext:
         self._decision_file = decision_file
         self._clock = clock
         self._sleep = sleep
+        self._interrupted = interrupted
         self._decision = ReportResult(Decision.CONTINUE)
         self._last_poll = -math.inf
         self.trial_id = assignment.trial_id
@@ -184,13 +186,17 @@ class TrialContext:
         boundary = step % self._a.boundary == 0 or step >= self.until_step
         self._events.write(
             {"kind": EV_REPORT, "t": self._clock(), "step": step, "metrics": values},
-            fsync=boundary,
+            fsync=boundary or bool(self._interrupted()),
         )
         self.step = step
         metric = values.get(self._a.metric)
         if metric is not None and not math.isfinite(metric):
             self.diverged = f"{self._a.metric} is {metric} at step {step}"
             raise TrialStop(Decision.STOP, f"diverged: {self.diverged}")
+        interruption = self._interrupted()
+        if interruption and step < self.max_steps:
+            self._decision = ReportResult(Decision.SUSPEND, interruption)
+            return self._decision
         if step >= self.until_step:
             reason = "last step" if step >= self.max_steps else f"end of segment at {step}"
             self._decision = ReportResult(

@@ -32,7 +32,7 @@ import numpy as np
 from hpctune.clock import Clock, RealClock
 from hpctune.errors import SubmissionError
 from hpctune.eventlog import read_events
-from hpctune.executors._base import Executor
+from hpctune.executors._base import Executor, WorkerState
 from hpctune.files import dumps, read_json, write_json_atomic
 from hpctune.journal import state as st
 from hpctune.journal.reader import load_state
@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 CONTROLLER_BEAT = 2.0
 STARTUP_FAILURES_LIMIT = 3
 EXIT_GRACE = 30.0
+REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
 
 _SEGMENT_TO_TRIAL = {
     SegmentStatus.COMPLETED: TrialStatus.COMPLETED,
@@ -89,6 +90,8 @@ class Controller:
         startup_timeout: A worker with no heartbeat this long after its start is lost.
         decision_wait: Seconds a worker waits for a decision at a boundary (policies that decide
             at boundaries only).
+        stop_grace: Seconds a segment told to stop or suspend has to comply before its worker
+            is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
     """
 
@@ -102,6 +105,7 @@ class Controller:
         worker_timeout: float = 60.0,
         startup_timeout: float = 300.0,
         decision_wait: float = 2.0,
+        stop_grace: float | None = None,
         on_progress: Callable[[Controller], None] | None = None,
     ) -> None:
         self.paths = StudyPaths.of(study_dir)
@@ -110,6 +114,7 @@ class Controller:
         self.worker_timeout = worker_timeout
         self.startup_timeout = startup_timeout
         self.decision_wait = decision_wait
+        self.stop_grace = stop_grace or float(os.environ.get("HPCTUNE_STOP_GRACE", 300))
         self.on_progress = on_progress
         self.writer = JournalWriter(self.paths.journal)
         self.state: StudyRecord = load_state(JournalReader(self.paths.journal))
@@ -132,8 +137,11 @@ class Controller:
         self._startup_failures = 0
         self._start_retry_at = 0.0
         self._abort = False
+        self._detach = False
         self._stop_request = ""
         self._exit_ordered_at: float | None = None
+        self._worker_states: dict[str, WorkerState] = {}
+        self._running_since: dict[str, float] = {}
         self.iterations = 0
 
     # -- the loop -----------------------------------------------------------------------------
@@ -179,6 +187,7 @@ class Controller:
         self._read_inbox()
         self._ingest()
         self._check_workers()
+        self._enforce_grace()
         self._schedule()
         self._manage_pool()
         self._commit()
@@ -200,6 +209,19 @@ class Controller:
     def aborted(self) -> bool:
         """True after :meth:`abort`."""
         return self._abort
+
+    @property
+    def detached(self) -> bool:
+        """True after :meth:`detach`."""
+        return self._detach
+
+    def detach(self) -> None:
+        """Leave the loop after the current iteration; the study and its workers go on.
+
+        For a controller job near its time limit or preempted: the next controller (requeued or
+        resumed) adopts the workers, which wait ``controller_timeout`` for it.
+        """
+        self._detach = True
 
     def abort(self) -> None:
         """Kill every worker now; their trials resume from their checkpoints on `resume`."""
@@ -265,16 +287,23 @@ class Controller:
                 path.unlink(missing_ok=True)
 
     def _beat(self, final: bool = False) -> None:
+        """Write ``controller.json``: pid, host, Slurm job, time, state.
+
+        A controller that ends writes time 0 (idle workers then exit at once); one that detaches
+        keeps the time fresh, so its workers wait ``controller_timeout`` for the next one.
+        """
         now = self.clock.now()
         if final or now - self._last_beat >= CONTROLLER_BEAT:
             self._last_beat = now
+            ended = final and not self._detach
             write_json_atomic(
                 self.paths.controller_file,
                 {
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
-                    "time": 0.0 if final else now,
-                    "state": self.state.state.value,
+                    "job": os.environ.get("SLURM_JOB_ID"),
+                    "time": 0.0 if ended else now,
+                    "state": "detached" if final and self._detach else self.state.state.value,
                 },
             )
 
@@ -368,6 +397,16 @@ class Controller:
             self._on_checkpoint(seg, record, t)
         elif kind == EV_END:
             status = SegmentStatus(record["status"])
+            if status is SegmentStatus.LOST:  # a requeued worker found it half done
+                self._end_segment(
+                    seg,
+                    status,
+                    str(record.get("reason", "")),
+                    "",
+                    None,
+                    count_retry=not record.get("requeued", False),
+                )
+                return
             self._end_segment(
                 seg,
                 status,
@@ -415,17 +454,25 @@ class Controller:
             self._outbox.append(partial(Path.unlink, self.paths.root / ref.path, missing_ok=True))
 
     def _end_segment(
-        self, seg: SegmentRecord, status: SegmentStatus, reason: str, error: str, step: Any
+        self,
+        seg: SegmentRecord,
+        status: SegmentStatus,
+        reason: str,
+        error: str,
+        step: Any,
+        *,
+        count_retry: bool = True,
     ) -> None:
+        """Record a segment's end and what follows for its trial.
+
+        A lost segment (dead worker) queues its trial again, from its last checkpoint; that
+        counts against ``max_retries`` unless the worker's job was requeued or preempted
+        (``count_retry=False``), which Slurm does on purpose.
+        """
         trial = self.state.trials[seg.trial_id]
         if status is SegmentStatus.SUSPENDED and seg.decision == Decision.STOP.value:
-            status = SegmentStatus.TERMINATED
-        if (
-            seg.decision
-            and seg.decision_reason
-            and status in (SegmentStatus.SUSPENDED, SegmentStatus.TERMINATED)
-        ):
-            reason = seg.decision_reason
+            # it reached the end of its assignment before it read the stop
+            status, reason = SegmentStatus.TERMINATED, seg.decision_reason or reason
         self._log(
             st.SEGMENT_ENDED,
             trial=seg.trial_id,
@@ -435,7 +482,7 @@ class Controller:
             reason=reason,
         )
         if status is SegmentStatus.LOST:
-            retries = trial.retries + 1
+            retries = trial.retries + int(count_retry)
             if retries > self.spec.max_retries:
                 self._set_trial(
                     trial,
@@ -459,25 +506,82 @@ class Controller:
         return [w for w in self.state.workers.values() if w.state in ("started", "stopping")]
 
     def _check_workers(self) -> None:
+        """Turn workers that are gone into lost or exited ones, and their segments into lost ones.
+
+        The heartbeat file is the first opinion, the executor (pid, squeue) the second. A worker
+        waiting in the queue (also after a requeue) is never timed out; a running one is timed out
+        when its heartbeat is older than ``worker_timeout``, or when none newer than its start
+        came within ``startup_timeout``.
+        """
         now = self.clock.now()
         for worker in self._live_workers():
             if not worker.info:
                 continue  # not started yet (see _manage_pool)
-            beat = Heartbeat.read(self.paths.heartbeat(worker.worker_id))
-            alive = self.executor.is_alive(worker.worker_id, worker.info)
-            if beat is not None:
+            wid = worker.worker_id
+            beat = Heartbeat.read(self.paths.heartbeat(wid))
+            state = self.executor.state(wid, worker.info)
+            if self._worker_states.get(wid) is not state:
+                self._worker_states[wid] = state
+                self._dirty = True  # e.g. a queued job started: slots may be offered again
+            exited = beat is not None and beat.state == "exited"
+            if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
+                if exited:
+                    self._worker_gone(worker, "exited", "exited", beat)
+                else:
+                    self._worker_gone(worker, "lost", "its process or job is gone", beat)
+                continue
+            if state is WorkerState.PENDING:
+                self._running_since.pop(wid, None)
+                seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+                beating = beat is not None and now - beat.time < REQUEUE_SILENCE
+                if seg is not None and seg.status is SegmentStatus.RUNNING and not beating:
+                    self._ingest_segment(seg)
+                    if not seg.status.is_final:  # the job was requeued under it
+                        self._end_segment(
+                            seg,
+                            SegmentStatus.LOST,
+                            f"worker {wid} was requeued",
+                            "",
+                            None,
+                            count_retry=False,
+                        )
+                continue
+            since = self._running_since.setdefault(wid, now)
+            fresh = beat is not None and beat.time >= since - self.worker_timeout
+            if fresh:
                 self._startup_failures = 0
-            if beat is not None and beat.state == "exited" and alive is not True:
-                self._worker_gone(worker, "exited", "exited", beat)
-            elif alive is False:
-                self._worker_gone(worker, "lost", "its process is gone", beat)
-            else:
-                age = now - (beat.time if beat is not None else worker.started_time)
-                limit = self.worker_timeout if beat is not None else self.startup_timeout
-                if age > limit:
-                    self.executor.cancel(worker.worker_id, worker.info)
-                    what = "heartbeat" if beat is not None else "start"
-                    self._worker_gone(worker, "lost", f"no {what} for {age:.0f} s", beat)
+            age = now - (beat.time if fresh and beat is not None else since)
+            limit = self.worker_timeout if fresh else self.startup_timeout
+            if age > limit:
+                self.executor.cancel(wid, worker.info)
+                what = "heartbeat" if fresh else "heartbeat since its start"
+                self._worker_gone(worker, "lost", f"no {what} for {age:.0f} s", beat)
+
+    def _enforce_grace(self) -> None:
+        """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
+        now = self.clock.now()
+        for seg in self.state.active_segments():
+            if not seg.decision or seg.decision_time is None:
+                continue
+            if now - seg.decision_time <= self.stop_grace:
+                continue
+            worker = self.state.workers.get(seg.worker_id)
+            if worker is None or worker.state not in ("started", "stopping"):
+                continue
+            reason = (
+                f"did not {seg.decision} within {self.stop_grace:.0f} s; "
+                f"worker {worker.worker_id} cancelled"
+            )
+            self.executor.cancel(worker.worker_id, worker.info)
+            self._ingest_segment(seg)
+            if not seg.status.is_final:
+                if seg.decision == Decision.STOP.value:
+                    self._end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
+                else:
+                    self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self._worker_gone(
+                worker, "lost", reason, Heartbeat.read(self.paths.heartbeat(worker.worker_id))
+            )
 
     def _worker_gone(
         self, worker: st.WorkerRecord, event: str, reason: str, beat: Heartbeat | None
@@ -493,7 +597,7 @@ class Controller:
         logger.info("worker %s %s: %s", worker.worker_id, event, reason)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
         if event == "lost" and beat is None:
-            self._startup_failures += 1
+            self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
                 log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")
                 self._set_study(
@@ -576,10 +680,17 @@ class Controller:
         """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
         active = self.state.active_segments()
         busy = {s.worker_id for s in active}
-        free_slots = self.spec.resources.slots - len(busy)
-        idle = [
-            w for w in self._live_workers() if w.state == "started" and w.worker_id not in busy
-        ]
+        live = self._live_workers()
+        rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
+        idle = sorted(
+            (w for w in live if w.state == "started" and w.worker_id not in busy),
+            key=lambda w: rank.get(self._worker_states.get(w.worker_id, WorkerState.PENDING), 2),
+        )
+        pending = sum(
+            not w.info or self._worker_states.get(w.worker_id) is WorkerState.PENDING for w in live
+        )
+        can_submit = max(self.spec.slurm.max_pending - pending, 0)
+        free_slots = min(self.spec.resources.slots - len(busy), len(idle) + can_submit)
         if free_slots <= 0:
             return
         view = self._view(free_slots)
@@ -801,7 +912,7 @@ class Controller:
 
     def _can_exit(self) -> bool:
         """True once the study has ended and every worker has gone (or was cancelled)."""
-        if self._abort:
+        if self._abort or self._detach:
             return True
         if self.state.state not in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED):
             return False
@@ -838,8 +949,10 @@ def _tail(path: Path, lines: int = 5) -> str:
 def controller_alive(paths: StudyPaths, timeout: float = 30.0) -> dict[str, Any] | None:
     """Return the controller file if another controller looks alive, else ``None``."""
     data = read_json(paths.controller_file)
-    if not isinstance(data, dict) or not data.get("time"):
+    if not isinstance(data, dict) or not data.get("time") or data.get("state") == "detached":
         return None
+    if data.get("job") and data.get("job") == os.environ.get("SLURM_JOB_ID"):
+        return None  # an earlier run of this very (requeued) job
     if time.time() - float(data["time"]) > timeout:
         return None
     if data.get("host") == socket.gethostname():

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -161,6 +162,25 @@ def _signals(controller: Controller, out: TextIO) -> Iterator[None]:
             signal.signal(signum, old)
 
 
+@contextlib.contextmanager
+def _job_signals(controller: Controller) -> Iterator[list[int]]:
+    """In a Slurm job: USR2 (time limit near, preemption) or SIGTERM (scancel) detach the
+    controller; the received signals are collected in the yielded list."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        controller.detach()
+
+    signums = (signal.SIGUSR2, signal.SIGTERM)
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield received
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 class Progress:
     """Live progress on the terminal: one refreshed line on a TTY, a line every 10 s otherwise,
     and one line per trial that ends."""
@@ -221,8 +241,7 @@ def run_local(
 ) -> StudyState:
     """Run the controller in the foreground with local workers; print progress and a summary."""
     ensure_no_controller(paths)
-    handler = setup_controller_logging(paths)
-    try:
+    with _controller_logging(paths):
         progress = make_progress(out) if make_progress is not None else None
         controller = Controller(
             paths.root,
@@ -234,16 +253,62 @@ def run_local(
             state = controller.run()
         if progress is not None and getattr(progress, "tty", False):
             out.write("\n")
-        print(trials_table(controller.state), file=out)
-        print(study_line(controller.state), file=out)
-        print(best_text(controller.state), file=out)
-        if state is StudyState.STOPPED:
-            print(f"stopped; resume with: hpctune resume {paths.root}", file=out)
-        elif state is StudyState.FAILED:
-            print(f"study failed: {controller.state.reason}", file=out)
-        elif controller.aborted:
+        _print_summary(controller, out)
+        if controller.aborted:
             print(f"workers killed; resume with: hpctune resume {paths.root}", file=out)
         return state
+
+
+def run_in_slurm_job(paths: StudyPaths, *, out: TextIO = sys.stdout) -> StudyState:
+    """Run the controller inside its Slurm batch job, with workers as Slurm jobs.
+
+    On SIGUSR2 (time limit near, preemption) the controller detaches and the job requeues
+    itself; on SIGTERM (scancel) it detaches and exits (``hpctune resume`` submits a new one).
+    """
+    from hpctune.slurm.executor import SlurmExecutor
+
+    ensure_no_controller(paths)
+    with _controller_logging(paths):
+        controller = Controller(
+            paths.root,
+            lambda spec: SlurmExecutor(paths.root, spec),
+            poll_interval=0.5,
+            worker_timeout=120.0,
+            on_progress=Progress(out, interval=30.0),
+        )
+        with _job_signals(controller) as received:
+            state = controller.run()
+        if signal.SIGUSR2 in received:
+            job = os.environ.get("SLURM_JOB_ID", "")
+            print(f"controller detached (SIGUSR2); requeueing job {job}", file=out, flush=True)
+            subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
+        elif controller.detached:
+            print(
+                f"controller detached (SIGTERM); resume with: hpctune resume {paths.root}",
+                file=out,
+                flush=True,
+            )
+        else:
+            _print_summary(controller, out)
+        return state
+
+
+def _print_summary(controller: Controller, out: TextIO) -> None:
+    record = controller.state
+    print(trials_table(record), file=out)
+    print(study_line(record), file=out)
+    print(best_text(record), file=out)
+    if record.state is StudyState.STOPPED:
+        print(f"stopped; resume with: hpctune resume {controller.paths.root}", file=out)
+    elif record.state is StudyState.FAILED:
+        print(f"study failed: {record.reason}", file=out)
+
+
+@contextlib.contextmanager
+def _controller_logging(paths: StudyPaths) -> Iterator[None]:
+    handler = setup_controller_logging(paths)
+    try:
+        yield
     finally:
         logging.getLogger("hpctune").removeHandler(handler)
         handler.close()

@@ -29,9 +29,10 @@ from hpctune.errors import StudySpecError
 from hpctune.policies import OptionError, make_policy
 from hpctune.policies.generators import make_generator
 from hpctune.seeding import component_seed
+from hpctune.slurm.options import SlurmSpec, parse_slurm
 from hpctune.space import NoGridError, SearchSpace, parse_space
 
-SECTIONS = ("study", "search_space", "generator", "policy", "resources")
+SECTIONS = ("study", "search_space", "generator", "policy", "resources", "slurm")
 STUDY_KEYS = (
     "name",
     "directory",
@@ -196,6 +197,7 @@ class StudySpec:
         generator: The generator and its options.
         policy: The policy and its options.
         resources: Workers and their sizes.
+        slurm: What the workers and the controller ask Slurm for.
     """
 
     source: Path
@@ -215,6 +217,7 @@ class StudySpec:
     generator: ComponentSpec
     policy: ComponentSpec
     resources: ResourcesSpec
+    slurm: SlurmSpec = field(default_factory=SlurmSpec)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -244,6 +247,7 @@ class StudySpec:
                 "cpus_per_worker": self.resources.cpus_per_worker,
                 "gpus_per_worker": self.resources.gpus_per_worker,
             },
+            "slurm": self.slurm.to_dict(),
         }
 
     @classmethod
@@ -281,6 +285,7 @@ class StudySpec:
                     d["policy"]["name"], copy.deepcopy(dict(d["policy"]["options"]))
                 ),
                 resources=ResourcesSpec(**d["resources"]),
+                slurm=SlurmSpec.from_dict(d["slurm"]) if "slurm" in d else SlurmSpec(),
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -489,6 +494,7 @@ def parse_spec(
         cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
         gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
     )
+    slurm = parse_slurm(_table(data, "slurm", source, False), source)
     return StudySpec(
         source=source,
         name=name,
@@ -507,6 +513,7 @@ def parse_spec(
         generator=generator,
         policy=policy,
         resources=resources,
+        slurm=slurm,
     )
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from hpctune.context import TrialContext, TrialStop
@@ -95,9 +98,12 @@ def redirect_output(out: Path, err: Path) -> Iterator[None]:
             os.close(fd)
 
 
-def segment_has_ended(path: Path) -> bool:
-    """True if a segment's event file already holds its end record."""
-    return any(r.get("kind") == EV_END for r in read_events(path).records)
+def segment_progress(path: Path) -> str:
+    """How far an earlier process got with a segment: ``"new"``, ``"started"`` or ``"ended"``."""
+    kinds = {r.get("kind") for r in read_events(path).records}
+    if EV_END in kinds:
+        return "ended"
+    return "started" if kinds else "new"
 
 
 class Worker:
@@ -125,6 +131,7 @@ class Worker:
             "HPCTUNE_CONTROLLER_TIMEOUT", 120.0
         )
         self._functions: dict[str, Callable[..., Any]] = {}
+        self.interrupted = ""
         self._done: set[int] = set()
         self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
         beat = Heartbeat(worker_id, slurm_job_id=os.environ.get("SLURM_JOB_ID"))
@@ -133,22 +140,26 @@ class Worker:
         )
 
     def run(self) -> int:
-        """Run assignments until told to exit or orphaned; return the process exit code."""
+        """Run assignments until told to exit, orphaned or interrupted; return the exit code.
+
+        SIGUSR2 (Slurm: preemption, or the time limit is near) makes the running segment
+        suspend at its next report (with its checkpoint); then the worker asks Slurm to requeue
+        its job and exits. The controller gives the trial to a free worker, maybe this one once
+        it runs again.
+        """
+        previous = signal.signal(signal.SIGUSR2, self._on_usr2)
         self.heartbeat.start()
         logger.info("worker %s started (pid %d)", self.worker_id, os.getpid())
-        reason = "orphaned"
+        reason, final_state = "orphaned", "exited"
         try:
-            while True:
+            while not self.interrupted:
                 assignment = read_assignment(self.paths.assignment(self.worker_id))
                 if isinstance(assignment, str):
                     reason = assignment
                     break
                 if assignment is not None and assignment.segment_id not in self._done:
                     self._done.add(assignment.segment_id)
-                    if segment_has_ended(self.paths.event_file(assignment.segment_id)):
-                        logger.info("segment %d already ended; skipped", assignment.segment_id)
-                    else:
-                        self.run_segment(assignment)
+                    self._take(assignment)
                     continue
                 if self._controller_silent():
                     logger.warning(
@@ -156,11 +167,57 @@ class Worker:
                     )
                     break
                 time.sleep(self.poll_interval)
+            if self.interrupted:
+                reason, final_state = self.interrupted, self._requeue()
         finally:
-            self.heartbeat.update(state="exited", segment_id=None)
+            self.heartbeat.update(state=final_state, segment_id=None)
             self.heartbeat.stop()
-            logger.info("worker %s exits: %s", self.worker_id, reason)
+            signal.signal(signal.SIGUSR2, previous)
+            logger.info("worker %s exits (%s): %s", self.worker_id, final_state, reason)
         return 0
+
+    def _on_usr2(self, signum: int, frame: FrameType | None) -> None:
+        self.interrupted = "SIGUSR2: preempted, or the time limit is near"
+
+    def _take(self, assignment: Assignment) -> None:
+        """Run a new assignment; close one that an earlier process of this worker left open."""
+        path = self.paths.event_file(assignment.segment_id)
+        progress = segment_progress(path)
+        if progress == "new":
+            self.run_segment(assignment)
+            return
+        logger.info(
+            "segment %d was %s by an earlier process; not run again",
+            assignment.segment_id,
+            progress,
+        )
+        if progress == "started":  # this worker's job was requeued in the middle of it
+            with EventWriter(path) as events:
+                events.write(
+                    {
+                        "kind": EV_END,
+                        "t": time.time(),
+                        "status": SegmentStatus.LOST.value,
+                        "reason": "the worker was requeued during the segment",
+                        "requeued": True,
+                    },
+                    fsync=True,
+                )
+
+    def _requeue(self) -> str:
+        """Ask Slurm to requeue this worker's job; return the heartbeat's final state."""
+        job = os.environ.get("SLURM_JOB_ID")
+        if not job:
+            return "exited"
+        try:
+            subprocess.run(
+                ["scontrol", "requeue", job], check=True, capture_output=True, timeout=60
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning(
+                "scontrol requeue %s failed (%s); Slurm may requeue it itself", job, exc
+            )
+        return "requeued"
 
     def _controller_silent(self) -> bool:
         data = read_json(self.paths.controller_file)
@@ -213,6 +270,7 @@ class Worker:
                 events=events,
                 checkpoint_path=lambda step: paths.checkpoint_file(a.trial_id, step, a.segment_id),
                 decision_file=paths.decision(a.segment_id),
+                interrupted=lambda: self.interrupted,
             )
             status, reason, error = self._call(a, ctx)
             events.write(

@@ -45,6 +45,7 @@ def write_study(
     policy: dict[str, Any] | None = None,
     generator: dict[str, Any] | None = None,
     resources: dict[str, Any] | None = None,
+    slurm: dict[str, Any] | None = None,
     **study: Any,
 ) -> Path:
     """Write ``study.toml`` (and the training script) into ``folder``; return the spec's path.
@@ -73,6 +74,7 @@ def write_study(
         ("policy", policy),
         ("generator", generator),
         ("resources", resources or {"slots": 2}),
+        ("slurm", slurm),
     ):
         if table:
             lines += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]

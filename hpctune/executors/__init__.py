@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpctune.executors._base import Executor
+from hpctune.executors._base import Executor, WorkerState
 from hpctune.executors.local import LocalExecutor
 
-__all__ = ["Executor", "LocalExecutor"]
+__all__ = ["Executor", "LocalExecutor", "WorkerState"]

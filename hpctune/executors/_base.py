@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
+
+
+class WorkerState(Enum):
+    """What the executor knows of a worker's process or job."""
+
+    PENDING = "pending"  # waiting in the queue (also after a requeue): no process now
+    RUNNING = "running"  # a process exists
+    GONE = "gone"  # finished, failed, cancelled: it will not run again
+    UNKNOWN = "unknown"  # no answer (another host, squeue failing)
 
 
 class Executor(abc.ABC):
@@ -28,8 +38,8 @@ class Executor(abc.ABC):
         """
 
     @abc.abstractmethod
-    def is_alive(self, worker_id: str, info: Mapping[str, Any]) -> bool | None:
-        """True if the worker's process or job still exists, False if not, None if unknown."""
+    def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
+        """Where the worker's process or job stands (a second opinion after its heartbeat)."""
 
     @abc.abstractmethod
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import SubmissionError
-from hpctune.executors._base import Executor
+from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -72,14 +72,16 @@ class LocalExecutor(Executor):
             infos[worker_id] = {"executor": self.name, "pid": child.pid, "host": self.host}
         return infos
 
-    def is_alive(self, worker_id: str, info: Mapping[str, Any]) -> bool | None:
+    def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
         """Ask the child handle, or ``/proc`` for a worker started by an earlier controller."""
         child = self._children.get(worker_id)
         if child is not None:
-            return child.poll() is None
-        if info.get("host") != self.host or "pid" not in info:
-            return None
-        return _is_worker_process(int(info["pid"]), worker_id)
+            alive = child.poll() is None
+        elif info.get("host") != self.host or "pid" not in info:
+            return WorkerState.UNKNOWN
+        else:
+            alive = _is_worker_process(int(info["pid"]), worker_id)
+        return WorkerState.RUNNING if alive else WorkerState.GONE
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """Kill the worker's process group."""

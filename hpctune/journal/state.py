@@ -90,6 +90,7 @@ class SegmentRecord:
     pid: int | None = None
     decision: str = ""  # the last non-continue decision sent to it ("suspend" or "stop")
     decision_reason: str = ""
+    decision_time: float | None = None
 
 
 @dataclass
@@ -275,6 +276,7 @@ class StudyRecord:
         if seg is not None and data.get("decision") in ("suspend", "stop"):
             seg.decision = data["decision"]
             seg.decision_reason = data.get("reason", "")
+            seg.decision_time = time
 
     def _on_worker(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         worker_id = data["worker"]

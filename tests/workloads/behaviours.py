@@ -3,7 +3,8 @@
 ``score`` at step s is ``x * s / max_steps`` (so trials differ by ``x``); the state (a running
 sum) goes through real checkpoints (torch serialization), so a resumed trial continues exactly.
 Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
-(the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions).
+(the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions);
+``hang`` (step 3 never ends).
 ``sleep`` seconds are spent per step.
 """
 
@@ -18,10 +19,14 @@ def train(ctx) -> None:
     behaviour = p.get("behaviour", "ok")
     state = ctx.load_checkpoint() or {"total": 0.0}
     print(f"trial {ctx.trial_id} starts at step {ctx.start_step}")
+    gpus, job = os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("SLURM_JOB_ID")
+    print(f"env CUDA_VISIBLE_DEVICES={gpus} SLURM_JOB_ID={job}", flush=True)
     for step in range(ctx.start_step + 1, ctx.max_steps + 1):
         time.sleep(p.get("sleep", 0.0))
         if behaviour == "raise" and step == 2:
             raise ValueError(f"bad value in trial {ctx.trial_id}")
+        if behaviour == "hang" and step == 3:
+            time.sleep(3600)  # stuck in a step: never reads a decision
         if behaviour == "exit" and step == 2 and not os.environ.get("HPCTUNE_TEST_NO_EXIT"):
             os._exit(3)
         score = p["x"] * step / ctx.max_steps

@@ -1,0 +1,145 @@
+"""Workers as Slurm jobs, submitted through submitit.
+
+Several workers that start at once go in one job array (submitit's ``batch``). Each job runs
+:class:`WorkerJob`, the same :class:`~hpctune.worker.Worker` loop the local executor runs. Jobs are
+submitted with ``--requeue`` and ``--signal=USR2@signal_delay_s``; the worker handles the signal
+itself (suspend at the next report, then ``scontrol requeue``). Liveness comes from the workers'
+heartbeat files first and from :class:`~hpctune.slurm.queue.SlurmQueue` second.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from hpctune.errors import SubmissionError
+from hpctune.executors._base import Executor, WorkerState
+from hpctune.layout import StudyPaths
+from hpctune.slurm.queue import SlurmQueue
+from hpctune.spec import StudySpec
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerJob:
+    """The callable a worker's Slurm job runs (pickled by submitit).
+
+    Args:
+        study_dir: The study directory.
+        worker_id: The worker's id in the journal.
+        controller_timeout: Seconds the worker waits for a silent controller before it exits.
+    """
+
+    def __init__(self, study_dir: str, worker_id: str, controller_timeout: float) -> None:
+        self.study_dir = study_dir
+        self.worker_id = worker_id
+        self.controller_timeout = controller_timeout
+
+    def __call__(self) -> int:
+        """Run the worker loop in this job (also after a requeue: same worker id)."""
+        from hpctune.worker import Worker, setup_logging
+
+        setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))
+        worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
+        return worker.run()
+
+
+def worker_parameters(spec: StudySpec) -> dict[str, Any]:
+    """The submitit ``SlurmExecutor`` parameters of a study's worker jobs."""
+    options, resources = spec.slurm.worker, spec.resources
+    threads = resources.cpus_per_worker
+    params: dict[str, Any] = {
+        "job_name": f"hpctune-{spec.name}",
+        "time": options.time_min,
+        "cpus_per_task": resources.cpus_per_worker,
+        "signal_delay_s": spec.slurm.signal_delay_s,
+        "stderr_to_stdout": True,
+        "array_parallelism": resources.slots,
+        "setup": [
+            f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}",
+            *options.setup,
+        ],
+        "additional_parameters": {"requeue": True, **options.extra},
+    }
+    if resources.gpus_per_worker:
+        params["gpus_per_node"] = resources.gpus_per_worker
+    if options.mem_gb is not None:
+        params["mem"] = f"{math.ceil(options.mem_gb * 1024)}M"
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(options, key)
+        if value is not None:
+            params[key] = value
+    return params
+
+
+class SlurmExecutor(Executor):
+    """Start workers as Slurm jobs.
+
+    Args:
+        study_dir: The study directory (submitit's files go to ``slurm/workers/``).
+        spec: The study spec (its ``[slurm]`` and ``[resources]`` sections).
+        queue: The job-state poller (one per executor).
+    """
+
+    name = "slurm"
+
+    def __init__(self, study_dir: Path, spec: StudySpec, queue: SlurmQueue | None = None) -> None:
+        self.paths = StudyPaths.of(study_dir)
+        self.spec = spec
+        self.queue = queue or SlurmQueue()
+        self.folder = self.paths.root / "slurm" / "workers"
+        self._executor = submitit.SlurmExecutor(folder=self.folder / "%j")
+        self._executor.update_parameters(**worker_parameters(spec))
+
+    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Submit one job per worker, as one job array when there are several."""
+        timeout = float(self.spec.slurm.controller_timeout_s)
+        root = str(self.paths.root)
+        try:
+            if len(worker_ids) == 1:
+                jobs = [self._executor.submit(WorkerJob(root, worker_ids[0], timeout))]
+            else:
+                with self._executor.batch():
+                    jobs = [self._executor.submit(WorkerJob(root, w, timeout)) for w in worker_ids]
+        except Exception as exc:  # submitit raises several types, with sbatch's message
+            raise SubmissionError(
+                f"sbatch failed for workers {', '.join(worker_ids)}: {exc}; check the [slurm] "
+                "section (partition, account, qos, time, mem) against `sinfo` and your limits"
+            ) from exc
+        now = time.time()
+        self.queue.refresh(force=True)
+        return {
+            w: {"executor": self.name, "job_id": str(job.job_id), "submitted": now}
+            for w, job in zip(worker_ids, jobs, strict=True)
+        }
+
+    def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
+        """Ask squeue (and sacct) about the worker's job."""
+        job = info.get("job_id")
+        if not job:
+            return WorkerState.UNKNOWN
+        return self.queue.state(str(job), info.get("submitted"))
+
+    def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        """``scancel`` the worker's job."""
+        job = info.get("job_id")
+        if not job:
+            return
+        try:
+            subprocess.run(["scancel", str(job)], check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning("scancel %s failed: %s", job, exc)
+        self.queue.refresh(force=True)
+
+
+def in_slurm_job() -> bool:
+    """True inside a Slurm job."""
+    return "SLURM_JOB_ID" in os.environ
