@@ -202,11 +202,12 @@ def controller(study_dir: Path) -> int:
     help="Print one JSON object (format in docs/cli.md) instead of a table.",
 )
 @click.option("--limit", type=int, default=None, help="Show only the last N trials.")
-def status(study_dir: Path, as_json: bool, limit: int | None) -> int:
+@click.option("--sacct", is_flag=True, help="Cross-check allocated time with Slurm's sacct.")
+def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
-    from hpctune.summary import best_text, status_json, study_line, trials_table
+    from hpctune.summary import best_text, status_json, study_line, trials_table, usage_line
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -214,10 +215,21 @@ def status(study_dir: Path, as_json: bool, limit: int | None) -> int:
     if as_json:
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
+        if sacct:
+            from hpctune.slurm.accounting import sacct_allocated_s
+
+            data["accounting"]["sacct_allocated_s"] = sacct_allocated_s(study.record)
         click.echo(json.dumps(data, indent=2, default=str))
         return EXIT_OK
     click.echo(f"study {study.record.spec.get('name')} in {paths.root}")
     click.echo(study_line(study.record))
+    click.echo(usage_line(study.record))
+    if sacct:
+        from hpctune.slurm.accounting import sacct_allocated_s
+
+        seconds = sacct_allocated_s(study.record)
+        shown = "sacct not available" if seconds is None else f"{seconds:.0f} s"
+        click.echo(f"sacct: worker jobs held their allocation {shown}")
     if controller is not None:
         click.echo(f"controller: pid {controller.get('pid')} on {controller.get('host')}")
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):

@@ -373,6 +373,7 @@ class Controller:
                 host=record.get("host", ""),
                 pid=record.get("pid"),
                 slurm_job_id=record.get("slurm_job_id"),
+                at=t,
             )
         elif kind == EV_REPORT:
             step = int(record["step"])
@@ -413,6 +414,7 @@ class Controller:
                 str(record.get("reason", "")),
                 str(record.get("error", "")),
                 record.get("step"),
+                at=t,
             )
 
     def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
@@ -462,8 +464,9 @@ class Controller:
         step: Any,
         *,
         count_retry: bool = True,
+        at: float | None = None,
     ) -> None:
-        """Record a segment's end and what follows for its trial.
+        """Record a segment's end (``at``: the worker's time of it) and what follows for its trial.
 
         A lost segment (dead worker) queues its trial again, from its last checkpoint; that
         counts against ``max_retries`` unless the worker's job was requeued or preempted
@@ -480,6 +483,7 @@ class Controller:
             status=status.value,
             step=step if step is None else int(step),
             reason=reason,
+            at=self.clock.now() if at is None else at,
         )
         if status is SegmentStatus.LOST:
             retries = trial.retries + int(count_retry)
@@ -523,6 +527,7 @@ class Controller:
             if self._worker_states.get(wid) is not state:
                 self._worker_states[wid] = state
                 self._dirty = True  # e.g. a queued job started: slots may be offered again
+            self._track_runs(worker, beat, state)
             exited = beat is not None and beat.state == "exited"
             if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
                 if exited:
@@ -556,6 +561,35 @@ class Controller:
                 self.executor.cancel(wid, worker.info)
                 what = "heartbeat" if fresh else "heartbeat since its start"
                 self._worker_gone(worker, "lost", f"no {what} for {age:.0f} s", beat)
+
+    def _track_runs(
+        self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
+    ) -> None:
+        """Journal when each process of a worker ran (``running``/``down``), for accounting."""
+        wid = worker.worker_id
+        if beat is not None and worker.open_run != beat.started:
+            known = any(run.since == beat.started for run in worker.runs)
+            if worker.open_run is not None:  # an earlier process ended unseen
+                self._log(st.WORKER, worker=wid, event="down", at=beat.started)
+            if not known:
+                self._log(
+                    st.WORKER,
+                    worker=wid,
+                    event="running",
+                    since=beat.started,
+                    job=beat.slurm_job_id,
+                    pid=beat.pid,
+                    host=beat.host,
+                )
+        since = worker.open_run
+        if since is None:
+            return
+        ended = beat is not None and beat.started == since and beat.state in ("exited", "requeued")
+        beating = beat is not None and self.clock.now() - beat.time < REQUEUE_SILENCE
+        queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
+        if ended or queued or state is WorkerState.GONE:
+            at = beat.time if beat is not None and beat.started == since else self.clock.now()
+            self._log(st.WORKER, worker=wid, event="down", at=at)
 
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
@@ -595,6 +629,10 @@ class Controller:
                     seg, SegmentStatus.LOST, f"worker {worker.worker_id} {reason}", "", None
                 )
         logger.info("worker %s %s: %s", worker.worker_id, event, reason)
+        since = worker.open_run
+        if since is not None:
+            last = beat.time if beat is not None and beat.started == since else self.clock.now()
+            self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
         if event == "lost" and beat is None:
             self._startup_failures += 1  # it never wrote a heartbeat

@@ -122,18 +122,22 @@ class DecisionMessage:
         )
 
 
+_now = time.time
+
+
 @dataclass
 class Heartbeat:
     """A worker's heartbeat file content."""
 
     worker_id: str
-    state: str = "idle"  # idle | running | exited
+    state: str = "idle"  # idle | running | exited | requeued
     segment_id: int | None = None
     step: int | None = None
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
     time: float = field(default_factory=time.time)
     slurm_job_id: str | None = None
+    started: float = field(default_factory=lambda: _now())  # when this process started
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""

@@ -10,6 +10,7 @@ import math
 import time
 from typing import Any
 
+from hpctune.accounting import study_usage, trial_training_s, trial_wall_s
 from hpctune.journal.state import StudyRecord, TrialRecord
 from hpctune.schedules import is_schedule_dict
 
@@ -120,6 +121,21 @@ def study_line(record: StudyRecord, now: float | None = None) -> str:
     return " | ".join(parts)
 
 
+def usage_line(record: StudyRecord, now: float | None = None) -> str:
+    """One line: workers, allocated GPU- or CPU-hours, share spent training, queue wait."""
+    usage = study_usage(record, now)
+    if usage.gpus_per_worker:
+        held = f"{usage.gpu_hours:.3g} GPU-h"
+    else:
+        held = f"{usage.cpu_hours:.3g} CPU-h"
+    training = 100.0 * (1.0 - usage.not_training_share) if usage.allocated_s else 0.0
+    return (
+        f"usage: {usage.workers} workers, allocated {held} "
+        f"({format_duration(usage.allocated_s)}), training {training:.0f}% of it, "
+        f"queue wait {format_duration(usage.queue_s)}"
+    )
+
+
 def _elapsed(record: StudyRecord, now: float) -> float | None:
     """Seconds from the study's start to its end (or to ``now`` while it runs)."""
     start = record.started_time or record.created_time
@@ -174,6 +190,8 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
                 "parent_step": tr.parent_step,
                 "retries": tr.retries,
                 "segments": len(tr.segments),
+                "training_s": trial_training_s(record, tr, now),
+                "wall_s": trial_wall_s(record, tr, now),
                 "reason": tr.reason,
                 "error": tr.error.strip().splitlines()[-1] if tr.error.strip() else None,
             }
@@ -204,6 +222,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
             "counts": record.counts(),
             "workers": sum(w.state in ("started", "stopping") for w in record.workers.values()),
         },
+        "accounting": study_usage(record, now).to_dict(),
         "trials": trials,
         "best": best_entry,
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpctune.accounting import study_usage
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
 from tests.conftest import (
@@ -65,6 +66,12 @@ def test_digits_study_runs_to_the_end(tmp_path: Path, cleanup_studies: list[Path
     frame = study.metrics_frame()
     assert {"trial", "step", "val_accuracy", "val_loss", "train_loss"} <= set(frame.columns)
     assert len(frame) == 16
+    usage = study_usage(study.record)
+    assert usage.workers == 2
+    assert 0 < usage.training_s < usage.allocated_s
+    assert usage.allocated_s < 2 * (study.record.ended_time - study.record.started_time) + 1
+    assert 0 < usage.not_training_share < 1
+    assert "usage: 2 workers" in run_hpctune("status", str(study_dir), check=True).stdout
 
 
 def test_a_crashing_trial_fails_with_its_traceback_and_the_study_goes_on(

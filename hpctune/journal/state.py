@@ -129,6 +129,14 @@ class TrialRecord:
 
 
 @dataclass
+class WorkerRun:
+    """When one process of a worker ran."""
+
+    since: float
+    until: float | None = None
+
+
+@dataclass
 class WorkerRecord:
     """A worker process or Slurm job known to the journal."""
 
@@ -139,6 +147,13 @@ class WorkerRecord:
     segment_id: int | None = None  # the segment assigned and not ended
     ended_time: float | None = None
     reason: str = ""
+    submitted_time: float | None = None
+    runs: list[WorkerRun] = field(default_factory=list)  # one per process (Slurm: per requeue)
+
+    @property
+    def open_run(self) -> float | None:
+        """The start of the process running now (as far as the journal knows), or ``None``."""
+        return self.runs[-1].since if self.runs and self.runs[-1].until is None else None
 
 
 @dataclass
@@ -253,7 +268,7 @@ class StudyRecord:
     ) -> None:
         record = self.segments[segment]
         record.status = SegmentStatus.RUNNING
-        record.started_time = time
+        record.started_time = float(data.get("at", time))  # the worker's clock
         record.host = data.get("host", "")
         record.pid = data.get("pid")
 
@@ -262,7 +277,7 @@ class StudyRecord:
     ) -> None:
         record = self.segments[segment]
         record.status = SegmentStatus(data["status"])
-        record.ended_time = time
+        record.ended_time = float(data.get("at", time))
         record.end_step = data.get("step")
         record.reason = data.get("reason", "")
         worker = self.workers.get(record.worker_id)
@@ -288,6 +303,14 @@ class StudyRecord:
         if event == "submitted":
             worker.info = data.get("info", {})
             worker.started_time = time
+            worker.submitted_time = time
+            return
+        if event == "running":
+            worker.runs.append(WorkerRun(float(data["since"])))
+            return
+        if event == "down":
+            if worker.runs and worker.runs[-1].until is None:
+                worker.runs[-1].until = float(data["at"])
             return
         worker.state = event
         worker.reason = data.get("reason", "")

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hpctune.accounting import study_usage
 from hpctune.journal import Study, open_study
+from hpctune.slurm.accounting import sacct_allocated_s
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import DIGITS, WORKLOADS, run_hpctune, wait_for, write_study
 from tests.test_kill import SPACE
@@ -123,6 +125,12 @@ def test_digits_on_slurm_equals_the_local_run(tmp_path: Path, study_name: str) -
     assert _wait_job_done(job) == "COMPLETED"  # after its workers exited
     rows = _sacct("-X", "-j", job, "-o", "JobID,JobName,State")
     assert rows[0][1] == f"hpctune-{study_name}-controller"
+    # allocated time from the journal agrees with sacct's (whole seconds, polling delays)
+    study = open_study(slurm_dir)
+    ours, theirs = study_usage(study.record).allocated_s, sacct_allocated_s(study.record)
+    assert theirs is not None
+    assert theirs > 0
+    assert abs(ours - theirs) <= 3.0 + 0.2 * theirs, (ours, theirs)
     worker_jobs = {w.info["job_id"] for w in study.record.workers.values()}
     for job_id in worker_jobs:
         (row,) = _sacct("-X", "-j", job_id, "-o", "JobID,State,AllocTRES")

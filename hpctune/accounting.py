@@ -1,0 +1,120 @@
+"""Where the allocated time went, from the journal alone: workers, queue, training.
+
+* A worker's **allocated** time is the sum of its processes' run times (Slurm: from the job's
+  start to its end or requeue), idle time included; GPU-hours multiply it by the GPUs per worker.
+* Its **queue** time runs from submission (or a requeue) to the start of the next process.
+* **Training** time is the sum of its segments (from the worker's start record to its end
+  record): what the user's function ran, checkpoint loads and saves included.
+* What is allocated but not training (start-up, waiting for assignments and decisions, idle
+  at the end) is ``1 - training / allocated``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hpctune.journal.state import StudyRecord, TrialRecord
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a study used.
+
+    Attributes:
+        workers: Workers (processes or jobs) it submitted.
+        allocated_s: Seconds the workers held their allocation.
+        training_s: Seconds of segments.
+        queue_s: Seconds the workers waited in the queue.
+        gpus_per_worker: GPUs each worker held.
+        cpus_per_worker: CPUs each worker held.
+    """
+
+    workers: int
+    allocated_s: float
+    training_s: float
+    queue_s: float
+    gpus_per_worker: int
+    cpus_per_worker: int
+
+    @property
+    def gpu_hours(self) -> float:
+        """Allocated GPU-hours."""
+        return self.allocated_s * self.gpus_per_worker / 3600.0
+
+    @property
+    def cpu_hours(self) -> float:
+        """Allocated CPU-hours."""
+        return self.allocated_s * self.cpus_per_worker / 3600.0
+
+    @property
+    def not_training_share(self) -> float:
+        """The share of allocated time not spent in segments (0 when nothing was allocated)."""
+        if self.allocated_s <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.training_s / self.allocated_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (used by ``hpctune status --json``)."""
+        return {
+            "workers": self.workers,
+            "allocated_s": self.allocated_s,
+            "training_s": self.training_s,
+            "queue_s": self.queue_s,
+            "gpu_hours": self.gpu_hours,
+            "cpu_hours": self.cpu_hours,
+            "not_training_share": self.not_training_share,
+        }
+
+
+def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
+    """The usage of a whole study as of its journal (open runs count until ``now``)."""
+    now = time.time() if now is None else now
+    end = record.ended_time or now
+    allocated = queue = 0.0
+    submitted = 0
+    for worker in record.workers.values():
+        if worker.submitted_time is None:
+            continue
+        submitted += 1
+        waiting_since: float | None = worker.submitted_time
+        for run in worker.runs:
+            if waiting_since is not None:
+                queue += max(0.0, run.since - waiting_since)
+            stop = run.until if run.until is not None else (worker.ended_time or end)
+            allocated += max(0.0, stop - run.since)
+            waiting_since = run.until
+        if not worker.runs and worker.ended_time is None:
+            queue += max(0.0, end - worker.submitted_time)
+    training = sum(trial_training_s(record, t, now) for t in record.trials.values())
+    resources = record.spec.get("resources", {})
+    return Usage(
+        workers=submitted,
+        allocated_s=allocated,
+        training_s=training,
+        queue_s=queue,
+        gpus_per_worker=int(resources.get("gpus_per_worker", 0)),
+        cpus_per_worker=int(resources.get("cpus_per_worker", 1)),
+    )
+
+
+def trial_training_s(record: StudyRecord, trial: TrialRecord, now: float | None = None) -> float:
+    """Seconds a trial's segments ran."""
+    now = time.time() if now is None else now
+    total = 0.0
+    for segment_id in trial.segments:
+        seg = record.segments[segment_id]
+        if seg.started_time is not None:
+            total += max(0.0, (seg.ended_time or now) - seg.started_time)
+    return total
+
+
+def trial_wall_s(record: StudyRecord, trial: TrialRecord, now: float | None = None) -> float:
+    """Seconds from a trial's creation to its last segment's end (or ``now``)."""
+    now = time.time() if now is None else now
+    end = now
+    if trial.status.is_final and trial.segments:
+        last = record.segments[trial.segments[-1]]
+        end = last.ended_time or now
+    return max(0.0, end - trial.created_time)
