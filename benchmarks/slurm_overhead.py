@@ -74,13 +74,15 @@ class PlainContext:
         torch.save(obj, self.folder / f"checkpoint-{self.seed}.pt")
 
 
-def run_plain_trial(train_py: str, params: dict[str, Any], seed: int, max_steps: int,
-                    folder: str) -> list[dict[str, float]]:
+def run_plain_trial(
+    train_py: str, params: dict[str, Any], seed: int, max_steps: int, folder: str
+) -> list[dict[str, float]]:
     """One Slurm job: import the training script, train one configuration."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("digits_train", train_py)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     ctx = PlainContext(params, seed, max_steps, Path(folder))
@@ -93,10 +95,14 @@ def _write_study(folder: Path, trials: int, epochs: int) -> Path:
     text = text.replace("num_trials = 16", f"num_trials = {trials}")
     text = text.replace("max_steps = 20 ", f"max_steps = {epochs} ")
     text = text.replace("total_steps = 20", f"total_steps = {epochs}")
-    text = text.replace('entry_point = "train.py:train"',
-                        f'entry_point = "{REPO / "jobs" / "digits" / "train.py"}:train"')
-    text += (f"gpus_per_worker = 1\n\n[slurm]\npartition = \"debug\"\ntime = 30\nmem = \"1G\"\n"
-             f"\n[slurm.controller]\npartition = \"high\"\n")
+    text = text.replace(
+        'entry_point = "train.py:train"',
+        f'entry_point = "{REPO / "jobs" / "digits" / "train.py"}:train"',
+    )
+    text += (
+        'gpus_per_worker = 1\n\n[slurm]\npartition = "debug"\ntime = 30\nmem = "1G"\n'
+        '\n[slurm.controller]\npartition = "high"\n'
+    )
     path = folder / "study.toml"
     path.write_text(text.replace("slots = 2 ", f"slots = {SLOTS} "))
     return path
@@ -107,8 +113,19 @@ def run_hpctune(folder: Path, trials: int, epochs: int) -> dict[str, Any]:
     spec_path = _write_study(folder, trials, epochs)
     study_dir = folder / "hpctune-study"
     start = time.time()
-    subprocess.run([sys.executable, "-m", "hpctune.cli", "launch", str(spec_path),
-                    "--study-dir", str(study_dir)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpctune.cli",
+            "launch",
+            str(spec_path),
+            "--study-dir",
+            str(study_dir),
+        ],
+        check=True,
+        capture_output=True,
+    )
     while True:
         study = open_study(study_dir)
         if study.record.state.value in ("finished", "failed", "stopped"):
@@ -133,24 +150,39 @@ def run_hpctune(folder: Path, trials: int, epochs: int) -> dict[str, Any]:
 def run_plain(folder: Path, trials: int, epochs: int) -> dict[str, Any]:
     """One job per trial with submitit, at most SLOTS at once; wait for every result."""
     spec = load_spec(_write_study(folder, trials, epochs))
-    generator = make_generator(spec.generator.name, spec.generator.options, spec.space,
-                               component_seed(spec.seed, "generator"))
+    generator = make_generator(
+        spec.generator.name,
+        spec.generator.options,
+        spec.space,
+        component_seed(spec.seed, "generator"),
+    )
     configs = [generator.suggest(i) for i in range(trials)]
     seeds = [trial_seed(spec.seed, i) for i in range(trials)]
     executor = submitit.SlurmExecutor(folder=folder / "plain" / "%j")
-    executor.update_parameters(partition="debug", time=30, cpus_per_task=1, gpus_per_node=1,
-                               mem="1024M", array_parallelism=SLOTS,
-                               setup=["export OMP_NUM_THREADS=1"])
+    executor.update_parameters(
+        partition="debug",
+        time=30,
+        cpus_per_task=1,
+        gpus_per_node=1,
+        mem="1024M",
+        array_parallelism=SLOTS,
+        setup=["export OMP_NUM_THREADS=1"],
+    )
     start = time.time()
     train_py = str(REPO / "jobs" / "digits" / "train.py")
     n = len(configs)
-    jobs = executor.map_array(run_plain_trial, [train_py] * n, configs, seeds, [epochs] * n,
-                              [str(folder)] * n)
+    jobs = executor.map_array(
+        run_plain_trial, [train_py] * n, configs, seeds, [epochs] * n, [str(folder)] * n
+    )
     results = [job.result() for job in jobs]
     wall = time.time() - start
     job_ids = ",".join(job.job_id for job in jobs)
-    out = subprocess.run(["sacct", "-n", "-P", "-X", "-D", "-j", job_ids, "-o", "ElapsedRaw"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-D", "-j", job_ids, "-o", "ElapsedRaw"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     best = max(max(r["val_accuracy"] for r in reports) for reports in results)
     return {
         "wall_s": wall,
@@ -174,9 +206,14 @@ def main() -> None:
         (folder / "b").mkdir()
         plain = run_plain(folder / "b", args.trials, args.epochs)
         ours = run_hpctune(folder / "a", args.trials, args.epochs)
-    result = {"trials": args.trials, "epochs": args.epochs, "slots": SLOTS,
-              "hpctune": ours, "plain_submitit": plain,
-              "wall_ratio_hpctune_over_plain": ours["wall_s"] / plain["wall_s"]}
+    result = {
+        "trials": args.trials,
+        "epochs": args.epochs,
+        "slots": SLOTS,
+        "hpctune": ours,
+        "plain_submitit": plain,
+        "wall_ratio_hpctune_over_plain": ours["wall_s"] / plain["wall_s"],
+    }
     if args.json:
         print(json.dumps(result))
         return
@@ -184,12 +221,16 @@ def main() -> None:
     print(f"{'':28}{'hpctune':>12}{'plain loop':>12}")
     print(f"{'wall-clock s':28}{ours['wall_s']:12.1f}{plain['wall_s']:12.1f}")
     print(f"{'trials completed':28}{ours['completed']:12d}{plain['completed']:12d}")
-    print(f"{'sacct allocated s (workers)':28}{ours['sacct_allocated_s'] or 0:12.1f}"
-          f"{plain['sacct_allocated_s']:12.1f}")
+    print(
+        f"{'sacct allocated s (workers)':28}{ours['sacct_allocated_s'] or 0:12.1f}"
+        f"{plain['sacct_allocated_s']:12.1f}"
+    )
     print(f"{'best val_accuracy':28}{ours['best']:12.4f}{plain['best']:12.4f}")
     print(f"hpctune / plain wall-clock: {result['wall_ratio_hpctune_over_plain']:.2f}")
-    print(f"hpctune allocated worker time not training: {100 * ours['not_training_share']:.1f}% "
-          f"(allocated {ours['allocated_s']:.1f} s, training {ours['training_s']:.1f} s)")
+    print(
+        f"hpctune allocated worker time not training: {100 * ours['not_training_share']:.1f}% "
+        f"(allocated {ours['allocated_s']:.1f} s, training {ours['training_s']:.1f} s)"
+    )
     print(json.dumps(result))
 
 

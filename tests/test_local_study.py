@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def test_a_crashing_trial_fails_with_its_traceback_and_the_study_goes_on(
     assert ok.status is TrialStatus.COMPLETED
     assert crashed.status is TrialStatus.FAILED
     assert "ValueError: bad value in trial 1" in crashed.error
-    assert 'train.py", line 24, in train' in crashed.error  # the traceback, not the message
+    assert re.search(r'train\.py", line \d+, in train', crashed.error)  # the traceback
+    assert 'raise ValueError(f"bad value' in crashed.error
     assert "hpctune/worker.py" not in crashed.error  # the user's frames only
     err = (tmp_path / "study" / "logs" / "trials" / "trial-000001.err").read_text()
     assert "ValueError" in err
