@@ -1,0 +1,243 @@
+"""The controller's state and its journal helpers: every change goes through :meth:`_log`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpctune.clock import Clock, RealClock
+from hpctune.executors._base import Executor, WorkerState
+from hpctune.files import dumps, read_json, write_json_atomic
+from hpctune.journal import state as st
+from hpctune.journal.reader import load_state
+from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.store import JournalReader, JournalWriter
+from hpctune.layout import StudyPaths
+from hpctune.policies import Event, make_policy
+from hpctune.policies.generators import make_generator
+from hpctune.protocol import DecisionMessage
+from hpctune.seeding import component_seed
+from hpctune.spec import StudySpec
+from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
+
+logger = logging.getLogger(__name__)
+
+CONTROLLER_BEAT = 2.0
+STARTUP_FAILURES_LIMIT = 3
+EXIT_GRACE = 30.0
+REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
+
+_SEGMENT_TO_TRIAL = {
+    SegmentStatus.COMPLETED: TrialStatus.COMPLETED,
+    SegmentStatus.SUSPENDED: TrialStatus.SUSPENDED,
+    SegmentStatus.TERMINATED: TrialStatus.TERMINATED,
+    SegmentStatus.FAILED: TrialStatus.FAILED,
+}
+
+
+class ControllerBase:
+    """Run a study to its end (or until stopped) from its journal.
+
+    Args:
+        study_dir: The study directory (created by ``hpctune launch``).
+        executor: Starts and watches the workers, or a function of the spec that returns one.
+        clock: The time source.
+        poll_interval: Seconds between iterations.
+        worker_timeout: A worker whose heartbeat is older than this is lost.
+        startup_timeout: A worker with no heartbeat this long after its start is lost.
+        decision_wait: Seconds a worker waits for a decision at a boundary (policies that decide
+            at boundaries only).
+        stop_grace: Seconds a segment told to stop or suspend has to comply before its worker
+            is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
+        on_progress: Called after every iteration with the controller.
+    """
+
+    def __init__(
+        self,
+        study_dir: str | Path,
+        executor: Executor | Callable[[StudySpec], Executor],
+        *,
+        clock: Clock | None = None,
+        poll_interval: float = 0.1,
+        worker_timeout: float = 60.0,
+        startup_timeout: float = 300.0,
+        decision_wait: float = 2.0,
+        stop_grace: float | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.paths = StudyPaths.of(study_dir)
+        self.clock = clock or RealClock()
+        self.poll_interval = poll_interval
+        self.worker_timeout = worker_timeout
+        self.startup_timeout = startup_timeout
+        self.decision_wait = decision_wait
+        self.stop_grace = stop_grace or float(os.environ.get("HPCTUNE_STOP_GRACE", 300))
+        self.on_progress = on_progress
+        self.writer = JournalWriter(self.paths.journal)
+        self.state: StudyRecord = load_state(JournalReader(self.paths.journal))
+        self.spec = StudySpec.from_dict(self.state.spec)
+        self.executor = executor if isinstance(executor, Executor) else executor(self.spec)
+        self.policy = make_policy(self.spec.policy.name, self.spec.policy.options)
+        self.policy.load_state_dict(self.state.policy_state)
+        self.generator = make_generator(
+            self.spec.generator.name,
+            self.spec.generator.options,
+            self.spec.space,
+            component_seed(self.spec.seed, "generator"),
+        )
+        self._policy_seed = component_seed(self.spec.seed, "policy")
+        self.cursors: dict[str, int] = self.writer.cursors
+        self._outbox: list[Callable[[], None]] = []
+        self._events: list[Event] = []
+        self._dirty = True
+        self._last_beat = -np.inf
+        self._startup_failures = 0
+        self._start_retry_at = 0.0
+        self._abort = False
+        self._detach = False
+        self._stop_request = ""
+        self._exit_ordered_at: float | None = None
+        self._worker_states: dict[str, WorkerState] = {}
+        self._running_since: dict[str, float] = {}
+        self.iterations = 0
+
+    def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
+        """Append a log record and apply it to the in-memory state, exactly as a reader would."""
+        now = self.clock.now()
+        text = dumps(data)
+        self.writer.append("log", kind=kind, trial=trial, segment=segment, time=now, data=text)
+        self.state.apply(kind, trial, segment, now, json.loads(text))
+        self._dirty = True
+
+    def _commit(self) -> None:
+        if self.writer.has_pending or self.cursors != self.writer.cursors:
+            state = self.policy.state_dict()
+            if state != self.state.policy_state:
+                self._log(st.POLICY_STATE, state=state)
+            self.writer.commit(self.cursors)
+        outbox, self._outbox = self._outbox, []
+        for action in outbox:
+            try:
+                action()
+            except OSError as exc:
+                logger.warning("could not write a file after commit: %s", exc)
+
+    def _set_study(self, state: StudyState, reason: str, *, fail: bool = False) -> None:
+        if self.state.state is not state:
+            logger.info("study %s: %s", state.value, reason)
+            self._log(st.STUDY, state=state.value, reason=reason, fail=fail)
+            if state is StudyState.STOPPING:
+                for seg in self.state.active_segments():
+                    self._send_decision(seg, Decision.SUSPEND, reason)
+
+    def _set_trial(
+        self, trial: TrialRecord, status: TrialStatus, reason: str = "", **extra: Any
+    ) -> None:
+        logger.info("trial %d %s %s", trial.trial_id, status.value, reason)
+        self._log(
+            st.TRIAL_STATUS, trial=trial.trial_id, status=status.value, reason=reason, **extra
+        )
+        if status.is_final:
+            self._outbox.append(partial(self._sweep_checkpoints, trial.trial_id))
+
+    def _sweep_checkpoints(self, trial_id: int) -> None:
+        """Delete a finished trial's checkpoint files the journal does not reference.
+
+        They are left by a controller killed between a commit and its deletions, or by a worker
+        killed while writing; nothing can use them.
+        """
+        folder = self.paths.trial_checkpoints(trial_id)
+        keep = {
+            ref.path
+            for ref in self.state.checkpoints.values()
+            if ref.trial_id == trial_id and not ref.deleted
+        }
+        for path in folder.glob("*") if folder.is_dir() else []:
+            if self.paths.relative(path) not in keep:
+                path.unlink(missing_ok=True)
+
+    def _beat(self, final: bool = False) -> None:
+        """Write ``controller.json``: pid, host, Slurm job, time, state.
+
+        A controller that ends writes time 0 (idle workers then exit at once); one that detaches
+        keeps the time fresh, so its workers wait ``controller_timeout`` for the next one.
+        """
+        now = self.clock.now()
+        if final or now - self._last_beat >= CONTROLLER_BEAT:
+            self._last_beat = now
+            ended = final and not self._detach
+            write_json_atomic(
+                self.paths.controller_file,
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "job": os.environ.get("SLURM_JOB_ID"),
+                    "time": 0.0 if ended else now,
+                    "state": "detached" if final and self._detach else self.state.state.value,
+                },
+            )
+
+    def _live_workers(self) -> list[st.WorkerRecord]:
+        return [w for w in self.state.workers.values() if w.state in ("started", "stopping")]
+
+    def _send_decision(
+        self,
+        seg: SegmentRecord,
+        decision: Decision,
+        reason: str,
+        *,
+        log: bool = True,
+        priority: float | None = None,
+    ) -> None:
+        if log:
+            data: dict[str, Any] = {"decision": decision.value, "reason": reason}
+            if priority is not None:
+                data["priority"] = priority
+            self._log(
+                st.DECISION,
+                trial=seg.trial_id,
+                segment=seg.segment_id,
+                step=self.state.trials[seg.trial_id].step,
+                **data,
+            )
+        message = DecisionMessage(
+            seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason
+        )
+        path = self.paths.decision(seg.segment_id)
+        self._outbox.append(lambda: write_json_atomic(path, message.to_dict(), fsync=True))
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return " | ".join(text[-lines:]) or "(no output)"
+
+
+def controller_alive(paths: StudyPaths, timeout: float = 30.0) -> dict[str, Any] | None:
+    """Return the controller file if another controller looks alive, else ``None``."""
+    data = read_json(paths.controller_file)
+    if not isinstance(data, dict) or not data.get("time") or data.get("state") == "detached":
+        return None
+    if data.get("job") and data.get("job") == os.environ.get("SLURM_JOB_ID"):
+        return None  # an earlier run of this very (requeued) job
+    if time.time() - float(data["time"]) > timeout:
+        return None
+    if data.get("host") == socket.gethostname():
+        try:
+            os.kill(int(data["pid"]), 0)
+        except (ProcessLookupError, ValueError):
+            return None
+        except PermissionError:
+            return data
+    return data

@@ -1,0 +1,444 @@
+"""The controller: the only writer of the journal, and the only one that decides.
+
+Each iteration of its loop:
+
+1. reads user commands from the inbox;
+2. ingests the event files of active segments (reports, checkpoints, ends) into the journal;
+3. checks the workers (heartbeat files first, the executor's answer second) and turns the segments
+   of dead workers into lost ones, whose trials resume from their last checkpoint;
+4. asks the policy (boundaries and reports, then free slots) and carries out its actions;
+5. grows or shrinks the worker pool;
+6. commits the journal, and only then writes the assignment and decision files that follow from
+   it (so a file never announces something the journal does not hold).
+
+It keeps no state the journal does not have: kill it at any instant and a new one rebuilds the
+same state from the journal, re-sends what may not have been sent, and adopts the live workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpctune.controller._base import EXIT_GRACE
+from hpctune.controller._workers import WorkerManagingController
+from hpctune.executors._base import WorkerState
+from hpctune.files import read_json, write_json_atomic
+from hpctune.journal import state as st
+from hpctune.journal.state import SegmentRecord, TrialRecord
+from hpctune.policies import (
+    Action,
+    ActionKind,
+    Event,
+    EventKind,
+    StudyView,
+    TrialView,
+)
+from hpctune.protocol import Assignment, DecisionMessage, write_assignment
+from hpctune.seeding import index_rng, trial_seed
+from hpctune.states import Decision, StudyState, TrialStatus
+
+logger = logging.getLogger(__name__)
+
+
+class Controller(WorkerManagingController):
+    """Run a study to its end (or until stopped) from its journal.
+
+    See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
+    """
+
+    def run(self) -> StudyState:
+        """Run until the study ends or is stopped; return the study's state."""
+        self.start()
+        try:
+            while not self.step():
+                self.clock.sleep(self.poll_interval)
+        finally:
+            self._beat(final=True)
+            self.executor.close()
+        return self.state.state
+
+    def start(self) -> None:
+        """Record this controller's start and re-send what a killed one may not have sent."""
+        self._log(st.CONTROLLER, event="started", pid=os.getpid(), host=socket.gethostname())
+        if self.state.state is not StudyState.FINISHED:
+            self._set_study(StudyState.RUNNING, "controller started")
+        for name in self.state.commands_done:
+            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
+        for worker in self._live_workers():
+            if not worker.info:  # created, never confirmed started: it may not exist
+                self._worker_gone(worker, "lost", "never confirmed started", None)
+                path = self.paths.assignment(worker.worker_id)
+                self._outbox.append(partial(write_assignment, path, None, "unknown to controller"))
+        self._startup_failures = 0
+        for seg in self.state.active_segments():
+            owner = self.state.workers.get(seg.worker_id)
+            if owner is not None and owner.state == "started":
+                self._outbox.append(self._assignment_writer(seg))
+            if seg.decision:
+                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+        self._commit()
+
+    def step(self) -> bool:
+        """Run one iteration; return True when the controller should exit."""
+        self.iterations += 1
+        if self._stop_request:
+            self.request_stop(self._stop_request)
+            self._stop_request = ""
+        self._read_inbox()
+        self._ingest()
+        self._check_workers()
+        self._enforce_grace()
+        self._schedule()
+        self._manage_pool()
+        self._commit()
+        self._beat()
+        if self.on_progress is not None:
+            self.on_progress(self)
+        return self._can_exit()
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop the study cooperatively: running trials suspend at their next report."""
+        if self.state.state is StudyState.RUNNING:
+            self._set_study(StudyState.STOPPING, reason)
+
+    def signal_stop(self, reason: str) -> None:
+        """Ask for a cooperative stop from a signal handler (applied at the next iteration)."""
+        self._stop_request = reason
+
+    @property
+    def aborted(self) -> bool:
+        """True after :meth:`abort`."""
+        return self._abort
+
+    @property
+    def detached(self) -> bool:
+        """True after :meth:`detach`."""
+        return self._detach
+
+    def detach(self) -> None:
+        """Leave the loop after the current iteration; the study and its workers go on.
+
+        For a controller job near its time limit or preempted: the next controller (requeued or
+        resumed) adopts the workers, which wait ``controller_timeout`` for it.
+        """
+        self._detach = True
+
+    def abort(self) -> None:
+        """Kill every worker now; their trials resume from their checkpoints on `resume`."""
+        for worker in self._live_workers():
+            self.executor.cancel(worker.worker_id, worker.info)
+        self._abort = True
+
+    def _read_inbox(self) -> None:
+        try:
+            names = sorted(p.name for p in self.paths.inbox.glob("*.json"))
+        except OSError:
+            return
+        for name in names:
+            if name in self.state.commands_done:
+                continue
+            command = read_json(self.paths.inbox / name)
+            if not isinstance(command, dict):
+                continue  # not fully written yet (or garbage): look again next time
+            self._log(st.COMMAND, file=name, command=command)
+            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
+            self._apply_command(command)
+
+    def _apply_command(self, command: dict[str, Any]) -> None:
+        kind = command.get("command")
+        if kind == "stop":
+            self.request_stop(str(command.get("reason") or "stopped by the user"))
+        elif kind == "stop_trial":
+            trial = self.state.trials.get(int(command.get("trial", -1)))
+            if trial is not None and not trial.status.is_final:
+                self._terminate(trial, "stopped by the user")
+        else:
+            logger.warning("unknown inbox command %r ignored", command)
+
+    def _view(self, free_slots: int = 0) -> StudyView:
+        t0 = self.state.started_time or self.state.created_time
+        trials = {
+            tid: TrialView(
+                trial_id=tid,
+                status=t.status,
+                params=t.params,
+                step=t.step,
+                steps=np.asarray(t.curve_steps, dtype=np.int64),
+                values=np.asarray(t.curve_values, dtype=float),
+                times=np.asarray(t.curve_times, dtype=float) - t0,
+                checkpoint_step=self.state.checkpoint_step(tid),
+                parent_trial=t.parent_trial,
+                parent_step=t.parent_step,
+                priority=t.priority,
+                retries=t.retries,
+                info=t.info,
+            )
+            for tid, t in self.state.trials.items()
+        }
+        return StudyView(
+            metric=self.spec.metric,
+            mode=self.spec.mode,
+            max_steps=self.spec.max_steps,
+            boundary=self.spec.boundary,
+            now=self.clock.now() - t0,
+            trials=trials,
+            free_slots=free_slots,
+            total_slots=self.spec.resources.slots,
+            trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
+        )
+
+    def _rng(self) -> np.random.Generator:
+        return index_rng(self._policy_seed, int(self.writer.state["commit"]))
+
+    def _schedule(self) -> None:
+        events, self._events = self._events, []
+        if events:
+            view = self._view()
+            for event in events:
+                trial = self.state.trials[event.trial_id]  # type: ignore[index]
+                if trial.status is not TrialStatus.RUNNING:
+                    continue
+                for action in self.policy.decide(view, event, self._rng()):
+                    self._apply(action, event)
+        if self.state.state is StudyState.RUNNING and self._dirty:
+            self._dirty = False
+            self._fill_slots()
+        if self.state.state is StudyState.STOPPING and not self.state.active_segments():
+            final = StudyState.FAILED if self.state.failing else StudyState.STOPPED
+            self._set_study(final, self.state.reason)
+
+    def _fill_slots(self) -> None:
+        """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
+        active = self.state.active_segments()
+        busy = {s.worker_id for s in active}
+        live = self._live_workers()
+        rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
+        idle = sorted(
+            (w for w in live if w.state == "started" and w.worker_id not in busy),
+            key=lambda w: rank.get(self._worker_states.get(w.worker_id, WorkerState.PENDING), 2),
+        )
+        pending = sum(
+            not w.info or self._worker_states.get(w.worker_id) is WorkerState.PENDING for w in live
+        )
+        can_submit = max(self.spec.slurm.max_pending - pending, 0)
+        free_slots = min(self.spec.resources.slots - len(busy), len(idle) + can_submit)
+        if free_slots <= 0:
+            return
+        view = self._view(free_slots)
+        placed = 0
+        for action in self.policy.decide(view, Event.slot_free(free_slots), self._rng()):
+            if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
+                self._apply(action, None)
+                continue
+            if placed >= free_slots:
+                logger.warning("policy asked for more trials than free slots; %s ignored", action)
+                continue
+            trial = self._trial_for(action, view)
+            if trial is None:
+                continue
+            worker_id = idle.pop(0).worker_id if idle else self._new_worker()
+            self._assign(trial, worker_id, action.until_step)
+            placed += 1
+        for worker in idle:  # the policy has nothing for them
+            self._order_exit(worker, "no work for it")
+        if not placed and not active:
+            self._set_study(StudyState.FINISHED, "no trial left to run")
+
+    def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+        self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
+        path = self.paths.assignment(worker.worker_id)
+        self._outbox.append(lambda: write_assignment(path, None, reason))
+
+    def _trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
+        """Return the trial an action starts or resumes (creating it for START and FORK)."""
+        if action.kind is ActionKind.RESUME:
+            trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
+            if trial is None or trial.status not in (TrialStatus.QUEUED, TrialStatus.SUSPENDED):
+                logger.warning("cannot resume trial %s; ignored", action.trial_id)
+                return None
+            return trial
+        trial_id = len(self.state.trials)
+        data: dict[str, Any] = {
+            "seed": trial_seed(self.spec.seed, trial_id),
+            "priority": action.priority,
+        }
+        if action.kind is ActionKind.FORK:
+            parent = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
+            row = self._checkpoint_row(action.trial_id, action.step)
+            if parent is None or row is None:
+                logger.warning(
+                    "cannot fork trial %s at step %s; ignored", action.trial_id, action.step
+                )
+                return None
+            data.update(
+                params=dict(action.params or {}),
+                parent_trial=parent.trial_id,
+                parent_step=action.step,
+                parent_checkpoint_row=row,
+            )
+        elif action.params is not None:
+            data["params"] = dict(action.params)
+        else:
+            if self.state.generated >= self.spec.num_trials:
+                return None
+            index = self.state.generated
+            data.update(params=self.generator.suggest(index, view), generator_index=index)
+        self._log(st.TRIAL_CREATED, trial=trial_id, **data)
+        logger.info("trial %d created: %s", trial_id, data["params"])
+        return self.state.trials[trial_id]
+
+    def _checkpoint_row(self, trial_id: int | None, step: int | None) -> int | None:
+        for ref in self.state.checkpoints.values():
+            if ref.trial_id == trial_id and ref.step == step and not ref.deleted:
+                return ref.row
+        return None
+
+    def _assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
+        row = trial.checkpoint_row
+        if row is None and not trial.segments:
+            row = trial.parent_checkpoint_row
+        ref = self.state.checkpoints.get(row) if row is not None else None
+        start = ref.step if ref is not None else 0
+        until = min(until_step or self.spec.max_steps, self.spec.max_steps)
+        if start >= self.spec.max_steps:
+            self._set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at the last step")
+            return
+        segment_id = len(self.state.segments)
+        self._log(
+            st.SEGMENT_ASSIGNED,
+            trial=trial.trial_id,
+            segment=segment_id,
+            worker=worker_id,
+            start_step=start,
+            until_step=max(until, start + 1),
+            checkpoint_row=row,
+        )
+        seg = self.state.segments[segment_id]
+        logger.info(
+            "segment %d: trial %d on worker %s from step %d",
+            segment_id,
+            trial.trial_id,
+            worker_id,
+            start,
+        )
+        self._outbox.append(self._assignment_writer(seg))
+
+    def _assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
+        trial = self.state.trials[seg.trial_id]
+        ref = (
+            self.state.checkpoints.get(seg.checkpoint_row)
+            if seg.checkpoint_row is not None
+            else None
+        )
+        entry = self.spec.entry
+        assignment = Assignment(
+            segment_id=seg.segment_id,
+            trial_id=seg.trial_id,
+            params=trial.params,
+            seed=trial.seed,
+            start_step=seg.start_step,
+            until_step=seg.until_step,
+            max_steps=self.spec.max_steps,
+            boundary=self.spec.boundary,
+            metric=self.spec.metric,
+            mode=self.spec.mode,
+            entry={
+                "file": str(entry.file) if entry.file else None,
+                "module": entry.module,
+                "function": entry.function,
+            },
+            checkpoint=ref.path if ref is not None else None,
+            checkpoint_sha256=ref.sha256 if ref is not None else None,
+            decision_wait=self.decision_wait if self.policy.boundary_decisions else 0.0,
+        )
+        path = self.paths.assignment(seg.worker_id)
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_assignment(path, assignment)
+
+        return write
+
+    def _apply(self, action: Action, event: Event | None) -> None:
+        trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
+        if trial is None:
+            logger.warning("action %s names no trial; ignored", action)
+            return
+        if action.kind is ActionKind.CONTINUE:
+            if action.priority != trial.priority:
+                self._log(
+                    st.DECISION,
+                    trial=trial.trial_id,
+                    decision="continue",
+                    priority=action.priority,
+                    reason=action.reason,
+                )
+            seg = self._running_segment(trial)
+            if (
+                seg is not None
+                and event is not None
+                and event.kind is EventKind.BOUNDARY
+                and self.policy.boundary_decisions
+            ):
+                message = DecisionMessage(seg.segment_id, int(event.step or 0), Decision.CONTINUE)
+                path = self.paths.decision(seg.segment_id)
+                self._outbox.append(lambda: write_json_atomic(path, message.to_dict()))
+        elif action.kind is ActionKind.SUSPEND:
+            seg = self._running_segment(trial)
+            if seg is not None:
+                self._send_decision(seg, Decision.SUSPEND, action.reason, priority=action.priority)
+            elif trial.status is TrialStatus.QUEUED:
+                self._set_trial(trial, TrialStatus.SUSPENDED, action.reason)
+        elif action.kind is ActionKind.TERMINATE:
+            self._terminate(trial, action.reason or "terminated by the policy")
+        else:
+            logger.warning("action %s cannot be carried out here; ignored", action)
+
+    def _terminate(self, trial: TrialRecord, reason: str) -> None:
+        seg = self._running_segment(trial)
+        if seg is not None:
+            self._send_decision(seg, Decision.STOP, reason)
+        elif not trial.status.is_final:
+            self._set_trial(trial, TrialStatus.TERMINATED, reason)
+
+    def _running_segment(self, trial: TrialRecord) -> SegmentRecord | None:
+        if trial.segments:
+            seg = self.state.segments[trial.segments[-1]]
+            if not seg.status.is_final:
+                return seg
+        return None
+
+    def _can_exit(self) -> bool:
+        """True once the study has ended and every worker has gone (or was cancelled)."""
+        if self._abort or self._detach:
+            return True
+        if self.state.state not in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED):
+            return False
+        now = self.clock.now()
+        if self._exit_ordered_at is None:
+            self._exit_ordered_at = now
+        for worker in self._live_workers():
+            if not worker.info:
+                self._log(
+                    st.WORKER, worker=worker.worker_id, event="exited", reason="never started"
+                )
+            elif worker.state == "started":
+                self._order_exit(worker, f"study {self.state.state.value}")
+            elif now - self._exit_ordered_at > EXIT_GRACE:
+                self.executor.cancel(worker.worker_id, worker.info)
+                self._log(
+                    st.WORKER,
+                    worker=worker.worker_id,
+                    event="lost",
+                    reason=f"did not exit within {EXIT_GRACE:.0f} s; cancelled",
+                )
+        self._commit()
+        return not self._live_workers()

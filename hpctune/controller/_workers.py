@@ -1,0 +1,175 @@
+"""Worker management: liveness (heartbeat first, executor second), runs, grace, the pool."""
+
+from __future__ import annotations
+
+import logging
+
+from hpctune.controller._base import REQUEUE_SILENCE, STARTUP_FAILURES_LIMIT, _tail
+from hpctune.controller._ingest import IngestingController
+from hpctune.errors import SubmissionError
+from hpctune.executors._base import WorkerState
+from hpctune.journal import state as st
+from hpctune.protocol import Heartbeat
+from hpctune.states import Decision, SegmentStatus, StudyState
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerManagingController(IngestingController):
+    """Turns gone workers into lost or exited ones and starts the workers the scheduler adds."""
+
+    def _check_workers(self) -> None:
+        """Turn workers that are gone into lost or exited ones, and their segments into lost ones.
+
+        The heartbeat file is the first opinion, the executor (pid, squeue) the second. A worker
+        waiting in the queue (also after a requeue) is never timed out; a running one is timed out
+        when its heartbeat is older than ``worker_timeout``, or when none newer than its start
+        came within ``startup_timeout``.
+        """
+        now = self.clock.now()
+        for worker in self._live_workers():
+            if not worker.info:
+                continue  # not started yet (see _manage_pool)
+            wid = worker.worker_id
+            beat = Heartbeat.read(self.paths.heartbeat(wid))
+            state = self.executor.state(wid, worker.info)
+            if self._worker_states.get(wid) is not state:
+                self._worker_states[wid] = state
+                self._dirty = True  # e.g. a queued job started: slots may be offered again
+            self._track_runs(worker, beat, state)
+            exited = beat is not None and beat.state == "exited"
+            if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
+                if exited:
+                    self._worker_gone(worker, "exited", "exited", beat)
+                else:
+                    self._worker_gone(worker, "lost", "its process or job is gone", beat)
+                continue
+            if state is WorkerState.PENDING:
+                self._running_since.pop(wid, None)
+                seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+                beating = beat is not None and now - beat.time < REQUEUE_SILENCE
+                if seg is not None and seg.status is SegmentStatus.RUNNING and not beating:
+                    self._ingest_segment(seg)
+                    if not seg.status.is_final:  # the job was requeued under it
+                        self._end_segment(
+                            seg,
+                            SegmentStatus.LOST,
+                            f"worker {wid} was requeued",
+                            "",
+                            None,
+                            count_retry=False,
+                        )
+                continue
+            since = self._running_since.setdefault(wid, now)
+            fresh = beat is not None and beat.time >= since - self.worker_timeout
+            if fresh:
+                self._startup_failures = 0
+            age = now - (beat.time if fresh and beat is not None else since)
+            limit = self.worker_timeout if fresh else self.startup_timeout
+            if age > limit:
+                self.executor.cancel(wid, worker.info)
+                what = "heartbeat" if fresh else "heartbeat since its start"
+                self._worker_gone(worker, "lost", f"no {what} for {age:.0f} s", beat)
+
+    def _track_runs(
+        self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
+    ) -> None:
+        """Journal when each process of a worker ran (``running``/``down``), for accounting."""
+        wid = worker.worker_id
+        if beat is not None and worker.open_run != beat.started:
+            known = any(run.since == beat.started for run in worker.runs)
+            if worker.open_run is not None:  # an earlier process ended unseen
+                self._log(st.WORKER, worker=wid, event="down", at=beat.started)
+            if not known:
+                self._log(
+                    st.WORKER,
+                    worker=wid,
+                    event="running",
+                    since=beat.started,
+                    job=beat.slurm_job_id,
+                    pid=beat.pid,
+                    host=beat.host,
+                )
+        since = worker.open_run
+        if since is None:
+            return
+        ended = beat is not None and beat.started == since and beat.state in ("exited", "requeued")
+        beating = beat is not None and self.clock.now() - beat.time < REQUEUE_SILENCE
+        queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
+        if ended or queued or state is WorkerState.GONE:
+            at = beat.time if beat is not None and beat.started == since else self.clock.now()
+            self._log(st.WORKER, worker=wid, event="down", at=at)
+
+    def _enforce_grace(self) -> None:
+        """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
+        now = self.clock.now()
+        for seg in self.state.active_segments():
+            if not seg.decision or seg.decision_time is None:
+                continue
+            if now - seg.decision_time <= self.stop_grace:
+                continue
+            worker = self.state.workers.get(seg.worker_id)
+            if worker is None or worker.state not in ("started", "stopping"):
+                continue
+            reason = (
+                f"did not {seg.decision} within {self.stop_grace:.0f} s; "
+                f"worker {worker.worker_id} cancelled"
+            )
+            self.executor.cancel(worker.worker_id, worker.info)
+            self._ingest_segment(seg)
+            if not seg.status.is_final:
+                if seg.decision == Decision.STOP.value:
+                    self._end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
+                else:
+                    self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self._worker_gone(
+                worker, "lost", reason, Heartbeat.read(self.paths.heartbeat(worker.worker_id))
+            )
+
+    def _worker_gone(
+        self, worker: st.WorkerRecord, event: str, reason: str, beat: Heartbeat | None
+    ) -> None:
+        segment_id = worker.segment_id
+        if segment_id is not None:
+            seg = self.state.segments[segment_id]
+            self._ingest_segment(seg)  # it may have ended just before its worker went
+            if not seg.status.is_final:
+                self._end_segment(
+                    seg, SegmentStatus.LOST, f"worker {worker.worker_id} {reason}", "", None
+                )
+        logger.info("worker %s %s: %s", worker.worker_id, event, reason)
+        since = worker.open_run
+        if since is not None:
+            last = beat.time if beat is not None and beat.started == since else self.clock.now()
+            self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
+        self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
+        if event == "lost" and beat is None:
+            self._startup_failures += 1  # it never wrote a heartbeat
+            if self._startup_failures >= STARTUP_FAILURES_LIMIT:
+                log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")
+                self._set_study(
+                    StudyState.STOPPING,
+                    f"{self._startup_failures} workers died before their first heartbeat; "
+                    f"see {log}: {_tail(log)}",
+                    fail=True,
+                )
+
+    def _manage_pool(self) -> None:
+        """Start the workers the scheduler created, once the journal holds them (write-ahead)."""
+        pending = [w for w in self._live_workers() if w.state == "started" and not w.info]
+        if not pending or self.clock.now() < self._start_retry_at:
+            return
+        self._commit()
+        try:
+            infos = self.executor.start([w.worker_id for w in pending])
+        except SubmissionError as exc:
+            logger.error("%s; retrying in 10 s", exc)
+            self._start_retry_at = self.clock.now() + 10.0
+            return
+        for worker_id, info in infos.items():
+            self._log(st.WORKER, worker=worker_id, event="submitted", info=info)
+
+    def _new_worker(self) -> str:
+        worker_id = f"w{len(self.state.workers):04d}"
+        self._log(st.WORKER, worker=worker_id, event="started", info={})
+        return worker_id
