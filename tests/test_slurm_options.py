@@ -32,6 +32,7 @@ SLURM = {
     "signal_delay_s": 120,
     "controller": {
         "partition": "cpu",
+        "cpus": 2,
         "qos": "long",
         "time": "2-00:00:00",
         "mem": "2G",
@@ -133,6 +134,8 @@ def test_memory_sizes() -> None:
         ({"extra": {"a": [1]}}, "slurm.extra"),
         ({"partition": ""}, "slurm.partition"),
         ({"controller": 3}, "slurm.controller"),
+        ({"cpus": 4}, "slurm.cpus"),
+        ({"controller": {"cpus": 0}}, "slurm.controller.cpus"),
     ],
 )
 def test_bad_slurm_sections_name_the_field(

@@ -28,7 +28,7 @@ TEMPLATE = """#!/bin/bash
 #SBATCH --output={log!s}
 #SBATCH --open-mode=append
 #SBATCH --time={time!s}
-#SBATCH --cpus-per-task=1
+#SBATCH --cpus-per-task={cpus!s}
 #SBATCH --mem={mem!s}
 #SBATCH --requeue
 #SBATCH --signal=B:USR2@{signal!s}
@@ -65,6 +65,7 @@ def render_controller_script(paths: StudyPaths, spec: StudySpec, python: str | N
         root_quoted=shlex.quote(str(paths.root)),
         log=paths.logs / "controller-%j.out",
         time=format_time(options.time_min),
+        cpus=options.cpus,
         mem=f"{mem_mb}M",
         signal=CONTROLLER_SIGNAL_S,
         options="\n".join(lines),

@@ -29,6 +29,7 @@ class JobOptions:
         qos: ``--qos``.
         constraint: ``--constraint``.
         time_min: The time limit in minutes (``--time``).
+        cpus: ``--cpus-per-task`` (the controller's; workers take ``[resources]`` cpus).
         mem_gb: Memory in GB (``--mem``); None: the partition's default.
         setup: Shell lines run before the job's command (``module load ...``).
         extra: Further sbatch options, e.g. ``{reservation = "ml", exclusive = true}``.
@@ -39,6 +40,7 @@ class JobOptions:
     qos: str | None = None
     constraint: str | None = None
     time_min: int = 60
+    cpus: int = 1
     mem_gb: float | None = None
     setup: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -100,6 +102,7 @@ class SlurmSpec:
 
 
 JOB_KEYS = ("partition", "account", "qos", "constraint", "time", "mem", "setup", "extra")
+CONTROLLER_KEYS = (*JOB_KEYS, "cpus")
 SLURM_KEYS = (*JOB_KEYS, "signal_delay_s", "max_pending", "controller_timeout_s", "controller")
 
 
@@ -117,7 +120,7 @@ def parse_slurm(table: Mapping[str, Any], path: Path) -> SlurmSpec:
             "slurm.controller",
             f"must be a table ([slurm.controller]), but got {controller_table!r}",
         )
-    _check_keys(controller_table, JOB_KEYS, "slurm.controller", path)
+    _check_keys(controller_table, CONTROLLER_KEYS, "slurm.controller", path)
     defaults = SlurmSpec()
     return SlurmSpec(
         worker=_job(table, "slurm", path, defaults.worker),
@@ -178,8 +181,18 @@ def _job(table: Mapping[str, Any], name: str, path: Path, default: JobOptions) -
             f"`{name}.extra` must be a table of sbatch options, e.g. "
             f'{{ reservation = "ml", exclusive = true }}, but got {extra!r}',
         )
+    cpus = table.get("cpus", default.cpus)
+    if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
+        raise StudySpecError(
+            path, f"{name}.cpus", f"`{name}.cpus` must be an integer >= 1, but got {cpus!r}"
+        )
     return JobOptions(
-        time_min=time_min, mem_gb=mem_gb, setup=tuple(setup), extra=dict(extra), **strings
+        time_min=time_min,
+        cpus=cpus,
+        mem_gb=mem_gb,
+        setup=tuple(setup),
+        extra=dict(extra),
+        **strings,
     )
 
 
