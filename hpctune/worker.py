@@ -220,11 +220,14 @@ class Worker:
         return "requeued"
 
     def _controller_silent(self) -> bool:
+        """True when the controller has ended, or been silent for ``controller_timeout``."""
         data = read_json(self.paths.controller_file)
-        last = float(data.get("time", 0.0)) if isinstance(data, dict) else 0.0
-        if not last:
-            with contextlib.suppress(OSError):
-                last = self.paths.worker_dir(self.worker_id).stat().st_mtime
+        if isinstance(data, dict) and "time" in data:
+            last = float(data["time"])
+            if last == 0.0:
+                return True  # the controller ended (it writes time 0 when it does)
+        else:
+            last = self.heartbeat.beat.started  # no controller yet: count from our start
         return time.time() - last > self.controller_timeout
 
     def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
