@@ -270,6 +270,229 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     return EXIT_OK
 
 
+def _parse_options(texts: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
+    """``[POLICY.]KEY=VALUE`` texts -> options by policy name (values read as JSON if they are)."""
+    options: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for text in texts:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option {text!r} must be KEY=VALUE or POLICY.KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        target, dot, option = key.strip().rpartition(".")
+        if dot:
+            if target not in options:
+                raise UsageError(
+                    f"--option {text!r} names policy {target!r}, which is not among the "
+                    f"--policy values ({', '.join(names)})"
+                )
+            options[target][option] = value
+        else:
+            for name in names:
+                options[name][option] = value
+    return options
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "never" if value is None else f"{value:.{digits}g}"
+
+
+def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
+    return f"{_fmt(q['median'], digits)} ({_fmt(q['q25'], digits)}-{_fmt(q['q75'], digits)})"
+
+
+@cli.command()
+@click.option(
+    "--trace",
+    "trace_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The trace file (HDF5, docs/traces.md).",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    required=True,
+    help="A policy name; repeat it to compare several.",
+)
+@click.option(
+    "--option",
+    "option_texts",
+    multiple=True,
+    metavar="[POLICY.]KEY=VALUE",
+    help="A policy option (value read as JSON if it parses); POLICY. limits it to one policy.",
+)
+@click.option("--slots", type=int, default=4, show_default=True, help="Workers at once.")
+@click.option(
+    "--seeds", type=int, default=8, show_default=True, help="Configuration orders (runs)."
+)
+@click.option("--target", type=float, default=None, help="Target value (default: the trace's).")
+@click.option("--budget", type=float, default=None, help="Also report the best value by then (s).")
+@click.option("--queue-wait", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option("--startup", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option("--suspend-cost", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option("--resume-cost", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option("--checkpoint-cost", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option("--boundary", type=int, default=1, show_default=True, help="Study boundary.")
+@click.option("--max-steps", type=int, default=None, help="Default: the trace's epochs.")
+@click.option("--num-trials", type=int, default=None, help="Default: every configuration.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/traces.md).")
+@click.option("--timeline", is_flag=True, help="With --json: add each run's timeline.")
+def simulate(
+    trace_path: Path,
+    policies: tuple[str, ...],
+    option_texts: tuple[str, ...],
+    slots: int,
+    seeds: int,
+    target: float | None,
+    budget: float | None,
+    queue_wait: float,
+    startup: float,
+    suspend_cost: float,
+    resume_cost: float,
+    checkpoint_cost: float,
+    boundary: int,
+    max_steps: int | None,
+    num_trials: int | None,
+    as_json: bool,
+    timeline: bool,
+) -> int:
+    """Replay a trace under policies in simulated time; print medians and quartiles.
+
+    Each of --seeds runs draws its own configuration order (the same for every policy), and
+    reports the time to reach the target, GPU-hours, the best value and trial counts.
+    """
+    import math
+
+    from hpctune.simulator import SimulatorConfig, run_many
+    from hpctune.traces import Trace
+
+    if slots < 1:
+        raise UsageError(f"--slots must be >= 1, but got {slots}")
+    if seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, but got {seeds}")
+    names = list(dict.fromkeys(policies))
+    options = _parse_options(option_texts, names)
+    trace = Trace.load(trace_path)
+    config = SimulatorConfig(
+        queue_wait=queue_wait,
+        startup=startup,
+        suspend_cost=suspend_cost,
+        resume_cost=resume_cost,
+        checkpoint_cost=checkpoint_cost,
+        boundary=boundary,
+        max_steps=max_steps,
+        num_trials=num_trials,
+        target=target,
+    )
+    many = run_many(
+        trace,
+        [(name, options[name]) for name in names],
+        slots,
+        seeds,
+        config=config,
+        budget=budget,
+    )
+    if as_json:
+        doc = {
+            "format": "hpctune.simulate/1",
+            "trace": {
+                "path": str(trace_path),
+                "configs": trace.num_configs,
+                "epochs": trace.num_epochs,
+                "metric": trace.metric,
+                "mode": trace.mode,
+                "random_level": None if math.isnan(trace.random_level) else trace.random_level,
+            },
+            "target": many.target,
+            "slots": slots,
+            "seeds": list(range(seeds)),
+            "budget": budget,
+            "config": {
+                k: v
+                for k, v in vars(config).items()
+                if k not in ("target", "stop_at_target", "max_time")
+            },
+            "policies": [
+                {
+                    "label": key,
+                    "policy": runs[0].policy,
+                    "options": dict(runs[0].options),
+                    "summary": many.summary[key],
+                    "runs": [r.to_dict(timeline=timeline, budget=budget) for r in runs],
+                }
+                for key, runs in many.runs.items()
+            ],
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return EXIT_OK
+    click.echo(
+        f"trace {trace_path}: {trace.num_configs} configurations x {trace.num_epochs} epochs, "
+        f"{trace.metric} ({trace.mode}), target {many.target:.6g}"
+    )
+    click.echo(
+        f"{slots} slots, {seeds} configuration orders; costs (s): queue {queue_wait:g}, "
+        f"start-up {startup:g}, suspend {suspend_cost:g}, resume {resume_cost:g}, "
+        f"checkpoint {checkpoint_cost:g}"
+    )
+    click.echo("medians (quartiles q25-q75):")
+    header = ["policy", "reached", "time to target s", "GPU-h to target", "GPU-h", "best"]
+    header += ["started", "terminated", "suspended"]
+    if budget is not None:
+        header.append(f"best by {budget:g} s")
+    rows = [header]
+    for key, summary in many.summary.items():
+        row = [
+            key,
+            f"{summary['reached']}/{summary['runs']}",
+            _fmt_q(summary["time_to_target"]),
+            _fmt_q(summary["gpu_hours_to_target"]),
+            _fmt_q(summary["gpu_hours"]),
+            _fmt(summary["best_value"]["median"], 4),
+            _fmt(summary["trials_started"]["median"]),
+            _fmt(summary["trials_terminated"]["median"]),
+            _fmt(summary["trials_suspended"]["median"]),
+        ]
+        if budget is not None:
+            row.append(_fmt(summary["best_value_at_budget"]["median"], 4))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+@cli.command("export-trace")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--random-level",
+    type=float,
+    default=None,
+    help="The metric's value for a random model (e.g. 0.1 for ten classes).",
+)
+def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
+    """Write a finished study's curves and step times as a trace file (HDF5) OUT."""
+    import math
+
+    from hpctune.traces import Trace
+
+    paths = _study_paths(str(study_dir))
+    trace = Trace.from_study(
+        paths.root, random_level=math.nan if random_level is None else random_level
+    )
+    trace.save(out)
+    done = int((trace.lengths() == trace.num_epochs).sum())
+    click.echo(
+        f"wrote {out}: {trace.num_configs} configurations x {trace.num_epochs} epochs "
+        f"({done} ran to the end), metric {trace.metric} ({trace.mode})"
+    )
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to exit codes (2 bad input, 1 failure)."""
     args = sys.argv[1:] if argv is None else argv

@@ -109,6 +109,7 @@ class ControllerBase:
         self._worker_states: dict[str, WorkerState] = {}
         self._running_since: dict[str, float] = {}
         self.iterations = 0
+        self._decide_calls = 0
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""

@@ -42,7 +42,7 @@ from hpctune.policies import (
     TrialView,
 )
 from hpctune.protocol import Assignment, DecisionMessage, write_assignment
-from hpctune.seeding import index_rng, trial_seed
+from hpctune.seeding import trial_seed
 from hpctune.states import Decision, StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,10 @@ class Controller(WorkerManagingController):
         )
 
     def _rng(self) -> np.random.Generator:
-        return index_rng(self._policy_seed, int(self.writer.state["commit"]))
+        """A fresh generator per decision: seeded by the policy seed, the commit and a counter."""
+        self._decide_calls += 1
+        key = (int(self.writer.state["commit"]), self._decide_calls)
+        return np.random.default_rng(np.random.SeedSequence(self._policy_seed, spawn_key=key))
 
     def _schedule(self) -> None:
         events, self._events = self._events, []

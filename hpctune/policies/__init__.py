@@ -20,10 +20,20 @@ from hpctune.policies._base import (
     TrialView,
     parse_options,
 )
+from hpctune.policies.asha import AshaPolicy
+from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy
+from hpctune.policies.hyperband import HyperbandPolicy
+from hpctune.policies.median import MedianStoppingPolicy
+from hpctune.policies.sha import ShaPolicy
 
 POLICIES: Mapping[str, type[Policy]] = {
     DefaultPolicy.name: DefaultPolicy,
+    BanditPolicy.name: BanditPolicy,
+    ShaPolicy.name: ShaPolicy,
+    AshaPolicy.name: AshaPolicy,
+    HyperbandPolicy.name: HyperbandPolicy,
+    MedianStoppingPolicy.name: MedianStoppingPolicy,
 }
 
 
@@ -46,11 +56,16 @@ __all__ = [
     "POLICIES",
     "Action",
     "ActionKind",
+    "AshaPolicy",
+    "BanditPolicy",
     "DefaultPolicy",
     "Event",
     "EventKind",
+    "HyperbandPolicy",
+    "MedianStoppingPolicy",
     "OptionError",
     "Policy",
+    "ShaPolicy",
     "StudyView",
     "TrialView",
     "make_policy",

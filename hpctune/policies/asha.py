@@ -1,0 +1,216 @@
+"""Asynchronous successive halving (ASHA), stop-based as Ray Tune's ``AsyncHyperBandScheduler``.
+
+Li et al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020), Algorithm 2,
+in the form Ray implements (``python/ray/tune/schedulers/async_hyperband.py``, ``_Bracket``):
+trials start on every free slot and train towards ``max_t``; the first time a trial reaches a
+rung (``grace_period * reduction_factor**k`` steps) its value is compared with the values
+recorded at that rung so far and the trial is stopped if it is below their
+``(1 - 1/reduction_factor)`` percentile; either way its value is recorded there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._common import geometric_rungs, require
+from hpctune.states import Decision
+
+
+@dataclass(frozen=True)
+class AshaOptions:
+    """Options of :class:`AshaPolicy`; defaults of Ray's ``ASHAScheduler`` (REFERENCE.md §2.1).
+
+    Attributes:
+        grace_period: Steps before the first rung (Ray ``grace_period=1``).
+        reduction_factor: η: rungs are η times apart and keep the top 1/η (Ray: 4).
+        max_t: Steps a trial may train; ``None``: the study's ``max_steps`` (Ray: 100).
+        brackets: Brackets; a trial joins one by a softmax over their rung counts (Ray: 1).
+    """
+
+    grace_period: int = 1
+    reduction_factor: int = 4
+    max_t: int | None = None
+    brackets: int = 1
+
+
+class AshaBracket:
+    """One ASHA bracket: rungs and the values recorded at each (Ray's ``_Bracket``).
+
+    Args:
+        grace_period: The first rung of bracket 0.
+        reduction_factor: η.
+        max_t: Rungs lie below it.
+        s: The bracket's index: its first rung is ``grace_period * η**s``.
+    """
+
+    def __init__(self, grace_period: int, reduction_factor: int, max_t: int, s: int = 0) -> None:
+        self.reduction_factor = reduction_factor
+        milestones = geometric_rungs(grace_period, reduction_factor, max_t)[s:]
+        # highest first, as Ray keeps them, so that a result finds its rung by scanning down
+        self.rungs: list[tuple[int, dict[int, float]]] = [(m, {}) for m in reversed(milestones)]
+        self.stopped: dict[int, tuple[int, float]] = {}  # trial -> (milestone, cutoff)
+
+    def cutoff(self, recorded: Mapping[int, float]) -> float | None:
+        """The ``(1 - 1/η)`` percentile of ``recorded`` values, ``None`` if there are none."""
+        if not recorded:
+            return None
+        q = (1 - 1 / self.reduction_factor) * 100
+        return float(np.nanpercentile(list(recorded.values()), q))
+
+    def on_result(self, trial_id: int, step: int, value: float | None) -> Decision:
+        """Decide for ``trial_id`` at ``step`` with ``value`` (larger is better).
+
+        Scanning the rungs from the highest, the first one at or below ``step`` decides: if the
+        trial is recorded there already, it continues (it was judged at that rung before);
+        otherwise it is stopped when ``value`` is below the rung's cutoff, and ``value`` is
+        recorded there (unless ``None`` or NaN). A stopped trial stays stopped.
+        """
+        if trial_id in self.stopped:
+            return Decision.STOP
+        for milestone, recorded in self.rungs:
+            if step < milestone:
+                continue
+            if trial_id in recorded:
+                return Decision.CONTINUE
+            cutoff = self.cutoff(recorded)
+            decision = Decision.CONTINUE
+            if cutoff is not None and value is not None and value < cutoff:
+                decision = Decision.STOP
+                self.stopped[trial_id] = (milestone, cutoff)
+            if value is not None and not math.isnan(value):
+                recorded[trial_id] = value
+            return decision
+        return Decision.CONTINUE
+
+    def rung_of(self, trial_id: int) -> int | None:
+        """The highest milestone ``trial_id`` was recorded at, ``None`` if none."""
+        for milestone, recorded in self.rungs:
+            if trial_id in recorded:
+                return milestone
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The recorded values (lists, JSON-able) and the stopped trials."""
+        return {
+            "rungs": [[m, [[t, v] for t, v in rec.items()]] for m, rec in self.rungs],
+            "stopped": [[t, m, c] for t, (m, c) in self.stopped.items()],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the milestones must match)."""
+        milestones = [m for m, _ in self.rungs]
+        stored = [int(m) for m, _ in state["rungs"]]
+        if stored != milestones:
+            raise ValueError(f"ASHA bracket rungs {stored} in the state, but {milestones} now")
+        self.rungs = [(int(m), {int(t): float(v) for t, v in rec}) for m, rec in state["rungs"]]
+        self.stopped = {int(t): (int(m), float(c)) for t, m, c in state["stopped"]}
+
+
+class AshaPolicy(Policy):
+    """Asynchronous successive halving (Li et al. 2020; Ray's ``AsyncHyperBandScheduler``).
+
+    SLOT_FREE: fill every free slot (queued, then suspended, then new trials). BOUNDARY: the
+    bracket's rule (:meth:`AshaBracket.on_result`) continues or terminates the trial; at
+    ``max_t`` below the study's ``max_steps`` the trial is terminated (Ray's
+    ``stop_last_trials``). Use it for large random searches where most configurations can be
+    judged after a few steps and slots must never wait for stragglers.
+    """
+
+    name: ClassVar[str] = "asha"
+    Options = AshaOptions
+
+    def __init__(self, options: AshaOptions | None = None) -> None:
+        self.options = options or AshaOptions()
+        o = self.options
+        require("grace_period", o.grace_period, 1)
+        require("reduction_factor", o.reduction_factor, 2)
+        require("brackets", o.brackets, 1)
+        if o.max_t is not None and o.max_t < o.grace_period:
+            raise OptionError(
+                "max_t", f"must be >= grace_period ({o.grace_period}), but got {o.max_t}"
+            )
+        self._max_t: int | None = None
+        self.brackets: list[AshaBracket] = []
+        self.assigned: dict[int, int] = {}
+
+    def _ensure(self, view: StudyView) -> int:
+        """Build the brackets once ``max_t`` is known (the study's ``max_steps`` by default)."""
+        if self._max_t is None:
+            self._max_t = min(self.options.max_t or view.max_steps, view.max_steps)
+            self.brackets = [
+                AshaBracket(
+                    self.options.grace_period, self.options.reduction_factor, self._max_t, s
+                )
+                for s in range(self.options.brackets)
+            ]
+        return self._max_t
+
+    def _bracket_of(self, trial_id: int, rng: np.random.Generator) -> AshaBracket:
+        if trial_id not in self.assigned:
+            if len(self.brackets) == 1:
+                self.assigned[trial_id] = 0
+            else:  # Ray: softmax over the brackets' rung counts
+                sizes = np.array([len(b.rungs) for b in self.brackets], dtype=float)
+                probs = np.exp(sizes - sizes.max())
+                self.assigned[trial_id] = int(rng.choice(len(sizes), p=probs / probs.sum()))
+        return self.brackets[self.assigned[trial_id]]
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        """Fill slots on SLOT_FREE; continue or terminate at a BOUNDARY."""
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
+            return []
+        trial = view.trials.get(event.trial_id)
+        if trial is None:
+            return []
+        max_t = self._ensure(view)
+        step = int(event.step if event.step is not None else trial.step)
+        tid = trial.trial_id
+        if step >= max_t:
+            if max_t < view.max_steps:
+                return [Action.terminate(tid, reason=f"ASHA: reached max_t={max_t}")]
+            return [Action.continue_(tid)]
+        bracket = self._bracket_of(tid, rng)
+        exact = trial.steps == step
+        value = float(view.sign * trial.values[exact][-1]) if exact.any() else None
+        if bracket.on_result(tid, step, value) is Decision.STOP:
+            milestone, cutoff = bracket.stopped[tid]
+            shown = "no value" if value is None else f"{view.sign * value:.6g}"
+            return [
+                Action.terminate(
+                    tid,
+                    reason=f"ASHA: {view.metric} {shown} at rung {milestone} below the cutoff "
+                    f"{view.sign * cutoff:.6g}",
+                )
+            ]
+        return [Action.continue_(tid)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Brackets, recorded values and bracket assignments (JSON-able)."""
+        if self._max_t is None:
+            return {}
+        return {
+            "max_t": self._max_t,
+            "brackets": [b.state_dict() for b in self.brackets],
+            "assigned": [[t, b] for t, b in sorted(self.assigned.items())],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        if not state:
+            return
+        self._max_t = int(state["max_t"])
+        self.brackets = [
+            AshaBracket(self.options.grace_period, self.options.reduction_factor, self._max_t, s)
+            for s in range(self.options.brackets)
+        ]
+        for bracket, data in zip(self.brackets, state["brackets"], strict=True):
+            bracket.load_state_dict(data)
+        self.assigned = {int(t): int(b) for t, b in state["assigned"]}

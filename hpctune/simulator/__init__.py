@@ -1,0 +1,44 @@
+"""The trace-driven simulator: policies replayed on recorded curves in simulated time.
+
+HyperDrive's simulator (§7.1 of the paper) in hpctune's terms: a :class:`~hpctune.traces.Trace`
+is the workload, the policy is any of :data:`hpctune.policies.POLICIES`, and the engine plays
+the controller and the workers with their rules, so that what is measured here is what runs on
+the cluster. See ``docs/traces.md``.
+
+>>> from hpctune.simulator import simulate, run_many                 # doctest: +SKIP
+>>> simulate("benchmarks/traces/digits.h5", "asha", slots=4).time_to_target  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from hpctune.simulator._api import ManyResult, build_policy, label, run_many, simulate
+from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
+from hpctune.simulator._engine import Simulator
+from hpctune.simulator._results import (
+    DecisionRecord,
+    SegmentSpan,
+    SimulationResult,
+    TrialOutcome,
+    WorkerSpan,
+    quantiles,
+    summarize,
+)
+
+__all__ = [
+    "DecisionRecord",
+    "ManyResult",
+    "SegmentSpan",
+    "SimClock",
+    "SimulationResult",
+    "Simulator",
+    "SimulatorConfig",
+    "SimulatorError",
+    "TrialOutcome",
+    "WorkerSpan",
+    "build_policy",
+    "label",
+    "quantiles",
+    "run_many",
+    "simulate",
+    "summarize",
+]

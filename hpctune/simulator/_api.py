@@ -1,0 +1,150 @@
+"""The simulator's Python API: one run (:func:`simulate`), many (:func:`run_many`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpctune.policies import OptionError, Policy, make_policy
+from hpctune.simulator._config import SimulatorConfig, SimulatorError
+from hpctune.simulator._engine import Simulator
+from hpctune.simulator._results import SimulationResult, summarize
+from hpctune.traces import Trace
+
+PolicySpec = str | tuple[str, Mapping[str, Any]]
+
+
+def _trace(trace: Trace | str | Path) -> Trace:
+    return trace if isinstance(trace, Trace) else Trace.load(trace)
+
+
+def _config(config: SimulatorConfig | None, settings: Mapping[str, Any]) -> SimulatorConfig:
+    config = config or SimulatorConfig()
+    names = {f.name for f in dataclasses.fields(SimulatorConfig)}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise SimulatorError(
+            f"unknown simulator setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}"
+        )
+    return dataclasses.replace(config, **settings) if settings else config
+
+
+def build_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
+    """Build a policy of the registry, turning option errors into :class:`SimulatorError`."""
+    try:
+        return make_policy(name, dict(options or {}))
+    except OptionError as exc:
+        where = "policy" if exc.key == "name" else f"policy {name}: option {exc.key}"
+        raise SimulatorError(f"{where}: {exc.message}") from None
+
+
+def simulate(
+    trace: Trace | str | Path,
+    policy: str | Policy,
+    options: Mapping[str, Any] | None = None,
+    slots: int = 4,
+    seed: int = 0,
+    *,
+    config: SimulatorConfig | None = None,
+    order: Sequence[int] | None = None,
+    **settings: Any,
+) -> SimulationResult:
+    """Replay ``trace`` on ``slots`` slots under ``policy`` and return the result.
+
+    Args:
+        trace: A :class:`Trace` or the path of a trace file.
+        policy: A name of :data:`hpctune.policies.POLICIES`, or a policy object.
+        options: The policy's options (as under ``[policy]``), with a name.
+        slots: Workers at once.
+        seed: The configuration order and the policy's random numbers.
+        config: Costs and study settings.
+        order: An explicit configuration order (trace rows), instead of a seeded permutation.
+        **settings: Fields of :class:`SimulatorConfig` overriding ``config`` (e.g.
+            ``target=0.98``, ``queue_wait=60``).
+
+    Raises:
+        SimulatorError: A setting, the policy or one of its options is invalid.
+        TraceError: The trace file cannot be read.
+    """
+    if isinstance(policy, str):
+        policy = build_policy(policy, options)
+    elif options:
+        raise SimulatorError("options are given with a policy object; build it with them")
+    sim = Simulator(
+        _trace(trace),
+        policy,
+        slots=slots,
+        seed=seed,
+        config=_config(config, settings),
+        order=None if order is None else list(order),
+    )
+    return sim.run()
+
+
+def label(name: str, options: Mapping[str, Any]) -> str:
+    """A policy's name with its options, e.g. ``asha(reduction_factor=3)``."""
+    if not options:
+        return name
+    return f"{name}({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})"
+
+
+@dataclass(frozen=True)
+class ManyResult:
+    """Runs of several policies over the same configuration orders, and their summaries.
+
+    Attributes:
+        runs: The results by policy label, one per seed.
+        summary: Medians and quartiles by policy label (:func:`summarize`).
+        target: The target value.
+        budget: The time at which ``best_value_at_budget`` is taken, if any.
+    """
+
+    runs: Mapping[str, list[SimulationResult]]
+    summary: Mapping[str, dict[str, Any]]
+    target: float
+    budget: float | None = None
+
+
+def run_many(
+    trace: Trace | str | Path,
+    policies: Sequence[PolicySpec],
+    slots: int = 4,
+    seeds: int | Sequence[int] = 8,
+    *,
+    config: SimulatorConfig | None = None,
+    budget: float | None = None,
+    **settings: Any,
+) -> ManyResult:
+    """Simulate every policy over the same ``seeds`` (configuration orders).
+
+    Args:
+        trace: A :class:`Trace` or the path of a trace file.
+        policies: Names, or ``(name, options)`` pairs.
+        slots: Workers at once.
+        seeds: How many seeds (0..K-1), or the seeds themselves.
+        config: Costs and study settings.
+        budget: Also summarise the best value found by this time (seconds).
+        **settings: Fields of :class:`SimulatorConfig` overriding ``config``.
+    """
+    data = _trace(trace)
+    cfg = _config(config, settings)
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise SimulatorError("seeds must name at least one seed")
+    runs: dict[str, list[SimulationResult]] = {}
+    for spec in policies:
+        name, options = (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
+        build_policy(name, options)  # fail before running anything
+        key = label(name, options)
+        while key in runs:
+            key += "'"
+        runs[key] = [simulate(data, name, options, slots, seed, config=cfg) for seed in seed_list]
+    target = next(iter(runs.values()))[0].target if runs else float("nan")
+    summary = {key: summarize(results, budget) for key, results in runs.items()}
+    return ManyResult(runs, summary, target, budget)
+
+
+__all__ = ["ManyResult", "PolicySpec", "build_policy", "label", "run_many", "simulate"]

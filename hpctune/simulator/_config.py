@@ -1,0 +1,92 @@
+"""The simulator's settings and its clock."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hpctune.errors import HpctuneError
+from hpctune.traces import Trace
+
+
+class SimulatorError(HpctuneError):
+    """A simulation was asked for with settings that cannot work."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    """What a simulated study costs besides training, and its study settings.
+
+    Attributes:
+        queue_wait: Seconds a new worker waits in the Slurm queue before it runs.
+        startup: Seconds from a worker's start to its first step (imports, data loading).
+        suspend_cost: Seconds a worker spends when a segment ends suspended (beyond the
+            boundary's checkpoint).
+        resume_cost: Seconds a segment that starts from a checkpoint spends loading it.
+        checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
+        boundary: The study's evaluation boundary in steps (``[study].boundary``).
+        max_steps: The last step of a trial; ``None``: the trace's epochs.
+        num_trials: How many configurations the generator offers; ``None``: all.
+        target: The target value; ``None``: :meth:`Trace.default_target`.
+        stop_at_target: End the simulation once the target is reached.
+        max_time: End the simulation at this time (seconds since the start).
+    """
+
+    queue_wait: float = 0.0
+    startup: float = 0.0
+    suspend_cost: float = 0.0
+    resume_cost: float = 0.0
+    checkpoint_cost: float = 0.0
+    boundary: int = 1
+    max_steps: int | None = None
+    num_trials: int | None = None
+    target: float | None = None
+    stop_at_target: bool = False
+    max_time: float = math.inf
+
+    def check(self, trace: Trace) -> None:
+        """Raise :class:`SimulatorError` naming the first setting that cannot work."""
+        for name in ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")
+        if self.boundary < 1:
+            raise SimulatorError(f"boundary must be >= 1, but got {self.boundary}")
+        if self.max_steps is not None and not 1 <= self.max_steps <= trace.num_epochs:
+            raise SimulatorError(
+                f"max_steps must be between 1 and the trace's {trace.num_epochs} epochs, "
+                f"but got {self.max_steps}"
+            )
+        if self.num_trials is not None and not 1 <= self.num_trials <= trace.num_configs:
+            raise SimulatorError(
+                f"num_trials must be between 1 and the trace's {trace.num_configs} "
+                f"configurations, but got {self.num_trials}"
+            )
+        if not self.max_time > 0:
+            raise SimulatorError(f"max_time must be > 0, but got {self.max_time!r}")
+
+
+class SimClock:
+    """Simulated time (the :class:`~hpctune.clock.Clock` protocol): starts at 0."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        """Seconds since the simulated study started."""
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance the time by ``seconds``."""
+        self._now += max(seconds, 0.0)
+
+    def advance_to(self, t: float) -> None:
+        """Move the time to ``t`` (never backwards)."""
+        if t < self._now:
+            raise ValueError(f"simulated time cannot go back from {self._now} to {t}")
+        self._now = t
+
+
+__all__ = ["SimClock", "SimulatorConfig", "SimulatorError"]

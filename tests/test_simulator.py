@@ -1,0 +1,392 @@
+"""The simulator: hand-computed schedules, costs, restart safety of every policy, the CLI, and
+parity with the local executor."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from hpctune.cli import main
+from hpctune.journal import open_study
+from hpctune.policies import (
+    POLICIES,
+    Action,
+    ActionKind,
+    Event,
+    EventKind,
+    Policy,
+    StudyView,
+    make_policy,
+)
+from hpctune.simulator import (
+    SimClock,
+    SimulatorError,
+    quantiles,
+    run_many,
+    simulate,
+)
+from hpctune.states import StudyState, TrialStatus
+from hpctune.traces import Trace
+from tests.conftest import run_hpctune, write_study
+
+REPO = Path(__file__).resolve().parent.parent
+DIGITS_TRACE = REPO / "benchmarks" / "traces" / "digits.h5"
+
+
+def _trace(curves: list[list[float]], seconds: list[list[float]], mode: str = "max") -> Trace:
+    return Trace(
+        np.array(curves, dtype=float),
+        np.array(seconds, dtype=float),
+        tuple({"c": i} for i in range(len(curves))),
+        metric="acc",
+        mode=mode,
+        random_level=0.1,
+    )
+
+
+THREE = _trace(
+    [[0.1, 0.2, 0.3], [0.5, 0.6, 0.7], [0.2, 0.8, 0.9]],
+    [[1, 1, 1], [2, 2, 2], [1, 2, 3]],
+)
+
+
+def _spans(result: Any) -> list[tuple[int, int, float, float, int, int, str]]:
+    return [
+        (s.slot, s.trial, s.start, s.end, s.start_step, s.end_step, s.outcome)
+        for s in result.segments
+    ]
+
+
+def test_default_policy_schedule_is_exactly_the_hand_computed_one() -> None:
+    result = simulate(THREE, "default", slots=2, order=[0, 1, 2], target=0.8)
+    # t=0: trials 0 and 1 start; trial 0 ends at 3, trial 2 takes its slot (steps at 4, 6, 9)
+    assert _spans(result) == [
+        (0, 0, 0.0, 3.0, 0, 3, "completed"),
+        (1, 1, 0.0, 6.0, 0, 3, "completed"),
+        (0, 2, 3.0, 9.0, 0, 3, "completed"),
+    ]
+    assert result.time_to_target == 6.0  # trial 2 reports 0.8 at step 2, t = 3 + 1 + 2
+    assert result.target_trial == 2
+    assert result.end_time == 9.0
+    # the idle worker of slot 1 exits at 6 (nothing left to start): 9 + 6 slot-seconds
+    assert [(w.slot, w.started, w.exited) for w in result.workers] == [(0, 0, 9), (1, 0, 6)]
+    assert result.gpu_hours == pytest.approx(15 / 3600)
+    assert result.gpu_hours_to_target == pytest.approx(12 / 3600)
+    assert result.training_hours == pytest.approx(15 / 3600)
+    assert (result.trials_started, result.trials_completed, result.trials_terminated) == (3, 3, 0)
+    assert result.best_value == 0.9
+    assert result.best_value_at(5.0) == 0.6  # trial 1 at t = 4
+    assert math.isnan(result.best_value_at(0.5))
+
+
+def test_queue_wait_and_startup_delay_new_workers_only() -> None:
+    result = simulate(
+        THREE, "default", slots=2, order=[0, 1, 2], target=0.8, queue_wait=10, startup=5
+    )
+    assert _spans(result) == [
+        (0, 0, 15.0, 18.0, 0, 3, "completed"),
+        (1, 1, 15.0, 21.0, 0, 3, "completed"),
+        (0, 2, 18.0, 24.0, 0, 3, "completed"),  # an idle worker: no queue, no start-up
+    ]
+    assert result.time_to_target == 21.0
+    assert result.gpu_hours == pytest.approx(((24 - 10) + (21 - 10)) / 3600)
+
+
+def test_suspend_resume_and_checkpoint_costs_under_sha() -> None:
+    trace = _trace(
+        [[0.1, 0.2, 0.3], [0.5, 0.6, 0.7], [0.3, 0.4, 0.5]],
+        [[1, 1, 1], [1, 1, 1], [1, 1, 1]],
+    )
+    result = simulate(
+        trace,
+        "sha",
+        {"reduction_factor": 3},  # max_steps 3: rungs at 1 and 3, brackets of 3
+        slots=1,
+        order=[0, 1, 2],
+        target=0.6,
+        checkpoint_cost=0.5,
+        suspend_cost=0.25,
+        resume_cost=2.0,
+    )
+    # each first segment: 1 s step + 0.5 s checkpoint + 0.25 s suspend; then trial 1 resumes:
+    # 2 s loading, step 2 done at 8.25, 0.5 s checkpoint, step 3 at 9.75, checkpoint, end
+    assert _spans(result) == [
+        (0, 0, 0.0, 1.75, 0, 1, "suspended"),
+        (0, 1, 1.75, 3.5, 0, 1, "suspended"),
+        (0, 2, 3.5, 5.25, 0, 1, "suspended"),
+        (0, 1, 5.25, 10.25, 1, 3, "completed"),
+    ]
+    assert result.time_to_target == 8.25
+    assert [(d.time, d.trial, d.step, d.kind) for d in result.decisions] == [
+        (5.25, 2, 1, ActionKind.TERMINATE),  # dropped in rank order
+        (5.25, 0, 1, ActionKind.TERMINATE),
+    ]
+    assert (result.trials_suspended, result.suspensions, result.trials_terminated) == (3, 3, 2)
+    assert result.gpu_hours == pytest.approx(10.25 / 3600)
+
+
+def test_a_stop_decided_at_a_boundary_ends_the_segment_there() -> None:
+    trace = _trace([[0.9, 0.9, 0.9], [0.1, 0.1, 0.1]], [[1, 1, 1], [1, 1, 1]])
+    result = simulate(trace, "bandit", {"boundary": 2}, slots=2, order=[0, 1], checkpoint_cost=0.5)
+    # step 1 at 1, checkpoint to 1.5, step 2 at 2.5: trial 1 is eliminated, ends at 3.0
+    assert _spans(result)[1] == (1, 1, 0.0, 3.0, 0, 2, "terminated")
+    assert [(d.trial, d.step, d.time) for d in result.decisions] == [(1, 2, 2.5)]
+
+
+class _SuspendFirstAtReport(Policy):
+    """Suspends trial 0 on its first REPORT (not a boundary), then fills slots as Default."""
+
+    name: ClassVar[str] = "suspend-first"
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        if event.kind is EventKind.REPORT and event.trial_id == 0 and not self.done:
+            self.done = True
+            return [Action.suspend(0)]
+        return []
+
+
+class _StopAtBoundaryWithoutWaiting(Policy):
+    """Terminates trial 0 at its first boundary but tells workers not to wait there."""
+
+    name: ClassVar[str] = "no-wait"
+    boundary_decisions: ClassVar[bool] = False
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        if event.kind is EventKind.BOUNDARY and event.trial_id == 0:
+            return [Action.terminate(0)]
+        return []
+
+
+def test_decisions_off_a_waiting_boundary_are_read_at_the_next_report() -> None:
+    trace = _trace([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]], [[1.0] * 6])
+    # boundary 3: suspended at report 1, read at report 2; the last checkpoint is the
+    # segment's start (step 0), so the trial redoes steps 1 and 2 when it resumes
+    result = simulate(trace, _SuspendFirstAtReport(), slots=1, boundary=3, order=[0])
+    assert _spans(result) == [
+        (0, 0, 0.0, 2.0, 0, 2, "suspended"),
+        (0, 0, 2.0, 8.0, 0, 6, "completed"),
+    ]
+    assert result.training_hours == pytest.approx(8 / 3600)
+    # a policy that does not decide at boundaries: the worker goes on, reads it one step later
+    result = simulate(trace, _StopAtBoundaryWithoutWaiting(), slots=1, boundary=3, order=[0])
+    assert _spans(result) == [(0, 0, 0.0, 4.0, 0, 4, "terminated")]
+
+
+def test_a_trial_beyond_its_recorded_steps_fails_as_out_of_trace() -> None:
+    trace = _trace([[0.5, 0.6], [0.4, math.nan]], [[1, 1], [1, math.nan]])
+    result = simulate(trace, "default", slots=2, order=[0, 1])
+    assert result.trials_out_of_trace == 1
+    failed = [t for t in result.trials if t.status is TrialStatus.FAILED]
+    assert [(t.config, t.step) for t in failed] == [(1, 1)]
+    assert "no step 2" in failed[0].reason
+
+
+def test_stop_at_target_and_max_time_cut_the_run() -> None:
+    result = simulate(THREE, "default", slots=2, order=[0, 1, 2], target=0.8, stop_at_target=True)
+    assert result.end_time == 6.0
+    assert result.gpu_hours == pytest.approx(12 / 3600)
+    cut = simulate(THREE, "default", slots=2, order=[0, 1, 2], target=0.8, max_time=4.5)
+    assert cut.end_time == 4.5
+    assert cut.time_to_target is None
+    assert cut.gpu_hours == pytest.approx(9 / 3600)
+
+
+def test_orders_are_seeded_and_shared_by_policies() -> None:
+    trace = Trace.load(DIGITS_TRACE).subset(range(20))
+    a = simulate(trace, "default", slots=2, seed=3)
+    b = simulate(trace, "default", slots=2, seed=3)
+    c = simulate(trace, "asha", slots=2, seed=3)
+    d = simulate(trace, "default", slots=2, seed=4)
+    assert a == b
+    assert [t.config for t in a.trials][:2] == [t.config for t in c.trials][:2]
+    assert [t.config for t in a.trials] != [t.config for t in d.trials]
+    assert sorted(t.config for t in a.trials) == list(range(20))
+
+
+def test_bad_settings_raise_with_the_name_of_the_setting() -> None:
+    with pytest.raises(SimulatorError, match="slots must be >= 1"):
+        simulate(THREE, "default", slots=0)
+    with pytest.raises(SimulatorError, match="queue_wait"):
+        simulate(THREE, "default", queue_wait=-1)
+    with pytest.raises(SimulatorError, match="unknown simulator setting"):
+        simulate(THREE, "default", queue=1)
+    with pytest.raises(SimulatorError, match="policy asha: option eta: unknown option"):
+        simulate(THREE, "asha", {"eta": 3})
+    with pytest.raises(SimulatorError, match="known policies"):
+        simulate(THREE, "pop2")
+    clock = SimClock()
+    clock.sleep(2.0)
+    clock.advance_to(3.0)
+    assert clock.now() == 3.0
+    with pytest.raises(ValueError, match="cannot go back"):
+        clock.advance_to(1.0)
+
+
+class _Restarting(Policy):
+    """Builds the policy afresh from its JSON state before every decision: a controller
+    restarted between any two decisions."""
+
+    name: ClassVar[str] = "restarting"
+
+    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+        self.inner_name, self.inner_options = name, dict(options)
+        self.state: dict[str, Any] = {}
+        self.restarts = 0
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        policy = make_policy(self.inner_name, self.inner_options)
+        policy.load_state_dict(json.loads(json.dumps(self.state, allow_nan=False)))
+        self.restarts += 1
+        actions = policy.decide(view, event, rng)
+        self.state = policy.state_dict()
+        return actions
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(name: str) -> None:
+    trace = Trace.load(DIGITS_TRACE).subset(range(60))
+    options = {"reduction_factor": 2} if name in ("asha",) else {}
+    if name == "asha":
+        options["brackets"] = 2  # exercises the generator-drawn bracket assignment too
+    plain = simulate(trace, name, options, slots=3, seed=1)
+    proxy = _Restarting(name, options)
+    restarted = simulate(trace, proxy, slots=3, seed=1)
+    assert proxy.restarts > 100
+    assert restarted.decisions == plain.decisions
+    assert _spans(restarted) == _spans(plain)
+    assert restarted.time_to_target == plain.time_to_target
+
+
+def test_run_many_gives_medians_and_quartiles_per_policy() -> None:
+    trace = Trace.load(DIGITS_TRACE).subset(range(30))
+    many = run_many(trace, ["default", ("asha", {"reduction_factor": 3})], slots=2, seeds=3)
+    assert list(many.summary) == ["default", "asha(reduction_factor=3)"]
+    for key, runs in many.runs.items():
+        assert [r.seed for r in runs] == [0, 1, 2]
+        times = sorted(r.time_to_target or math.inf for r in runs)
+        summary = many.summary[key]
+        assert summary["runs"] == 3
+        assert summary["time_to_target"]["median"] == (None if math.isinf(times[1]) else times[1])
+    assert quantiles([1.0, 2.0, 3.0, math.inf]) == {"q25": 1.75, "median": 2.5, "q75": None}
+    assert quantiles([math.inf, math.inf, 1.0]) == {"q25": None, "median": None, "q75": None}
+
+
+def test_cli_simulate_prints_a_table_and_documented_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["simulate", "--trace", str(DIGITS_TRACE), "--slots", "2", "--seeds", "2"]
+    assert main([*args, "--policy", "default", "--policy", "asha", "--budget", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "target 0.983333" in out
+    lines = out.splitlines()
+    assert any(line.startswith("default ") for line in lines)
+    assert any(line.startswith("asha ") for line in lines)
+    code = main(
+        [*args, "--policy", "sha", "--option", "reduction_factor=2", "--json", "--timeline"]
+    )
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "hpctune.simulate/1"
+    assert doc["trace"]["configs"] == 128
+    (entry,) = doc["policies"]
+    assert entry["label"] == "sha(reduction_factor=2)"
+    assert entry["options"]["reduction_factor"] == 2
+    assert [r["seed"] for r in entry["runs"]] == [0, 1]
+    assert set(entry["summary"]["time_to_target"]) == {"q25", "median", "q75"}
+    assert entry["runs"][0]["trials_started"] == 128
+    segments = entry["runs"][0]["segments"]
+    assert {s["outcome"] for s in segments} == {"suspended", "completed"}  # dropped at rungs
+    assert len(segments) > 128  # promoted trials run several segments
+    assert entry["runs"][0]["decisions"][0]["kind"] == "terminate"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--trace", "missing.h5", "--policy", "default"], "does not exist"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "pop2"], "unknown policy 'pop2'"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "asha", "--option", "eta=2"], "eta"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--option", "x.y=2"], "names policy"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--slots", "0"], "--slots"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--queue-wait", "-1"], "queue_wait"),
+        (["--policy", "sha"], "--trace"),
+    ],
+)
+def test_cli_simulate_bad_input_exits_2(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *extra]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err + captured.out
+
+
+PARITY_TRAIN = """
+import time
+
+X = [0.3, 0.8, 0.4, 0.9, 0.2, 0.7]
+SLEEP = [4.0, 0.2, 0.2, 0.2, 0.2, 0.2]
+
+
+def train(ctx):
+    k = ctx.params["k"]
+    for step in range(ctx.start_step + 1, ctx.max_steps + 1):
+        time.sleep(SLEEP[k])
+        if ctx.report(step=step, score=X[k] * step / ctx.max_steps).should_stop:
+            return
+"""
+
+
+@pytest.mark.slow
+def test_simulator_and_local_executor_take_the_same_asha_decisions(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    """ASHA (eta 2: rungs at 1 and 2 of 4 steps) on 2 slots: a slow trial holds one slot while
+    five fast ones pass the rungs on the other; the rung arrivals are far apart, so the
+    decisions do not depend on the machine's timing."""
+    spec = write_study(
+        tmp_path,
+        train=PARITY_TRAIN,
+        max_steps=4,
+        num_trials=6,
+        generator={"name": "grid"},
+        space={"k": [0, 1, 2, 3, 4, 5]},
+        policy={"name": "asha", "reduction_factor": 2},
+        resources={"slots": 2},
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies.append(study_dir)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(study_dir)
+    assert study.record.state is StudyState.FINISHED
+    real = {(t.trial_id, t.status, t.step) for t in study.trials}
+    assert real == {
+        (0, TrialStatus.TERMINATED, 1),
+        (1, TrialStatus.COMPLETED, 4),
+        (2, TrialStatus.TERMINATED, 1),
+        (3, TrialStatus.COMPLETED, 4),
+        (4, TrialStatus.TERMINATED, 1),
+        (5, TrialStatus.TERMINATED, 2),
+    }
+    trace = Trace.from_study(study_dir)
+    assert [h["k"] for h in trace.hparams] == [0, 1, 2, 3, 4, 5]
+    result = simulate(
+        trace, "asha", {"reduction_factor": 2}, slots=2, order=list(range(6)), target=1.0
+    )
+    assert {(o.trial, o.status, o.step) for o in result.trials} == real
+    assert result.trials_out_of_trace == 0
+    reasons = {t.trial_id: t.reason for t in study.trials if t.status is TrialStatus.TERMINATED}
+    simulated = {d.trial: d.reason for d in result.decisions}
+    assert simulated == reasons  # same rung, same value, same cutoff
