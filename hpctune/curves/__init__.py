@@ -1,0 +1,53 @@
+"""Learning-curve extrapolation: Domhan et al. (IJCAI 2015) as HyperDrive (Middleware 2017) uses.
+
+Fit one curve with :func:`fit_curve` (a :class:`CurvePosterior`), summarise it with
+:meth:`CurvePrediction.from_posterior`, or fit many with :class:`CurveFitter` /
+:func:`fit_many`. A :class:`CurvePrediction` answers POP's and EarlyTerm's questions
+(:meth:`~CurvePrediction.prob_at_least`, :meth:`~CurvePrediction.first_reach_mass`,
+:meth:`~CurvePrediction.confidence`, :meth:`~CurvePrediction.expected_remaining_time`,
+:meth:`~CurvePrediction.prob_final_at_least`) and round-trips through JSON.
+"""
+
+from __future__ import annotations
+
+from hpctune.curves.families import DEFAULT_FAMILIES, FAMILIES, Family, Grid, Param, get_families
+from hpctune.curves.fit import (
+    BUDGETS,
+    MIN_POINTS,
+    Budget,
+    CurvePosterior,
+    denormalise,
+    fit_curve,
+    normalise,
+)
+from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions, fit_many, fit_one
+from hpctune.curves.model import CurveModel, PriorCurve, build_model, sample_prior_curve
+from hpctune.curves.predict import DEFAULT_QUANTILES, LEVELS, CurvePrediction
+
+__all__ = [
+    "BUDGETS",
+    "DEFAULT_FAMILIES",
+    "DEFAULT_QUANTILES",
+    "FAMILIES",
+    "LEVELS",
+    "MIN_POINTS",
+    "Budget",
+    "CurveFitter",
+    "CurveModel",
+    "CurvePosterior",
+    "CurvePrediction",
+    "CurveRequest",
+    "Family",
+    "FitOptions",
+    "Grid",
+    "Param",
+    "PriorCurve",
+    "build_model",
+    "denormalise",
+    "fit_curve",
+    "fit_many",
+    "fit_one",
+    "get_families",
+    "normalise",
+    "sample_prior_curve",
+]

@@ -1,0 +1,172 @@
+"""Fit many learning curves at once: in process or in a pool of spawned processes.
+
+:func:`fit_many` is a plain top-level function of picklable arguments (a list of
+:class:`CurveRequest` and one :class:`FitOptions`), so a Slurm job-array backend can ship chunks
+of requests to it as they are (e.g. submitit's ``executor.map_array(fit_many, chunks,
+[options] * len(chunks))``). Each request carries its own seed, so results do not depend on how
+requests are grouped or on the pool size.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+from collections.abc import Hashable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from hpctune.curves.fit import Budget, Mode, fit_curve
+from hpctune.curves.model import InitWeights, Monotonicity
+from hpctune.curves.predict import CurvePrediction
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CurveRequest:
+    """One curve to fit.
+
+    Attributes:
+        key: Caller's identifier (a trial id); the key of the result.
+        y: Observed values at epochs 1..n (raw units).
+        x_max: Horizon.
+        bounds: ``(low, high)`` of the raw scale.
+        mode: ``"max"`` or ``"min"``.
+        seed: Seed (an int >= 0) of this fit's ``np.random.default_rng``.
+    """
+
+    key: Hashable
+    y: tuple[float, ...]
+    x_max: int
+    bounds: tuple[float, float] = (0.0, 1.0)
+    mode: Mode = "max"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "y", tuple(float(v) for v in self.y))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, but got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Options of :func:`~hpctune.curves.fit.fit_curve` shared by a batch (see its docs)."""
+
+    budget: str | Budget = "hyperdrive"
+    recency_weighting: bool = True
+    families: tuple[str, ...] | None = None
+    monotonicity: Monotonicity = "soft"
+    sanity: tuple[float, float] = (0.0, 1.0)
+    init_weights: InitWeights = "equal"
+    min_points: int = 3
+    init: Literal["laplace", "ball"] = "laplace"
+    n_keep: int = 500
+
+
+def fit_one(request: CurveRequest, options: FitOptions) -> CurvePrediction:
+    """Fit one request and summarise it; an unexpected error gives an unknown prediction.
+
+    Degenerate data already give unknown results inside :func:`fit_curve`; the guard here keeps
+    one broken request (invalid bounds, a bug) from failing a whole batch. It is logged.
+    """
+    try:
+        posterior = fit_curve(
+            np.asarray(request.y, dtype=float),
+            x_max=request.x_max,
+            rng=np.random.default_rng(request.seed),
+            bounds=request.bounds,
+            mode=request.mode,
+            budget=options.budget,
+            recency_weighting=options.recency_weighting,
+            families=options.families,
+            monotonicity=options.monotonicity,
+            sanity=options.sanity,
+            init_weights=options.init_weights,
+            min_points=options.min_points,
+            init=options.init,
+            n_keep=options.n_keep,
+        )
+    except Exception as exc:  # one request must not sink the batch
+        logger.exception("curve fit of %r failed", request.key)
+        return CurvePrediction.unknown_result(
+            len(request.y),
+            request.x_max,
+            _safe_bounds(request.bounds),
+            request.mode if request.mode in ("max", "min") else "max",
+            f"error: {type(exc).__name__}: {exc}",
+        )
+    return CurvePrediction.from_posterior(posterior)
+
+
+def _safe_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
+    low, high = float(bounds[0]), float(bounds[1])
+    if math.isfinite(low) and math.isfinite(high) and low < high:
+        return (low, high)
+    return (0.0, 1.0)
+
+
+def fit_many(
+    requests: Sequence[CurveRequest], options: FitOptions | None = None
+) -> list[CurvePrediction]:
+    """Fit ``requests`` one after the other in this process; results in request order.
+
+    A top-level function of picklable arguments: the unit of work shipped to pool workers and,
+    later, to Slurm array tasks.
+    """
+    opts = FitOptions() if options is None else options
+    return [fit_one(r, opts) for r in requests]
+
+
+def _chunks(requests: Sequence[CurveRequest], size: int) -> list[list[CurveRequest]]:
+    return [list(requests[i : i + size]) for i in range(0, len(requests), size)]
+
+
+@dataclass(frozen=True)
+class CurveFitter:
+    """Fit batches of curves in process (``workers=0``) or in ``workers`` spawned processes.
+
+    The pool is created per :meth:`fit` call and shut down afterwards (no state between calls).
+    Workers inherit the environment; set ``OMP_NUM_THREADS=1`` (etc.) before starting the
+    controller to keep each worker on one core.
+
+    Attributes:
+        workers: Number of processes (0: in this process).
+        options: Fit options shared by every request.
+        chunk_size: Requests per task (default: spread evenly, ~4 tasks per worker).
+    """
+
+    workers: int = 0
+    options: FitOptions = field(default_factory=FitOptions)
+    chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, but got {self.workers}")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, but got {self.chunk_size}")
+
+    def fit(self, requests: Sequence[CurveRequest]) -> dict[Hashable, CurvePrediction]:
+        """Fit every request; the result maps each key to its prediction.
+
+        Deterministic for given seeds whatever ``workers`` and ``chunk_size``.
+
+        Raises:
+            ValueError: Two requests share a key.
+        """
+        keys = [r.key for r in requests]
+        if len(set(keys)) != len(keys):
+            raise ValueError("request keys must be unique")
+        if self.workers == 0 or len(requests) <= 1:
+            results = fit_many(requests, self.options)
+        else:
+            size = self.chunk_size or max(1, math.ceil(len(requests) / (4 * self.workers)))
+            chunks = _chunks(requests, size)
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+                parts = pool.map(fit_many, chunks, [self.options] * len(chunks))
+                results = [p for part in parts for p in part]
+        return dict(zip(keys, results, strict=True))
