@@ -341,6 +341,26 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
 @click.option("--num-trials", type=int, default=None, help="Default: every configuration.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/traces.md).")
 @click.option("--timeline", is_flag=True, help="With --json: add each run's timeline.")
+@click.option(
+    "--predictions",
+    "predictions_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A JSON-lines file keeping learning-curve fits between runs (POP, EarlyTerm).",
+)
+@click.option(
+    "--fit-workers",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Processes fitting learning curves before the runs.",
+)
+@click.option(
+    "--plot-split",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw POP's promising/opportunistic split over time (first POP run).",
+)
 def simulate(
     trace_path: Path,
     policies: tuple[str, ...],
@@ -359,6 +379,9 @@ def simulate(
     num_trials: int | None,
     as_json: bool,
     timeline: bool,
+    predictions_path: Path | None,
+    fit_workers: int,
+    plot_split: Path | None,
 ) -> int:
     """Replay a trace under policies in simulated time; print medians and quartiles.
 
@@ -388,6 +411,12 @@ def simulate(
         num_trials=num_trials,
         target=target,
     )
+    from hpctune.simulator import PredictionCache, build_policy
+    from hpctune.simulator._predictions import prefetch_for
+
+    cache = PredictionCache(trace, bounds=config.bounds, path=predictions_path)
+    built = [build_policy(name, options[name]) for name in names]
+    prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
     many = run_many(
         trace,
         [(name, options[name]) for name in names],
@@ -395,7 +424,15 @@ def simulate(
         seeds,
         config=config,
         budget=budget,
+        predictions=cache,
     )
+    if plot_split is not None:
+        from hpctune.simulator.plots import plot_split as draw_split
+
+        pop_runs = [r for runs in many.runs.values() for r in runs if r.policy == "pop"]
+        if not pop_runs:
+            raise UsageError("--plot-split needs a POP run: add --policy pop")
+        draw_split(pop_runs[0], plot_split)
     if as_json:
         doc = {
             "format": "hpctune.simulate/1",
@@ -490,6 +527,80 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
         f"wrote {out}: {trace.num_configs} configurations x {trace.num_epochs} epochs "
         f"({done} ran to the end), metric {trace.metric} ({trace.mode})"
     )
+    return EXIT_OK
+
+
+@cli.command("fit-curves")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option(
+    "--trial", "trials", type=int, multiple=True, help="A trial (configuration) id; repeatable."
+)
+@click.option(
+    "--at-epoch", type=int, default=None, help="Fit the first N points (default: all observed)."
+)
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="Report P(final at least as good); default: what the best 10% of curves reach.",
+)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (docs/cli.md).")
+@click.option("--workers", type=int, default=0, show_default=True, help="Processes (0: this one).")
+@click.option(
+    "--budget",
+    type=click.Choice(["hyperdrive", "domhan"]),
+    default="hyperdrive",
+    show_default=True,
+    help="MCMC budget.",
+)
+@click.option(
+    "--bounds",
+    nargs=2,
+    type=float,
+    default=None,
+    help="LOW HIGH of the metric (default: the study's or trace's metric_bounds, else 0 1).",
+)
+@click.option("--seed", type=int, default=None, help="Seed base (default: the study's, or 0).")
+def fit_curves(
+    source: Path,
+    trials: tuple[int, ...],
+    at_epoch: int | None,
+    threshold: float | None,
+    plot_path: Path | None,
+    as_json: bool,
+    workers: int,
+    budget: str,
+    bounds: tuple[float, float] | None,
+    seed: int | None,
+) -> int:
+    """Fit learning curves of a trace file or a study directory SOURCE; predict the final value.
+
+    Per curve: the median and 5/25/75/95% quantiles of the metric at the last step, and the
+    probability that it ends at least as good as the threshold (>= for max, <= for min).
+    """
+    from hpctune.curves.report import fit_curves as run
+    from hpctune.curves.report import format_table, load_curves, plot_curves
+
+    if seed is not None and seed < 0:
+        raise UsageError(f"--seed must be >= 0, but got {seed}")
+    curves = load_curves(source, bounds=bounds, seed=seed)
+    rows, predictions = run(
+        curves,
+        trials=trials,
+        at_epoch=at_epoch,
+        threshold=threshold,
+        workers=workers,
+        budget=budget,
+    )
+    if plot_path is not None:
+        plot_curves(curves, rows, predictions, plot_path)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        click.echo(format_table(curves, rows))
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
     return EXIT_OK
 
 

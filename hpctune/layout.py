@@ -11,6 +11,7 @@
   decisions/segment-<S>.json    latest decision for S        controller
   inbox/<time>-<id>.json        user commands                `hpctune stop`; controller deletes
   checkpoints/trial-<T>/step-<N>-segment-<S>.pt              the worker running S
+  curves/trial-<T>-n<N>.json    a learning-curve fit          the pool process or array task
   logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<T>.out|.err
 ```
 """
@@ -65,6 +66,11 @@ class StudyPaths:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def curves(self) -> Path:
+        """Learning-curve result files (``hpctune.curves.service.result_path``)."""
+        return self.root / "curves"
 
     @property
     def logs(self) -> Path:

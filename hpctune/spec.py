@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import importlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -25,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
 from hpctune.policies import OptionError, make_policy
 from hpctune.policies.generators import make_generator
@@ -32,7 +34,7 @@ from hpctune.seeding import component_seed
 from hpctune.slurm.options import SlurmSpec, parse_slurm
 from hpctune.space import NoGridError, SearchSpace, parse_space
 
-SECTIONS = ("study", "search_space", "generator", "policy", "resources", "slurm")
+SECTIONS = ("study", "search_space", "generator", "policy", "resources", "slurm", "curves")
 STUDY_KEYS = (
     "name",
     "directory",
@@ -46,6 +48,8 @@ STUDY_KEYS = (
     "seed",
     "fail_fast",
     "max_retries",
+    "metric_bounds",
+    "random_level",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -193,11 +197,15 @@ class StudySpec:
         seed: The master seed.
         fail_fast: Stop the study at the first failed trial.
         max_retries: How often a trial is restarted after its worker was lost.
+        metric_bounds: ``(low, high)``: the range of the metric (curve models normalise by it).
+        random_level: The metric of a model that learnt nothing (e.g. 0.1 for 10 classes), or
+            None: POP's default kill threshold and traces use it.
         space: The search space.
         generator: The generator and its options.
         policy: The policy and its options.
         resources: Workers and their sizes.
         slurm: What the workers and the controller ask Slurm for.
+        curves: Where and how learning-curve fits run (``[curves]``).
     """
 
     source: Path
@@ -218,6 +226,9 @@ class StudySpec:
     policy: ComponentSpec
     resources: ResourcesSpec
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
+    metric_bounds: tuple[float, float] = (0.0, 1.0)
+    random_level: float | None = None
+    curves: CurvesSpec = field(default_factory=CurvesSpec)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -248,6 +259,9 @@ class StudySpec:
                 "gpus_per_worker": self.resources.gpus_per_worker,
             },
             "slurm": self.slurm.to_dict(),
+            "metric_bounds": list(self.metric_bounds),
+            "random_level": self.random_level,
+            "curves": self.curves.to_dict(),
         }
 
     @classmethod
@@ -286,6 +300,9 @@ class StudySpec:
                 ),
                 resources=ResourcesSpec(**d["resources"]),
                 slurm=SlurmSpec.from_dict(d["slurm"]) if "slurm" in d else SlurmSpec(),
+                metric_bounds=tuple(d.get("metric_bounds", (0.0, 1.0))),  # type: ignore[arg-type]
+                random_level=d.get("random_level"),
+                curves=CurvesSpec.from_dict(d.get("curves", {})),
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -455,6 +472,16 @@ def parse_spec(
     seed = study.integer("seed", 0, low=0)
     fail_fast = study.boolean("fail_fast", False)
     max_retries = study.integer("max_retries", 2, low=0)
+    metric_bounds = _metric_bounds(study)
+    random_level = study.get("random_level", None, "")
+    if random_level is not None and (
+        isinstance(random_level, bool)
+        or not isinstance(random_level, int | float)
+        or not metric_bounds[0] <= random_level <= metric_bounds[1]
+    ):
+        raise study.must(
+            "random_level", f"a number within metric_bounds {list(metric_bounds)}", random_level
+        )
     study_dir = _parse_directory(study, name, directory, now)
 
     space = parse_space(_table(data, "search_space", source, True), path=source)
@@ -495,6 +522,7 @@ def parse_spec(
         gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
+    curves = parse_curves(_table(data, "curves", source, False), source)
     return StudySpec(
         source=source,
         name=name,
@@ -509,12 +537,35 @@ def parse_spec(
         seed=seed,
         fail_fast=fail_fast,
         max_retries=max_retries,
+        metric_bounds=metric_bounds,
+        random_level=None if random_level is None else float(random_level),
         space=space,
         generator=generator,
         policy=policy,
         resources=resources,
         slurm=slurm,
+        curves=curves,
     )
+
+
+def _metric_bounds(study: _Section) -> tuple[float, float]:
+    value = study.get("metric_bounds", [0.0, 1.0], "")
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        and math.isfinite(value[0])
+        and math.isfinite(value[1])
+        and value[0] < value[1]
+    )
+    if not ok:
+        raise study.must(
+            "metric_bounds",
+            "two finite numbers [low, high] with low < high",
+            value,
+            "e.g. metric_bounds = [0.0, 1.0] for an accuracy",
+        )
+    return float(value[0]), float(value[1])
 
 
 def _component(data: Mapping[str, Any], key: str, default: str, path: Path) -> ComponentSpec:

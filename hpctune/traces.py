@@ -49,6 +49,8 @@ class Trace:
         random_level: The metric's value for a model that has learnt nothing (0.1 for 10
             classes); NaN if unknown.
         source: Free text: where the trace comes from.
+        metric_bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``), or
+            None if the trace does not say (learning-curve fits then assume ``(0, 1)``).
     """
 
     curves: np.ndarray
@@ -58,6 +60,7 @@ class Trace:
     mode: str
     random_level: float = math.nan
     source: str = ""
+    metric_bounds: tuple[float, float] | None = None
     _where: str = field(default="trace", repr=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +155,7 @@ class Trace:
             self.mode,
             self.random_level,
             self.source,
+            self.metric_bounds,
         )
 
     # -- files --------------------------------------------------------------------------------
@@ -173,6 +177,8 @@ class Trace:
             f.attrs["random_level"] = float(self.random_level)
             f.attrs["format_version"] = FORMAT_VERSION
             f.attrs["source"] = self.source
+            if self.metric_bounds is not None:
+                f.attrs["metric_bounds"] = np.asarray(self.metric_bounds, dtype=float)
         tmp.replace(path)
         return path
 
@@ -236,6 +242,7 @@ class Trace:
             mode=_text(attrs["mode"]),
             random_level=float(attrs["random_level"]),
             source=_text(attrs.get("source", "")),
+            metric_bounds=_bounds(attrs.get("metric_bounds"), path),
             _where=str(path),
         )
 
@@ -306,6 +313,7 @@ class Trace:
             mode=study.mode,
             random_level=random_level,
             source=f"study {study.spec.get('name', '')} in {study.directory}",
+            metric_bounds=_bounds(study.spec.get("metric_bounds"), study.directory),
             _where=str(study.directory),
         )
 
@@ -319,6 +327,19 @@ def _segment_anchor(segments: list[tuple[float, int]], step: int, t: float) -> t
     if anchor is None:
         return (step - 1, t)  # no segment known: no duration
     return anchor
+
+
+def _bounds(value: Any, where: Path) -> tuple[float, float] | None:
+    """The optional ``metric_bounds`` attribute: two finite numbers, low < high."""
+    if value is None:
+        return None
+    data = np.asarray(value, dtype=float).ravel()
+    if data.size != 2 or not np.all(np.isfinite(data)) or not data[0] < data[1]:
+        raise TraceError(
+            f"{where}: attribute 'metric_bounds' must be two finite numbers [low, high] with "
+            f"low < high, not {value!r}"
+        )
+    return float(data[0]), float(data[1])
 
 
 def _text(value: Any) -> str:

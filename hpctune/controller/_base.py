@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,11 @@ from hpctune.protocol import DecisionMessage
 from hpctune.seeding import component_seed
 from hpctune.spec import StudySpec
 from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
+
+if TYPE_CHECKING:
+    from hpctune.curves.fitter import FitOptions
+    from hpctune.curves.predict import CurvePrediction
+    from hpctune.curves.service import CurveService
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +64,7 @@ class ControllerBase:
         stop_grace: Seconds a segment told to stop or suspend has to comply before its worker
             is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
+        curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
     """
 
     def __init__(
@@ -73,6 +79,7 @@ class ControllerBase:
         decision_wait: float = 2.0,
         stop_grace: float | None = None,
         on_progress: Callable[[Any], None] | None = None,
+        curve_options: FitOptions | None = None,
     ) -> None:
         self.paths = StudyPaths.of(study_dir)
         self.clock = clock or RealClock()
@@ -110,6 +117,9 @@ class ControllerBase:
         self._running_since: dict[str, float] = {}
         self.iterations = 0
         self._decide_calls = 0
+        self.curve_options = curve_options
+        self.curve_service: CurveService | None = None  # started by policies that want it
+        self.predictions: dict[int, CurvePrediction] = {}  # the latest of each trial
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""

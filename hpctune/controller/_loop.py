@@ -6,9 +6,12 @@ Each iteration of its loop:
 2. ingests the event files of active segments (reports, checkpoints, ends) into the journal;
 3. checks the workers (heartbeat files first, the executor's answer second) and turns the segments
    of dead workers into lost ones, whose trials resume from their last checkpoint;
-4. asks the policy (boundaries and reports, then free slots) and carries out its actions;
-5. grows or shrinks the worker pool;
-6. commits the journal, and only then writes the assignment and decision files that follow from
+4. asks for learning-curve fits at boundaries and journals finished ones (policies that want
+   predictions; :mod:`._curves`), never waiting for a fit;
+5. asks the policy (boundaries, reports and predictions, then free slots) and carries out its
+   actions;
+6. grows or shrinks the worker pool;
+7. commits the journal, and only then writes the assignment and decision files that follow from
    it (so a file never announces something the journal does not hold).
 
 It keeps no state the journal does not have: kill it at any instant and a new one rebuilds the
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.controller._base import EXIT_GRACE
-from hpctune.controller._workers import WorkerManagingController
+from hpctune.controller._curves import CurveFittingController
 from hpctune.executors._base import WorkerState
 from hpctune.files import read_json, write_json_atomic
 from hpctune.journal import state as st
@@ -48,7 +51,7 @@ from hpctune.states import Decision, StudyState, TrialStatus
 logger = logging.getLogger(__name__)
 
 
-class Controller(WorkerManagingController):
+class Controller(CurveFittingController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -61,6 +64,7 @@ class Controller(WorkerManagingController):
             while not self.step():
                 self.clock.sleep(self.poll_interval)
         finally:
+            self._close_curves()
             self._beat(final=True)
             self.executor.close()
         return self.state.state
@@ -84,6 +88,7 @@ class Controller(WorkerManagingController):
                 self._outbox.append(self._assignment_writer(seg))
             if seg.decision:
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+        self._start_curves()
         self._commit()
 
     def step(self) -> bool:
@@ -96,6 +101,7 @@ class Controller(WorkerManagingController):
         self._ingest()
         self._check_workers()
         self._enforce_grace()
+        self._update_curves()
         self._schedule()
         self._manage_pool()
         self._commit()
@@ -193,6 +199,9 @@ class Controller(WorkerManagingController):
             free_slots=free_slots,
             total_slots=self.spec.resources.slots,
             trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
+            bounds=self.spec.metric_bounds,
+            random_level=self.spec.random_level,
+            predictions=dict(self.predictions),
         )
 
     def _rng(self) -> np.random.Generator:
@@ -207,7 +216,8 @@ class Controller(WorkerManagingController):
             view = self._view()
             for event in events:
                 trial = self.state.trials[event.trial_id]  # type: ignore[index]
-                if trial.status is not TrialStatus.RUNNING:
+                prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
+                if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
                 for action in self.policy.decide(view, event, self._rng()):
                     self._apply(action, event)

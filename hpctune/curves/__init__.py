@@ -6,23 +6,62 @@ Fit one curve with :func:`fit_curve` (a :class:`CurvePosterior`), summarise it w
 (:meth:`~CurvePrediction.prob_at_least`, :meth:`~CurvePrediction.first_reach_mass`,
 :meth:`~CurvePrediction.confidence`, :meth:`~CurvePrediction.expected_remaining_time`,
 :meth:`~CurvePrediction.prob_final_at_least`) and round-trips through JSON.
+
+The names below are imported on first use (PEP 562): importing a light submodule such as
+:mod:`hpctune.curves.options` (which ``hpctune.spec`` needs) does not pay for emcee and
+scipy.stats (about a second).
 """
 
 from __future__ import annotations
 
-from hpctune.curves.families import DEFAULT_FAMILIES, FAMILIES, Family, Grid, Param, get_families
-from hpctune.curves.fit import (
-    BUDGETS,
-    MIN_POINTS,
-    Budget,
-    CurvePosterior,
-    denormalise,
-    fit_curve,
-    normalise,
-)
-from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions, fit_many, fit_one
-from hpctune.curves.model import CurveModel, PriorCurve, build_model, sample_prior_curve
-from hpctune.curves.predict import DEFAULT_QUANTILES, LEVELS, CurvePrediction
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpctune.curves.families import (
+        DEFAULT_FAMILIES,
+        FAMILIES,
+        Family,
+        Grid,
+        Param,
+        get_families,
+    )
+    from hpctune.curves.fit import (
+        BUDGETS,
+        MIN_POINTS,
+        Budget,
+        CurvePosterior,
+        denormalise,
+        fit_curve,
+        normalise,
+    )
+    from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions, fit_many, fit_one
+    from hpctune.curves.model import CurveModel, PriorCurve, build_model, sample_prior_curve
+    from hpctune.curves.predict import DEFAULT_QUANTILES, LEVELS, CurvePrediction
+
+_MODULES = {
+    "families": ("DEFAULT_FAMILIES", "FAMILIES", "Family", "Grid", "Param", "get_families"),
+    "fit": (
+        "BUDGETS",
+        "MIN_POINTS",
+        "Budget",
+        "CurvePosterior",
+        "denormalise",
+        "fit_curve",
+        "normalise",
+    ),
+    "fitter": ("CurveFitter", "CurveRequest", "FitOptions", "fit_many", "fit_one"),
+    "model": ("CurveModel", "PriorCurve", "build_model", "sample_prior_curve"),
+    "predict": ("DEFAULT_QUANTILES", "LEVELS", "CurvePrediction"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _MODULES.items():
+        if name in names:
+            return getattr(importlib.import_module(f"hpctune.curves.{module}"), name)
+    raise AttributeError(f"module 'hpctune.curves' has no attribute {name!r}")
+
 
 __all__ = [
     "BUDGETS",

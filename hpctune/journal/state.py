@@ -29,6 +29,7 @@ COMMAND = "command"
 POLICY_STATE = "policy_state"
 CHECKPOINT_DELETED = "checkpoint_deleted"
 CONTROLLER = "controller"
+PREDICTION = "prediction"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -42,6 +43,7 @@ LOG_KINDS = (
     POLICY_STATE,
     CHECKPOINT_DELETED,
     CONTROLLER,
+    PREDICTION,
 )
 
 
@@ -129,6 +131,29 @@ class TrialRecord:
 
 
 @dataclass
+class PredictionRef:
+    """The latest learning-curve prediction of a trial: a result file in ``curves/``.
+
+    Attributes:
+        trial_id: The trial.
+        n: Points of its curve the fit used (steps 1..n).
+        path: The result file, relative to the study directory.
+        time: Controller's time of the ``prediction`` record.
+        unknown: The fit gave no prediction (too few points, degenerate curve, failed job).
+        median: Predicted median of the metric at ``max_steps`` (None if unknown).
+        y_sha256: Digest of the fitted values (tells a stale file from the right one).
+    """
+
+    trial_id: int
+    n: int
+    path: str
+    time: float
+    unknown: bool = False
+    median: float | None = None
+    y_sha256: str = ""
+
+
+@dataclass
 class WorkerRun:
     """When one process of a worker ran."""
 
@@ -175,6 +200,7 @@ class StudyRecord:
     commands_done: set[str] = field(default_factory=set)
     controller_starts: int = 0
     generated: int = 0  # trials created from the generator
+    predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
 
     @property
     def metric(self) -> str:
@@ -340,6 +366,18 @@ class StudyRecord:
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":
             self.controller_starts += 1
+
+    def _on_prediction(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        median = data.get("median")
+        self.predictions[trial] = PredictionRef(
+            trial_id=trial,
+            n=int(data["n"]),
+            path=str(data["path"]),
+            time=time,
+            unknown=bool(data.get("unknown", False)),
+            median=None if median is None else float(median),
+            y_sha256=str(data.get("y_sha256", "")),
+        )
 
     # -- the other tables --------------------------------------------------------------------
 

@@ -23,8 +23,10 @@ from hpctune.policies._base import (
 from hpctune.policies.asha import AshaPolicy
 from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy
+from hpctune.policies.earlyterm import EarlyTermPolicy
 from hpctune.policies.hyperband import HyperbandPolicy
 from hpctune.policies.median import MedianStoppingPolicy
+from hpctune.policies.pop import PopPolicy
 from hpctune.policies.sha import ShaPolicy
 
 POLICIES: Mapping[str, type[Policy]] = {
@@ -34,6 +36,8 @@ POLICIES: Mapping[str, type[Policy]] = {
     AshaPolicy.name: AshaPolicy,
     HyperbandPolicy.name: HyperbandPolicy,
     MedianStoppingPolicy.name: MedianStoppingPolicy,
+    PopPolicy.name: PopPolicy,
+    EarlyTermPolicy.name: EarlyTermPolicy,
 }
 
 
@@ -59,12 +63,14 @@ __all__ = [
     "AshaPolicy",
     "BanditPolicy",
     "DefaultPolicy",
+    "EarlyTermPolicy",
     "Event",
     "EventKind",
     "HyperbandPolicy",
     "MedianStoppingPolicy",
     "OptionError",
     "Policy",
+    "PopPolicy",
     "ShaPolicy",
     "StudyView",
     "TrialView",

@@ -17,11 +17,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
 from hpctune.states import TrialStatus
+
+if TYPE_CHECKING:
+    from hpctune.curves.predict import CurvePrediction
 
 
 class OptionError(ValueError):
@@ -44,6 +47,7 @@ class EventKind(Enum):
     SLOT_FREE = "slot_free"  # HyperDrive's AllocateJobs: idle workers wait for work
     REPORT = "report"  # ApplicationStat: a trial reported metrics
     BOUNDARY = "boundary"  # OnIterationFinish: a trial reached an evaluation boundary
+    PREDICTION = "prediction"  # a new learning-curve prediction of a trial is in the view
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,11 @@ class Event:
     def boundary(cls, trial_id: int, step: int) -> Event:
         """Trial ``trial_id`` reached the evaluation boundary at ``step``."""
         return cls(EventKind.BOUNDARY, trial_id=trial_id, step=step)
+
+    @classmethod
+    def prediction(cls, trial_id: int, step: int) -> Event:
+        """A prediction of ``trial_id`` fitted on its curve up to ``step`` arrived."""
+        return cls(EventKind.PREDICTION, trial_id=trial_id, step=step)
 
 
 class ActionKind(Enum):
@@ -242,6 +251,11 @@ class StudyView:
         free_slots: Idle workers right now.
         total_slots: Workers the study may hold.
         trials_remaining: New trials the generator may still create (``None``: unbounded).
+        predictions: The latest learning-curve prediction of each trial that has one (only for
+            policies with ``wants_predictions``); it may be older than the trial's last report:
+            its ``n`` tells how many points it used.
+        bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``).
+        random_level: The metric of a model that learnt nothing, if the study declares it.
     """
 
     metric: str
@@ -253,6 +267,9 @@ class StudyView:
     free_slots: int
     total_slots: int
     trials_remaining: int | None
+    predictions: Mapping[int, CurvePrediction] = field(default_factory=dict)
+    bounds: tuple[float, float] = (0.0, 1.0)
+    random_level: float | None = None
 
     @property
     def sign(self) -> float:
@@ -274,15 +291,22 @@ class Policy(abc.ABC):
 
     Subclasses set :attr:`name`, may declare an ``Options`` dataclass (parsed by
     :func:`parse_options`) and set :attr:`boundary_decisions` to ``False`` when they never act at
-    boundaries, so that workers need not wait for a decision there.
+    boundaries, so that workers need not wait for a decision there. Policies that set
+    :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
+    (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done).
     """
 
     name: ClassVar[str] = ""
     boundary_decisions: ClassVar[bool] = True
+    wants_predictions: ClassVar[bool] = False
 
     @abc.abstractmethod
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
         """Return the actions for ``event``."""
+
+    def wants_fit(self, step: int) -> bool:
+        """Whether a trial reaching ``step`` should get a new learning-curve fit."""
+        return self.wants_predictions
 
     def state_dict(self) -> dict[str, Any]:
         """Return the policy's state as JSON-able data (empty for stateless policies)."""

@@ -11,6 +11,7 @@ from typing import Any
 from hpctune.policies import OptionError, Policy, make_policy
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator
+from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
 from hpctune.traces import Trace
 
@@ -50,6 +51,7 @@ def simulate(
     *,
     config: SimulatorConfig | None = None,
     order: Sequence[int] | None = None,
+    predictions: PredictionCache | None = None,
     **settings: Any,
 ) -> SimulationResult:
     """Replay ``trace`` on ``slots`` slots under ``policy`` and return the result.
@@ -62,6 +64,7 @@ def simulate(
         seed: The configuration order and the policy's random numbers.
         config: Costs and study settings.
         order: An explicit configuration order (trace rows), instead of a seeded permutation.
+        predictions: Learning-curve predictions shared between runs (POP, EarlyTerm).
         **settings: Fields of :class:`SimulatorConfig` overriding ``config`` (e.g.
             ``target=0.98``, ``queue_wait=60``).
 
@@ -80,6 +83,7 @@ def simulate(
         seed=seed,
         config=_config(config, settings),
         order=None if order is None else list(order),
+        predictions=predictions,
     )
     return sim.run()
 
@@ -116,6 +120,7 @@ def run_many(
     *,
     config: SimulatorConfig | None = None,
     budget: float | None = None,
+    predictions: PredictionCache | None = None,
     **settings: Any,
 ) -> ManyResult:
     """Simulate every policy over the same ``seeds`` (configuration orders).
@@ -127,6 +132,8 @@ def run_many(
         seeds: How many seeds (0..K-1), or the seeds themselves.
         config: Costs and study settings.
         budget: Also summarise the best value found by this time (seconds).
+        predictions: Learning-curve predictions shared by every run (fitted once per
+            configuration and number of points); ``None``: one cache for this call.
         **settings: Fields of :class:`SimulatorConfig` overriding ``config``.
     """
     data = _trace(trace)
@@ -135,13 +142,18 @@ def run_many(
     if not seed_list:
         raise SimulatorError("seeds must name at least one seed")
     runs: dict[str, list[SimulationResult]] = {}
+    if predictions is None:
+        predictions = PredictionCache(data, bounds=cfg.bounds)
     for spec in policies:
         name, options = (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
         build_policy(name, options)  # fail before running anything
         key = label(name, options)
         while key in runs:
             key += "'"
-        runs[key] = [simulate(data, name, options, slots, seed, config=cfg) for seed in seed_list]
+        runs[key] = [
+            simulate(data, name, options, slots, seed, config=cfg, predictions=predictions)
+            for seed in seed_list
+        ]
     target = next(iter(runs.values()))[0].target if runs else float("nan")
     summary = {key: summarize(results, budget) for key, results in runs.items()}
     return ManyResult(runs, summary, target, budget)

@@ -32,6 +32,7 @@ class SimulatorConfig:
         target: The target value; ``None``: :meth:`Trace.default_target`.
         stop_at_target: End the simulation once the target is reached.
         max_time: End the simulation at this time (seconds since the start).
+        bounds: ``(low, high)``: the metric's range (``[study].metric_bounds``).
     """
 
     queue_wait: float = 0.0
@@ -45,6 +46,7 @@ class SimulatorConfig:
     target: float | None = None
     stop_at_target: bool = False
     max_time: float = math.inf
+    bounds: tuple[float, float] = (0.0, 1.0)
 
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""

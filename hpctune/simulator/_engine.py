@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.curves import CurvePrediction
 from hpctune.policies import Action, ActionKind, Event, Policy, StudyView, TrialView
 from hpctune.seeding import component_seed, index_rng
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
+from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
     DecisionRecord,
     SegmentSpan,
@@ -96,6 +98,8 @@ class Simulator:
         config: Costs and study settings.
         order: The configuration order (indices into the trace); ``None``: a permutation drawn
             from ``seed``, standing for the generator.
+        predictions: Learning-curve predictions for policies that want them (POP, EarlyTerm);
+            ``None``: fitted on demand, in this process.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Simulator:
         seed: int = 0,
         config: SimulatorConfig | None = None,
         order: list[int] | None = None,
+        predictions: PredictionCache | None = None,
     ) -> None:
         self.config = config or SimulatorConfig()
         self.config.check(trace)
@@ -134,6 +139,11 @@ class Simulator:
         )
         self._policy_seed = component_seed(seed, "policy")
         self._decide_calls = 0
+        self.prediction_source = predictions
+        if policy.wants_predictions and predictions is None:
+            self.prediction_source = PredictionCache(trace, bounds=self.config.bounds)
+        self.predictions: dict[int, CurvePrediction] = {}
+        self._policy_states: list[tuple[float, dict[str, Any]]] = []
         self._heap: list[tuple[float, int, _Kind, int, int]] = []
         self._counter = 0
         self.trials: dict[int, _Trial] = {}
@@ -173,11 +183,17 @@ class Simulator:
             if self.config.stop_at_target and self._reached is not None:
                 break
             self._offer_slots()
+            self._record_policy_state()
         self._end_time = self.clock.now()
         for worker in self.workers.values():
             if worker.exited is None:
                 worker.exited = max(self._end_time, worker.started)
         return self._result()
+
+    def _record_policy_state(self) -> None:
+        state = self.policy.state_dict()
+        if state and (not self._policy_states or self._policy_states[-1][1] != state):
+            self._policy_states.append((self.clock.now(), state))
 
     def _push(self, t: float, kind: _Kind, a: int, b: int = 0) -> None:
         heapq.heappush(self._heap, (t, self._counter, kind, a, b))
@@ -233,6 +249,7 @@ class Simulator:
         boundary = step % self.config.boundary == 0 or last
         if boundary:
             events.append(Event.boundary(trial.trial_id, step))
+            self._predict(trial, step, events)
         checkpoint = self.config.checkpoint_cost if boundary else 0.0
         if last:
             done = step >= self.max_steps
@@ -245,6 +262,15 @@ class Simulator:
             self._waiting.append(seg)
         else:  # it goes on; a decision taken now is read at the next report
             self._schedule_step(seg, step + 1, now + checkpoint)
+
+    def _predict(self, trial: _Trial, step: int, events: list[Event]) -> None:
+        """Give a policy that wants predictions the trial's fit at ``step`` (no delay)."""
+        source = self.prediction_source
+        if source is None or not self.policy.wants_fit(step) or step >= self.max_steps:
+            return
+        self.predictions[trial.trial_id] = source.get(trial.config, step, self.max_steps)
+        trial.view = None
+        events.append(Event.prediction(trial.trial_id, step))
 
     def _proceed(self, seg: _Segment) -> None:
         """After the decision at a boundary: go on, or end the segment."""
@@ -338,6 +364,9 @@ class Simulator:
             free_slots=free_slots,
             total_slots=self.slots,
             trials_remaining=max(self.num_trials - self._generated, 0),
+            predictions={t: p for t, p in self.predictions.items() if t in views},
+            bounds=self.config.bounds,
+            random_level=None if math.isnan(self.trace.random_level) else self.trace.random_level,
         )
 
     @property
@@ -573,6 +602,7 @@ class Simulator:
             segments=tuple(spans),
             workers=tuple(workers),
             trials=tuple(trials),
+            policy_states=tuple(self._policy_states),
         )
 
 

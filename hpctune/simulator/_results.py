@@ -102,6 +102,8 @@ class SimulationResult:
         segments: The timeline of segments per slot.
         workers: The timeline of workers per slot.
         trials: Every trial's outcome.
+        policy_states: ``(time, state_dict)`` each time the policy's state changed (POP's
+            promising slots over time, for its resource-split plot).
     """
 
     policy: str
@@ -128,6 +130,7 @@ class SimulationResult:
     segments: tuple[SegmentSpan, ...]
     workers: tuple[WorkerSpan, ...]
     trials: tuple[TrialOutcome, ...]
+    policy_states: tuple[tuple[float, Mapping[str, Any]], ...] = ()
 
     @property
     def best_value(self) -> float:
@@ -173,6 +176,7 @@ class SimulationResult:
             data["workers"] = [vars(w) for w in self.workers]
             data["incumbent"] = [list(i) for i in self.incumbent]
             data["decisions"] = [{**vars(d), "kind": d.kind.value} for d in self.decisions]
+            data["policy_states"] = [[t, dict(state)] for t, state in self.policy_states]
         return data
 
 

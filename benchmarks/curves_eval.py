@@ -1,0 +1,385 @@
+"""Prediction quality of the learning-curve model on real learning curves, against two baselines.
+
+    python benchmarks/curves_eval.py            # full run: both traces, every complete curve
+    python benchmarks/curves_eval.py --quick    # CI smoke run: 6 curves per trace, small budget
+    python benchmarks/curves_eval.py --json     # only the JSON line
+
+**Data.** Two real workloads recorded with hpctune itself (``hpctune launch --local``, then
+``Trace.from_study``): ``benchmarks/traces/digits.h5`` (validation accuracy of an MLP on
+scikit-learn's digits, mode max, 128 configurations x 30 epochs; ``make_digits_trace.py``) and
+``benchmarks/traces/diabetes.h5`` (validation MSE of an MLP regressor on scikit-learn's diabetes
+data, mode min, metric_bounds [0, 2], 128 configurations x 40 epochs, of which 126 ran to the
+end; ``make_diabetes_trace.py``). Only complete curves are used. ``--max-curves K`` keeps K
+curves per trace, evenly spaced over the configurations (the full run keeps all).
+
+**Task.** Each curve is cut after 10 %, 25 % and 50 % of its epochs (n = round(f x epochs), at
+least 3: digits n = 3, 8, 15; diabetes n = 4, 10, 20) and the value at the last epoch is
+predicted from the first n points.
+
+**Methods** (all fitted on the curve normalised by the trace's metric_bounds, larger is better):
+
+* ``domhan``: hpctune's model (Domhan et al. 2015; 11 families, MCMC with the HyperDrive budget
+  100 x 700, seeds ``curve_fit_seed(0, config, n)``), fitted in a process pool of 2 workers
+  (``CurveFitter``), summarised by ``CurvePrediction`` (predictive quantiles, noise included).
+  An unknown fit (degenerate prefix) falls back to the ``last`` baseline (counted in ``unknown``).
+* ``last``: the last observed value as the point prediction; for intervals, the LPD and the AUC
+  a random walk from it: N(y_n, s^2 (m - n)) with s the standard deviation of the observed
+  one-step changes (at least 0.001 of the range).
+* ``pow3``: one least-squares fit of pow3, c - a x^(-alpha) (scipy ``least_squares``, three
+  starts); point = its value at the last epoch; intervals from N(point, r^2) with r the residual
+  standard deviation (sum of squares / max(n - 3, 1), at least 0.005 of the range): the noise of
+  the fit only, without its parameter uncertainty.
+
+**Metrics** (per trace, cut and method; in the metric's own units): ``mae`` mean absolute error
+of the point prediction (the predictive median for ``domhan``); ``cov50``/``cov90`` share of
+true final values inside the central 50 %/90 % predictive interval (calibrated: 0.5/0.9);
+``lpd`` mean log predictive density of the true final value (``domhan``: from the stored
+predictive quantiles, a piecewise-uniform density between the 27 levels with exponential tails
+beyond 0.1 %/99.9 % that continue the outer buckets' density; baselines: their Gaussian);
+``auc`` area under the ROC curve of P(final at least as good as the threshold) for separating
+the configurations whose true final value reaches the top-10 % threshold (the 90th percentile
+of the trace's true final values, direction-aware) from the others.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402 - the thread settings above must precede numpy's import
+import json  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+from scipy.optimize import least_squares  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = {
+    "digits": REPO / "benchmarks" / "traces" / "digits.h5",
+    "diabetes": REPO / "benchmarks" / "traces" / "diabetes.h5",
+}
+FRACTIONS = (0.1, 0.25, 0.5)
+METHODS = ("domhan", "last", "pow3")
+QUICK_CURVES = 6
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The complete curves of one trace and how to normalise them."""
+
+    name: str
+    curves: np.ndarray  # (configs, epochs), complete rows only
+    ids: np.ndarray  # configuration index of each row
+    bounds: tuple[float, float]
+    mode: str
+
+    @property
+    def epochs(self) -> int:
+        """Epochs of a full curve."""
+        return int(self.curves.shape[1])
+
+    def to_u(self, y: np.ndarray | float) -> np.ndarray:
+        """Normalised values (larger is better)."""
+        low, high = self.bounds
+        u = (np.asarray(y, dtype=float) - low) / (high - low)
+        return u if self.mode == "max" else 1.0 - u
+
+    def from_u(self, u: np.ndarray | float) -> np.ndarray:
+        """Raw values from normalised ones."""
+        low, high = self.bounds
+        v = np.asarray(u, dtype=float)
+        return low + (high - low) * (v if self.mode == "max" else 1.0 - v)
+
+    @property
+    def span(self) -> float:
+        """high - low."""
+        return self.bounds[1] - self.bounds[0]
+
+
+def load_workload(name: str, path: Path, max_curves: int | None) -> Workload:
+    """The complete curves of a trace, ``max_curves`` of them evenly spaced if given."""
+    from hpctune.traces import Trace
+
+    trace = Trace.load(path)
+    complete = np.flatnonzero(trace.lengths() == trace.num_epochs)
+    if max_curves is not None and max_curves < len(complete):
+        complete = complete[np.linspace(0, len(complete) - 1, max_curves).round().astype(int)]
+    return Workload(
+        name, trace.curves[complete], complete, trace.metric_bounds or (0.0, 1.0), trace.mode
+    )
+
+
+def cut_points(epochs: int, fraction: float) -> int:
+    """Observed points for a cut: round(fraction x epochs), at least 3."""
+    return max(3, math.floor(fraction * epochs + 0.5))
+
+
+# -- predictive distributions -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """A predictive distribution of one final value on the normalised scale.
+
+    Either Gaussian (``mean``, ``sd``) or quantile-based (``levels``, ``q``).
+    """
+
+    mean: float = math.nan
+    sd: float = math.nan
+    levels: np.ndarray | None = None
+    q: np.ndarray | None = None
+
+    def quantile(self, p: float) -> float:
+        """The p-quantile (normalised)."""
+        if self.q is None:
+            return float(self.mean + self.sd * stats.norm.ppf(p))
+        assert self.levels is not None
+        return float(np.interp(p, self.levels, self.q))
+
+    def sf(self, u: float) -> float:
+        """P(value >= u) (normalised, larger is better)."""
+        if self.q is None:
+            return float(stats.norm.sf(u, self.mean, self.sd))
+        assert self.levels is not None
+        return float(1.0 - np.interp(u, self.q, self.levels, left=0.0, right=1.0))
+
+    def log_density(self, u: float) -> float:
+        """log density at ``u`` (normalised units)."""
+        if self.q is None:
+            return float(stats.norm.logpdf(u, self.mean, self.sd))
+        assert self.levels is not None
+        return quantile_log_density(self.levels, self.q, u)
+
+
+def quantile_log_density(levels: np.ndarray, q: np.ndarray, u: float, dq: float = 1e-5) -> float:
+    """log density of the distribution with quantiles ``q`` at ``levels``, at ``u``.
+
+    Piecewise uniform between stored levels (bucket widths at least ``dq``, the stored rounding);
+    beyond the outer levels an exponential tail of mass ``levels[0]`` (``1 - levels[-1]``) whose
+    density at the edge equals the outer bucket's.
+    """
+    q = np.maximum.accumulate(np.asarray(q, dtype=float))
+    widths = np.maximum(np.diff(q), dq)
+    density = np.diff(levels) / widths
+    if u < q[0]:
+        d0 = density[0]
+        return float(math.log(d0) - d0 / levels[0] * (q[0] - u))
+    if u > q[-1]:
+        d1 = density[-1]
+        return float(math.log(d1) - d1 / (1.0 - levels[-1]) * (u - q[-1]))
+    i = int(np.clip(np.searchsorted(q, u, side="right") - 1, 0, len(density) - 1))
+    return float(math.log(density[i]))
+
+
+def last_value(work: Workload, u: np.ndarray) -> Predictive:
+    """The ``last`` baseline: a random walk from the last observed value."""
+    n = len(u)
+    steps = np.diff(u)
+    s = float(np.std(steps, ddof=1)) if len(steps) > 1 else abs(float(steps[0]))
+    s = max(s, 1e-3)
+    return Predictive(mean=float(u[-1]), sd=s * math.sqrt(work.epochs - n))
+
+
+def pow3_fit(work: Workload, u: np.ndarray) -> Predictive:
+    """The ``pow3`` baseline: one least-squares fit of c - a x^(-alpha)."""
+    x = np.arange(1, len(u) + 1, dtype=float)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        c, a, alpha = theta
+        return c - a * x ** (-alpha) - u
+
+    best = None
+    for alpha in (0.3, 1.0, 2.0):
+        start = np.array([u[-1] + 0.02, u[-1] + 0.02 - u[0], alpha])
+        fit = least_squares(
+            residuals, start, bounds=([-1.0, -3.0, 1e-3], [2.0, 3.0, 10.0]), method="trf"
+        )
+        if best is None or fit.cost < best.cost:
+            best = fit
+    assert best is not None
+    c, a, alpha = best.x
+    point = float(c - a * work.epochs ** (-alpha))
+    ssr = 2.0 * float(best.cost)
+    sd = max(math.sqrt(ssr / max(len(u) - 3, 1)), 0.005)
+    return Predictive(mean=point, sd=sd)
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve (Mann-Whitney, ties averaged); NaN with one class only."""
+    pos, neg = int(labels.sum()), int((~labels).sum())
+    if pos == 0 or neg == 0:
+        return math.nan
+    ranks = stats.rankdata(scores)
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def evaluate(
+    work: Workload, predictive: list[Predictive], n: int, threshold: float
+) -> dict[str, float]:
+    """The metrics of one method on one cut."""
+    finals = work.curves[:, -1]
+    u_true = work.to_u(finals)
+    u_thr = float(work.to_u(threshold))
+    point = np.array([work.from_u(p.quantile(0.5)) for p in predictive])
+    inside = {}
+    for name, (lo, hi) in {"cov50": (0.25, 0.75), "cov90": (0.05, 0.95)}.items():
+        lows = np.array([p.quantile(lo) for p in predictive])
+        highs = np.array([p.quantile(hi) for p in predictive])
+        inside[name] = float(np.mean((lows <= u_true) & (u_true <= highs)))
+    lpd = np.array([p.log_density(float(u)) for p, u in zip(predictive, u_true, strict=True)])
+    lpd -= math.log(work.span)  # density per raw unit
+    labels = u_true >= u_thr
+    scores = np.array([p.sf(u_thr) for p in predictive])
+    return {
+        "mae": float(np.mean(np.abs(point - finals))),
+        **inside,
+        "lpd": float(np.mean(lpd)),
+        "auc": auc(scores, labels),
+    }
+
+
+def run(
+    max_curves: int | None, budget: Any, workers: int, fractions: tuple[float, ...]
+) -> dict[str, Any]:
+    """Fit and score every workload, cut and method."""
+    from hpctune.curves import CurveFitter, CurveRequest, FitOptions
+    from hpctune.curves.service import curve_fit_seed
+
+    started = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    workloads: dict[str, Any] = {}
+    fit_seconds = 0.0
+    fits = 0
+    fitter = CurveFitter(workers=workers, options=FitOptions(budget=budget))
+    for name, path in TRACES.items():
+        work = load_workload(name, path, max_curves)
+        finals = work.curves[:, -1]
+        threshold = float(np.quantile(finals, 0.9 if work.mode == "max" else 0.1))
+        workloads[name] = {
+            "path": str(path.relative_to(REPO)),
+            "curves": len(work.curves),
+            "epochs": work.epochs,
+            "mode": work.mode,
+            "bounds": list(work.bounds),
+            "threshold": threshold,
+            "positives": int(np.sum(work.to_u(finals) >= work.to_u(threshold))),
+        }
+        for fraction in fractions:
+            n = cut_points(work.epochs, fraction)
+            prefixes = [work.to_u(row[:n]) for row in work.curves]
+            requests = [
+                CurveRequest(
+                    key=int(cid),
+                    y=tuple(row[:n]),
+                    x_max=work.epochs,
+                    bounds=work.bounds,
+                    mode=work.mode,  # type: ignore[arg-type]
+                    seed=curve_fit_seed(0, int(cid), n),
+                )
+                for cid, row in zip(work.ids, work.curves, strict=True)
+            ]
+            t0 = time.perf_counter()
+            fitted = fitter.fit(requests)
+            fit_seconds += time.perf_counter() - t0
+            fits += len(requests)
+            lasts = [last_value(work, u) for u in prefixes]
+            domhan, unknown = [], 0
+            for request, fallback in zip(requests, lasts, strict=True):
+                prediction = fitted[request.key]
+                if prediction.unknown:
+                    unknown += 1
+                    domhan.append(fallback)
+                    continue
+                q = prediction.u_quantiles[-1]
+                domhan.append(Predictive(levels=np.asarray(prediction.levels), q=q))
+            methods = {
+                "domhan": domhan,
+                "last": lasts,
+                "pow3": [pow3_fit(work, u) for u in prefixes],
+            }
+            for method, predictive in methods.items():
+                row = {"workload": name, "fraction": fraction, "n": n, "method": method}
+                row.update(evaluate(work, predictive, n, threshold))
+                row["unknown"] = unknown if method == "domhan" else 0
+                results.append(row)
+    return {
+        "format": "hpctune.curves_eval/1",
+        "budget": budget if isinstance(budget, str) else vars(budget),
+        "workers": workers,
+        "workloads": workloads,
+        "results": results,
+        "fits": fits,
+        "fit_seconds": round(fit_seconds, 2),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    """The results as a text table."""
+    header = ["workload", "cut", "n", "method", "MAE", "cov50", "cov90", "LPD", "AUC", "unknown"]
+    rows = [header]
+    for r in report["results"]:
+        rows.append(
+            [
+                r["workload"],
+                f"{r['fraction']:.0%}",
+                str(r["n"]),
+                r["method"],
+                f"{r['mae']:.4f}",
+                f"{r['cov50']:.2f}",
+                f"{r['cov90']:.2f}",
+                f"{r['lpd']:.2f}",
+                "n/a" if math.isnan(r["auc"]) else f"{r['auc']:.3f}",
+                str(r["unknown"]),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    for name, w in report["workloads"].items():
+        lines.append(
+            f"{name}: {w['curves']} curves x {w['epochs']} epochs ({w['mode']}, bounds "
+            f"{w['bounds']}), top-10% threshold {w['threshold']:.4f} ({w['positives']} reach it)"
+        )
+    lines.append(
+        f"{report['fits']} fits in {report['fit_seconds']:.0f} s on {report['workers']} "
+        f"processes; total {report['seconds']:.0f} s"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the evaluation; print the table and one JSON line."""
+    from hpctune.curves import Budget
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke run")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument("--max-curves", type=int, default=None, help="curves per trace")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--budget", choices=["hyperdrive", "domhan"], default="hyperdrive")
+    args = parser.parse_args(argv)
+    budget: Any = args.budget
+    max_curves = args.max_curves
+    if args.quick:
+        budget = Budget(nwalkers=40, nsamples=150, burn_in=75)
+        max_curves = QUICK_CURVES if max_curves is None else max_curves
+    report = run(max_curves, budget, args.workers, FRACTIONS)
+    if not args.json:
+        print(table(report))
+    print(json.dumps(report, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Learning-curve fits in the controller: requests at boundaries, results into the journal.
+
+Only for policies with ``wants_predictions``. At each BOUNDARY of a trial (where
+``policy.wants_fit(step)``) with at least the curve model's minimum of points and steps left, the
+controller asks the fit service (:class:`~hpctune.curves.service.CurveService`) for a fit of the
+trial's curve of the study metric up to that step, and goes on. Finished fits are result files;
+each becomes a ``prediction`` log record (the file's path and a summary), the trial's entry of
+``StudyView.predictions`` and an ``Event.prediction(trial, n)`` for the policy.
+
+**Curves.** The fitted values are the trial's valid reports of the study metric in step order,
+taken as epochs 1..n: one report per step is assumed (``step`` counts epochs from 1, every step
+reports the metric). Reports without the metric are left out, so a gap shifts later points.
+
+**Restart.** A new controller loads the prediction each trial's latest ``prediction`` record names
+and asks again for the fit of each unfinished trial's last boundary if no record covers it (it
+was in flight); a result file already written is then read instead of refitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpctune.controller._workers import WorkerManagingController
+from hpctune.files import finite_or_none
+from hpctune.journal import state as st
+from hpctune.journal.state import TrialRecord
+from hpctune.policies import Event, EventKind
+
+if TYPE_CHECKING:
+    from hpctune.curves.service import FitBackend, FitJob, FitResult
+
+logger = logging.getLogger(__name__)
+
+
+class CurveFittingController(WorkerManagingController):
+    """Asks for learning-curve fits and ingests their results (never waits for one)."""
+
+    def _start_curves(self) -> None:
+        """Start the fit service if the policy wants predictions; reload and resubmit."""
+        if not self.policy.wants_predictions or self.curve_service is not None:
+            return
+        from hpctune.curves.service import CurveService, read_result
+
+        folder = self.paths.curves
+        folder.mkdir(exist_ok=True)
+        self.curve_service = CurveService(
+            folder,
+            self.spec.curves,
+            self.curve_options,
+            on_slurm="SLURM_JOB_ID" in os.environ,
+            slurm_backend=self._slurm_fits if shutil.which("sbatch") else None,
+        )
+        for trial_id, ref in self.state.predictions.items():
+            loaded = read_result(self.paths.root / ref.path)
+            if loaded is None:
+                logger.warning("trial %d: prediction file %s is unreadable", trial_id, ref.path)
+                continue
+            self.predictions[trial_id] = loaded[0]
+        for trial in self.state.trials.values():
+            if trial.status.is_final:
+                continue
+            job = self._last_boundary_job(trial)
+            if job is None:
+                continue
+            latest = self.state.predictions.get(trial.trial_id)
+            if latest is not None and (latest.n, latest.y_sha256) == (job.n, job.y_sha256):
+                continue
+            logger.info("trial %d: fit on %d points resubmitted", trial.trial_id, job.n)
+            self.curve_service.request(job)
+
+    def _slurm_fits(self) -> FitBackend:
+        from hpctune.slurm.curve_fits import SlurmArrayBackend, curve_job_parameters
+
+        assert self.curve_service is not None
+        parameters = curve_job_parameters(
+            self.spec.name, self.spec.slurm.controller, self.spec.curves
+        )
+        return SlurmArrayBackend(
+            self.paths.root / "slurm" / "curves", parameters, self.curve_service.options
+        )
+
+    def _fit_job(self, trial: TrialRecord, step: int) -> FitJob | None:
+        """The fit of ``trial``'s curve up to ``step``, or None with too few or too many points."""
+        from hpctune.curves.service import FitJob
+
+        service = self.curve_service
+        assert service is not None
+        values = [
+            v for s, v in zip(trial.curve_steps, trial.curve_values, strict=True) if s <= step
+        ]
+        if len(values) < service.options.min_points or len(values) >= self.spec.max_steps:
+            return None
+        return FitJob.build(
+            service.folder,
+            trial.trial_id,
+            values,
+            x_max=self.spec.max_steps,
+            bounds=self.spec.metric_bounds,
+            mode=self.spec.mode,  # type: ignore[arg-type]
+            study_seed=self.spec.seed,
+        )
+
+    def _last_boundary_job(self, trial: TrialRecord) -> FitJob | None:
+        for step in reversed(trial.curve_steps):
+            if step % self.spec.boundary == 0 and self.policy.wants_fit(step):
+                return self._fit_job(trial, step)
+        return None
+
+    def _update_curves(self) -> None:
+        """Ask for fits at this iteration's boundaries; journal the fits that finished."""
+        service = self.curve_service
+        if service is None:
+            return
+        for event in self._events:
+            if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
+                continue
+            trial = self.state.trials.get(event.trial_id)
+            step = int(event.step or 0)
+            if trial is None or trial.status.is_final or not self.policy.wants_fit(step):
+                continue
+            job = self._fit_job(trial, step)
+            if job is not None:
+                service.request(job)
+        for result in service.poll():
+            self._on_prediction(result)
+
+    def _on_prediction(self, result: FitResult) -> None:
+        prediction = result.prediction
+        median = None
+        if not prediction.unknown and prediction.horizon:
+            median = finite_or_none(float(prediction.median[-1]))
+        extra: dict[str, Any] = {"reason": prediction.reason} if prediction.reason else {}
+        self._log(
+            st.PREDICTION,
+            trial=result.trial_id,
+            n=result.n,
+            path=self.paths.relative(Path(result.job.path)),
+            unknown=prediction.unknown,
+            median=median,
+            y_sha256=result.job.y_sha256,
+            seconds=result.seconds,
+            backend=result.backend,
+            **extra,
+        )
+        self.predictions[result.trial_id] = prediction
+        self._events.append(Event.prediction(result.trial_id, result.n))
+
+    def _close_curves(self) -> None:
+        service, self.curve_service = self.curve_service, None
+        if service is not None:
+            service.close()

@@ -1,0 +1,89 @@
+"""EarlyTerm: Domhan et al.'s predictive termination, as HyperDrive's baseline (§5.3).
+
+The Default policy, plus: at every evaluation boundary ``b`` (30 epochs, as Domhan et al.) a
+trial whose learning-curve prediction gives ``P(y(max_steps) >= y_best) < delta`` (0.05) is
+terminated, ``y_best`` being the best value any trial has reached so far (in the metric's own
+direction). The check also runs when a new prediction arrives, since fits run beside training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.states import TrialStatus
+
+
+@dataclass(frozen=True)
+class EarlyTermOptions:
+    """Options of EarlyTerm; defaults from HyperDrive §5.3 and Domhan et al. (b 30, delta 0.05)."""
+
+    boundary: int = 30
+    delta: float = 0.05
+
+
+class EarlyTermPolicy(Policy):
+    """Run trials as Default does; terminate those unlikely to beat the best (see module)."""
+
+    name: ClassVar[str] = "earlyterm"
+    boundary_decisions: ClassVar[bool] = True
+    wants_predictions: ClassVar[bool] = True
+    Options = EarlyTermOptions
+
+    def __init__(self, options: EarlyTermOptions | None = None) -> None:
+        self.options = options or EarlyTermOptions()
+        if self.options.boundary < 1:
+            raise OptionError("boundary", f"must be >= 1, but got {self.options.boundary}")
+        if not 0 < self.options.delta < 1:
+            raise OptionError("delta", f"must be between 0 and 1, but got {self.options.delta}")
+
+    def wants_fit(self, step: int) -> bool:
+        """Fit at evaluation boundaries only."""
+        return step % self.options.boundary == 0
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        """Fill slots as Default; at boundaries and on predictions apply the criterion."""
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        if event.trial_id is None or event.trial_id not in view.trials:
+            return []
+        trial = view.trials[event.trial_id]
+        if trial.status is not TrialStatus.RUNNING:
+            return []
+        at_boundary = (
+            event.kind is EventKind.BOUNDARY
+            and event.step is not None
+            and (event.step % self.options.boundary == 0)
+        )
+        if not (at_boundary or event.kind is EventKind.PREDICTION):
+            return []
+        prediction = view.predictions.get(trial.trial_id)
+        best = _global_best(view)
+        if prediction is None or prediction.unknown or best is None:
+            return []
+        p_val = prediction.prob_final_at_least(best)
+        if not math.isnan(p_val) and p_val < self.options.delta:
+            return [
+                Action.terminate(
+                    trial.trial_id,
+                    reason=f"P(final >= best {best:.4g}) = {p_val:.3f} < {self.options.delta}",
+                )
+            ]
+        return []
+
+
+def _global_best(view: StudyView) -> float | None:
+    """The best value any trial has reported (``None`` before any)."""
+    best: float | None = None
+    for trial in view.trials.values():
+        values = np.asarray(trial.values, dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values):
+            value = float(values.max() if view.mode == "max" else values.min())
+            if best is None or view.sign * value > view.sign * best:
+                best = value
+    return best

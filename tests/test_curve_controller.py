@@ -1,0 +1,225 @@
+"""Learning-curve fits in the controller (local executor, real pool): predictions reach the
+journal, the view and the policy without anyone waiting for a fit; a restart picks them up."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hpctune.cli import main
+from hpctune.controller import Controller
+from hpctune.curves import Budget, FitOptions
+from hpctune.curves.service import read_result
+from hpctune.journal import open_study
+from hpctune.journal.store import JournalReader
+from hpctune.launch import create_study, local_executor
+from hpctune.layout import StudyPaths
+from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyView
+from hpctune.spec import load_spec
+from hpctune.states import StudyState, TrialStatus
+from tests.conftest import write_study
+
+pytestmark = pytest.mark.timeout(120)
+
+# a = 0 reports a constant: a degenerate curve whose prediction is unknown
+TRAIN = """
+import time
+
+def train(ctx):
+    a = ctx.params["a"]
+    for step in range(ctx.start_step + 1, ctx.max_steps + 1):
+        time.sleep(ctx.params["sleep"])
+        value = 0.3 if a == 0 else 0.9 - 0.6 * step ** -a
+        start = time.monotonic()
+        ctx.report(step=step, score=value)
+        with open(f"report-seconds-{ctx.trial_id}.txt", "a") as f:
+            f.write(f"{time.monotonic() - start}\\n")
+"""
+
+
+class PredictingPolicy(DefaultPolicy):
+    """Default, but it wants predictions and decides at boundaries (workers wait for that)."""
+
+    wants_predictions = True
+    boundary_decisions = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, int, int, TrialStatus, bool]] = []
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        if event.kind is EventKind.PREDICTION:
+            assert event.trial_id is not None
+            assert event.step is not None
+            prediction = view.predictions[event.trial_id]
+            trial = view.trials[event.trial_id]
+            self.seen.append(
+                (event.trial_id, event.step, prediction.n, trial.status, prediction.unknown)
+            )
+            return []
+        if event.kind is EventKind.BOUNDARY:
+            return [Action.continue_(event.trial_id)]  # type: ignore[arg-type]
+        return super().decide(view, event, rng)
+
+
+def _study(tmp_path: Path, a: list[float], max_steps: int, sleep: float) -> StudyPaths:
+    spec = write_study(
+        tmp_path,
+        train=TRAIN,
+        space={"a": a, "sleep": sleep},
+        generator={"name": "grid"},
+        resources={"slots": 2},
+        max_steps=max_steps,
+        num_trials=len(a),
+    )
+    spec.write_text(spec.read_text() + "\n[curves]\nworkers = 2\n")
+    return create_study(load_spec(spec))
+
+
+def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
+    controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
+    controller.policy = PredictingPolicy()
+    return controller
+
+
+def _prediction_records(paths: StudyPaths) -> list[tuple[int, dict[str, Any]]]:
+    log = JournalReader(paths.journal).table("log")
+    return [
+        (int(trial), json.loads(data))
+        for kind, trial, data in zip(log["kind"], log["trial"], log["data"], strict=True)
+        if kind == "prediction"
+    ]
+
+
+def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = _study(tmp_path, [0.0, 0.5, 1.0, 1.5], max_steps=12, sleep=0.25)
+    stamps: list[float] = []
+    controller = _controller(paths, on_progress=lambda c: stamps.append(time.monotonic()))
+    try:
+        assert controller.run() is StudyState.FINISHED
+    finally:
+        controller.executor.close()
+    study = open_study(paths.root)
+    assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
+    constant = next(t.trial_id for t in study.trials if t.params["a"] == 0.0)
+
+    # the journal: a `prediction` record per finished fit, the fold keeps each trial's latest
+    records = _prediction_records(paths)
+    assert {t for t, _ in records} == {t.trial_id for t in study.trials}
+    for trial_id, ref in study.record.predictions.items():
+        mine = [d for t, d in records if t == trial_id]
+        assert ref.n == mine[-1]["n"]
+        assert 3 <= ref.n < 12
+        assert [d["n"] for d in mine] == sorted({d["n"] for d in mine})  # newer curves only
+        loaded = read_result(paths.root / ref.path)
+        assert loaded is not None
+        prediction, meta = loaded
+        assert (prediction.n, meta["trial"], meta["y_sha256"]) == (ref.n, trial_id, ref.y_sha256)
+        assert prediction.unknown is (trial_id == constant) is ref.unknown
+        if trial_id == constant:
+            assert ref.median is None
+            assert "constant curve" in prediction.reason
+        else:
+            assert ref.median is not None
+            assert 0.0 < ref.median < 1.0
+            assert ref.median == pytest.approx(float(prediction.median[-1]))
+        # the controller's view holds the same prediction
+        assert controller.predictions[trial_id].to_dict() == prediction.to_dict()
+
+    # the policy got PREDICTION events with the prediction already in its view, also while
+    # the trial still ran (fits run beside training)
+    policy = controller.policy
+    assert isinstance(policy, PredictingPolicy)
+    assert all(step == n for _, step, n, _, _ in policy.seen)
+    assert any(status is TrialStatus.RUNNING for _, _, _, status, _ in policy.seen)
+    assert any(unknown for trial, *_, unknown in policy.seen if trial == constant)
+
+    # nobody waited for a fit: the fits took longer than any controller iteration, and the
+    # workers' reports at boundaries never waited for a decision (decision_wait is 2 s)
+    fit_seconds = [d["seconds"] for _, d in records if d["seconds"] is not None]
+    gaps = np.diff(stamps[1:])
+    assert max(gaps) < 0.6 < max(fit_seconds)
+    waits = [
+        float(line)
+        for path in paths.root.glob("report-seconds-*.txt")
+        for line in path.read_text().split()
+    ]
+    assert len(waits) == 4 * 12
+    assert max(waits) < 1.0
+
+    # fit-curves on the study reproduces a fit of the controller (same seed, same n)
+    trial_id = next(t.trial_id for t in study.trials if t.params["a"] == 1.0)
+    ref = study.record.predictions[trial_id]
+    argv = ["fit-curves", str(paths.root), "--trial", str(trial_id), "--at-epoch", str(ref.n)]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["trial"], row["n"], row["x_max"]) == (trial_id, ref.n, 12)
+    assert row["median"] == pytest.approx(ref.median, abs=2e-6)
+
+
+def _drive(controller: Controller, until: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        if controller.step():
+            return
+        time.sleep(controller.poll_interval)
+
+
+def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight(
+    tmp_path: Path,
+) -> None:
+    paths = _study(tmp_path, [0.5, 1.0], max_steps=16, sleep=0.3)
+    options = FitOptions(budget=Budget(nwalkers=32, nsamples=150, burn_in=75), n_keep=64)
+    first = _controller(paths, curve_options=options)
+    first.start()
+    service = first.curve_service
+    assert service is not None
+    try:
+        _drive(first, lambda: bool(_prediction_records(paths)) and bool(service.running), 60)
+    finally:  # "kill" it: its fits in flight never reach the journal
+        service.close()
+        first.executor.close()
+    journaled = {(t, d["n"]) for t, d in _prediction_records(paths)}
+    for path in (paths.root / "curves").glob("*.json"):
+        meta = read_result(path)
+        assert meta is not None
+        if (meta[1]["trial"], meta[1]["n"]) not in journaled:
+            path.unlink()
+
+    record = open_study(paths.root).record
+    second = _controller(paths, curve_options=options)
+    second.start()
+    try:
+        # the latest journaled predictions are back in the view
+        assert second.predictions.keys() == record.predictions.keys()
+        for trial_id, ref in record.predictions.items():
+            assert second.predictions[trial_id].n == ref.n
+        # and each running trial's last boundary without a prediction is asked for again
+        expected = {}
+        for trial in record.trials.values():
+            n = len(trial.curve_values)
+            ref = record.predictions.get(trial.trial_id)
+            if not trial.status.is_final and n >= 3 and (ref is None or ref.n != n):
+                expected[trial.trial_id] = n
+        assert second.curve_service is not None
+        asked = {**second.curve_service.pending, **second.curve_service.running}
+        assert {t: job.n for t, job in asked.items()} == expected
+        assert expected  # the first controller was stopped with a fit in flight
+        _drive(second, lambda: False, 90)
+    finally:
+        second._close_curves()
+        second.executor.close()
+    assert second.state.state is StudyState.FINISHED
+    records = [(t, d["n"]) for t, d in _prediction_records(paths)]
+    assert len(records) == len(set(records))  # no fit journaled twice across the restart
+    assert set(records) > journaled

@@ -1,0 +1,88 @@
+"""Smoke test of the curve-prediction evaluation (benchmarks/curves_eval.py --quick), and its
+density-from-quantiles and AUC helpers against closed forms."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "curves_eval.py"
+
+
+def _module() -> ModuleType:
+    saved = dict(os.environ)  # the script pins thread counts in os.environ when imported
+    try:
+        return importlib.import_module("benchmarks.curves_eval")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_quick_run_reports_every_metric_for_every_cut_and_method() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, "--json prints only the JSON line"
+    report = json.loads(lines[0])
+    assert report["format"] == "hpctune.curves_eval/1"
+    assert set(report["workloads"]) == {"digits", "diabetes"}
+    assert report["workloads"]["diabetes"]["mode"] == "min"
+    assert report["workloads"]["diabetes"]["bounds"] == [0.0, 2.0]
+    rows = report["results"]
+    assert len(rows) == 2 * 3 * 3
+    assert {(r["workload"], r["n"]) for r in rows} == {
+        ("digits", 3),
+        ("digits", 8),
+        ("digits", 15),
+        ("diabetes", 4),
+        ("diabetes", 10),
+        ("diabetes", 20),
+    }
+    for row in rows:
+        assert row["method"] in ("domhan", "last", "pow3")
+        assert 0 <= row["mae"] < 1
+        assert 0 <= row["cov50"] <= row["cov90"] + 1e-12 <= 1 + 1e-12
+        assert math.isfinite(row["lpd"])
+        assert 0 <= row["auc"] <= 1
+    # with half of each curve seen, the model's error is small on both workloads
+    for row in rows:
+        if row["method"] == "domhan" and row["fraction"] == 0.5:
+            assert row["mae"] < 0.1
+
+
+def test_density_from_quantiles_and_auc_match_closed_forms() -> None:
+    module = _module()
+    from hpctune.curves import LEVELS
+
+    levels = np.asarray(LEVELS)
+    q = stats.norm.ppf(levels, loc=0.6, scale=0.05)
+    for u, tol in ((0.58, 0.05), (0.6, 0.05), (0.63, 0.05), (0.7, 0.3), (0.45, 0.6)):
+        # piecewise uniform between the stored levels: close to the normal's log density,
+        # the closer the denser the levels
+        got = module.quantile_log_density(levels, q, u)
+        assert got == pytest.approx(stats.norm.logpdf(u, 0.6, 0.05), abs=tol)
+    # the tails decay and stay continuous at the outer levels
+    edge = module.quantile_log_density(levels, q, float(q[-1]))
+    assert module.quantile_log_density(levels, q, float(q[-1]) + 1e-9) == pytest.approx(edge)
+    assert module.quantile_log_density(levels, q, 1.0) < edge - 5
+    scores = np.array([0.1, 0.4, 0.35, 0.8])
+    labels = np.array([False, False, True, True])
+    assert module.auc(scores, labels) == pytest.approx(0.75)
+    assert math.isnan(module.auc(scores, np.array([True] * 4)))

@@ -1,0 +1,80 @@
+"""POP and EarlyTerm in the simulator, with real learning-curve fits on a real trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpctune.simulator import PredictionCache, run_many, simulate
+from hpctune.simulator.plots import plot_split
+from hpctune.states import TrialStatus
+from hpctune.traces import Trace
+from tests.conftest import REPO
+
+# 10 digits configurations: 9 that learn (final accuracy 0.80-0.98) and one that does not (0.19)
+CONFIGS = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return Trace.load(REPO / "benchmarks" / "traces" / "digits.h5").subset(CONFIGS)
+
+
+@pytest.fixture(scope="module")
+def cache(trace: Trace, tmp_path_factory: pytest.TempPathFactory) -> PredictionCache:
+    path = tmp_path_factory.mktemp("predictions") / "digits.jsonl"
+    cache = PredictionCache(trace, path=path)
+    pairs = [(c, n) for c in range(trace.num_configs) for n in (10, 20)]
+    cache.prefetch(pairs, trace.num_epochs, workers=2)
+    return cache
+
+
+@pytest.mark.slow
+def test_pop_kills_the_flat_trial_and_reaches_the_target(
+    trace: Trace, cache: PredictionCache
+) -> None:
+    result = simulate(
+        trace,
+        "pop",
+        {"boundary": 10, "target": 0.97},
+        slots=2,
+        seed=0,
+        predictions=cache,
+        target=0.97,
+    )
+    flat = next(t for t in result.trials if t.config == 9)
+    assert flat.status is TrialStatus.TERMINATED
+    assert flat.step == 10  # at its first boundary
+    assert flat.reason.startswith("poor:")
+    assert result.time_to_target is not None
+    assert result.trials_suspended > 0  # opportunistic trials yielded their slots
+    assert any(state["s_promising"] > 0 for _, state in result.policy_states)
+    assert cache.fits == 20  # every fit was prefetched: none made during the runs
+
+
+@pytest.mark.slow
+def test_predictions_are_kept_between_runs(
+    trace: Trace, cache: PredictionCache, tmp_path: Path
+) -> None:
+    again = PredictionCache(trace, path=cache.path)  # read back from the file
+    pairs = [(c, n) for c in range(trace.num_configs) for n in (10, 20)]
+    assert again.prefetch(pairs, trace.num_epochs) == 0
+    first = simulate(trace, "earlyterm", {"boundary": 10}, slots=2, seed=1, predictions=cache)
+    second = simulate(trace, "earlyterm", {"boundary": 10}, slots=2, seed=1, predictions=again)
+    assert [(t.trial, t.status, t.step) for t in first.trials] == [
+        (t.trial, t.status, t.step) for t in second.trials
+    ]
+    many = run_many(
+        trace,
+        ["default", ("pop", {"boundary": 10})],
+        slots=2,
+        seeds=2,
+        predictions=cache,
+        target=0.97,
+    )
+    pop_run = many.runs["pop(boundary=10)"][0]
+    out = plot_split(pop_run, tmp_path / "split.png")
+    assert out.stat().st_size > 1000
+    with pytest.raises(ValueError, match="POP only"):
+        plot_split(many.runs["default"][0], tmp_path / "x.png")
