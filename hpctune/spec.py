@@ -508,7 +508,7 @@ def parse_spec(
 
     policy = _component(data, "policy", "default", source)
     try:
-        make_policy(policy.name, policy.options)
+        make_policy(policy.name, policy.options).check_space(space)
     except OptionError as exc:
         raise StudySpecError(source, f"policy.{exc.key}", exc.message) from None
     except ValueError as exc:

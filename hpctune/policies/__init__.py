@@ -26,6 +26,8 @@ from hpctune.policies.default import DefaultPolicy
 from hpctune.policies.earlyterm import EarlyTermPolicy
 from hpctune.policies.hyperband import HyperbandPolicy
 from hpctune.policies.median import MedianStoppingPolicy
+from hpctune.policies.pbt import PbtPolicy
+from hpctune.policies.pbt_truncation import TruncationPbtPolicy
 from hpctune.policies.pop import PopPolicy
 from hpctune.policies.sha import ShaPolicy
 
@@ -38,6 +40,8 @@ POLICIES: Mapping[str, type[Policy]] = {
     MedianStoppingPolicy.name: MedianStoppingPolicy,
     PopPolicy.name: PopPolicy,
     EarlyTermPolicy.name: EarlyTermPolicy,
+    PbtPolicy.name: PbtPolicy,
+    TruncationPbtPolicy.name: TruncationPbtPolicy,
 }
 
 
@@ -69,11 +73,13 @@ __all__ = [
     "HyperbandPolicy",
     "MedianStoppingPolicy",
     "OptionError",
+    "PbtPolicy",
     "Policy",
     "PopPolicy",
     "ShaPolicy",
     "StudyView",
     "TrialView",
+    "TruncationPbtPolicy",
     "make_policy",
     "parse_options",
 ]

@@ -25,6 +25,7 @@ from hpctune.states import TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.predict import CurvePrediction
+    from hpctune.space import SearchSpace
 
 
 class OptionError(ValueError):
@@ -110,6 +111,11 @@ class Action:
         step: FORK: the parent's checkpoint step to start from.
         until_step: How far the assignment trains; ``None`` means the trial's last step.
         reason: A short text for the journal and the logs.
+        end_step: START, FORK: the step at which the new trial is complete (a PBT trial is a
+            short session); ``None``: the study's ``max_steps``.
+        generation: START, FORK: the new trial's generation (PBT), recorded in the journal.
+        initiator: FORK: the trial whose reproduction created the new trial (PBT's initiator;
+            not always the parent).
     """
 
     kind: ActionKind
@@ -119,6 +125,9 @@ class Action:
     step: int | None = None
     until_step: int | None = None
     reason: str = ""
+    end_step: int | None = None
+    generation: int | None = None
+    initiator: int | None = None
 
     @classmethod
     def start(
@@ -128,6 +137,8 @@ class Action:
         priority: float = 0.0,
         until_step: int | None = None,
         reason: str = "",
+        end_step: int | None = None,
+        generation: int | None = None,
     ) -> Action:
         """Start a new trial: the generator's next configuration unless ``params`` are given."""
         return cls(
@@ -136,6 +147,8 @@ class Action:
             priority=priority,
             until_step=until_step,
             reason=reason,
+            end_step=end_step,
+            generation=generation,
         )
 
     @classmethod
@@ -181,6 +194,9 @@ class Action:
         priority: float = 0.0,
         until_step: int | None = None,
         reason: str = "",
+        end_step: int | None = None,
+        generation: int | None = None,
+        initiator: int | None = None,
     ) -> Action:
         """Start a new trial from ``parent_id``'s checkpoint at ``step`` with ``params``."""
         return cls(
@@ -191,6 +207,9 @@ class Action:
             priority=priority,
             until_step=until_step,
             reason=reason,
+            end_step=end_step,
+            generation=generation,
+            initiator=initiator,
         )
 
 
@@ -214,7 +233,12 @@ class TrialView:
         parent_step: The parent's step it started from, or ``None``.
         priority: The priority the policy gave it last.
         retries: How often it was restarted after a lost worker.
-        info: Free-form data set by the generator or policy (e.g. a PBT generation).
+        info: Free-form data set by the generator or policy.
+        end_step: The step at which the trial is complete (``None``: the study's
+            ``max_steps``).
+        generation: Its generation (PBT), ``None`` if the policy gave none.
+        initiator: The trial whose reproduction created it (PBT), or ``None``.
+        last_metrics: The latest reported value of each metric (fitness tuples).
     """
 
     trial_id: int
@@ -230,6 +254,10 @@ class TrialView:
     priority: float = 0.0
     retries: int = 0
     info: Mapping[str, Any] = field(default_factory=dict)
+    end_step: int | None = None
+    generation: int | None = None
+    initiator: int | None = None
+    last_metrics: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def last_value(self) -> float:
@@ -256,6 +284,8 @@ class StudyView:
             its ``n`` tells how many points it used.
         bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``).
         random_level: The metric of a model that learnt nothing, if the study declares it.
+        space: The study's search space (``None`` in the simulator, whose trace fixes the
+            configurations); policies that make configurations (PBT) need it.
     """
 
     metric: str
@@ -270,6 +300,7 @@ class StudyView:
     predictions: Mapping[int, CurvePrediction] = field(default_factory=dict)
     bounds: tuple[float, float] = (0.0, 1.0)
     random_level: float | None = None
+    space: SearchSpace | None = None
 
     @property
     def sign(self) -> float:
@@ -314,6 +345,27 @@ class Policy(abc.ABC):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027
         """Restore the state returned by :meth:`state_dict`."""
+
+    def check_space(self, space: SearchSpace) -> None:  # noqa: B027
+        """Check the options against the study's search space (raise :class:`OptionError`)."""
+
+    def needed_checkpoints(self, view: StudyView) -> set[int] | None:
+        """The ended trials whose latest checkpoint the policy may still fork from.
+
+        The controller deletes the latest checkpoint of an ended trial that is not in the set
+        (unless a trial not yet ended was forked from it). ``None`` (the default) keeps every
+        trial's latest checkpoint.
+        """
+        return None
+
+    def holds_idle_workers(self, view: StudyView) -> bool:
+        """True to keep idle workers waiting when the policy has no work for them right now.
+
+        The default (False) tells idle workers to exit. A policy whose running trials will make
+        new work when they end (PBT) returns True, so the next assignment runs in the same
+        worker (no new job, no queue wait).
+        """
+        return False
 
     @staticmethod
     def fill_slots(view: StudyView, free_slots: int) -> list[Action]:

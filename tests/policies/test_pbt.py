@@ -1,0 +1,389 @@
+"""PBT (Li et al. 2019): Algorithm 1, opponents over generations, budget mode, GC, and Ray's
+truncation variant."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from hpctune.errors import StudySpecError
+from hpctune.policies import (
+    ActionKind,
+    Event,
+    OptionError,
+    PbtPolicy,
+    StudyView,
+    TrialView,
+    TruncationPbtPolicy,
+    make_policy,
+)
+from hpctune.space import parse_space
+from hpctune.spec import load_spec
+from hpctune.states import TrialStatus
+from tests.conftest import write_study
+from tests.policies._pbt_driver import Driver
+
+SPACE = parse_space(
+    {
+        "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
+        "batch_size": [16, 32, 64],
+        "act": ["relu", "tanh"],
+        "width": 64,
+    },
+    path=None,
+)
+DONE = TrialStatus.COMPLETED
+
+
+def tv(
+    tid: int,
+    value: float | None,
+    *,
+    gen: int,
+    status: TrialStatus = DONE,
+    initiator: int | None = None,
+    end: int | None = None,
+    checkpoint: int | None = None,
+    parent: int | None = None,
+) -> TrialView:
+    """A trial of generation ``gen`` that ended with ``value`` at its end step."""
+    end = end if end is not None else 2 * (gen + 1)
+    values = np.array([] if value is None else [value], dtype=float)
+    steps = np.array([] if value is None else [end], dtype=np.int64)
+    return TrialView(
+        trial_id=tid,
+        status=status,
+        params={"lr": 0.01, "batch_size": 32, "act": "relu", "width": 64},
+        step=end,
+        steps=steps,
+        values=values,
+        times=steps.astype(float),
+        checkpoint_step=(checkpoint if checkpoint is not None else end)
+        if status.is_final
+        else None,
+        parent_trial=parent,
+        end_step=end,
+        generation=gen,
+        initiator=initiator,
+        last_metrics={} if value is None else {"score": value},
+    )
+
+
+def view(
+    trials: list[TrialView], *, slots: int = 4, max_steps: int = 20, remaining: int = 0
+) -> StudyView:
+    return StudyView(
+        metric="score",
+        mode="max",
+        max_steps=max_steps,
+        boundary=1,
+        now=0.0,
+        trials={t.trial_id: t for t in trials},
+        free_slots=0,
+        total_slots=slots,
+        trials_remaining=remaining,
+        space=SPACE,
+    )
+
+
+def pbt(**options: object) -> PbtPolicy:
+    policy = make_policy("pbt", {"population_size": 4, "steps_per_generation": 2, **options})
+    assert isinstance(policy, PbtPolicy)
+    return policy
+
+
+RNG = np.random.default_rng(0)
+
+
+def test_generation_zero_is_sampled_until_the_population_is_full() -> None:
+    actions = pbt().decide(view([], remaining=10), Event.slot_free(3), RNG)
+    assert [(a.kind, a.params, a.generation, a.end_step) for a in actions] == [
+        (ActionKind.START, None, 0, 2)
+    ] * 3
+    one_more = pbt().decide(
+        view([tv(0, None, gen=0, status=TrialStatus.RUNNING)] * 1, remaining=10),
+        Event.slot_free(5),
+        RNG,
+    )
+    assert len(one_more) == 3  # 1 exists, 3 more; nothing has ended to initiate
+
+
+def test_the_oldest_uninitiated_ended_trial_initiates_and_the_fitter_is_the_parent() -> None:
+    trials = [tv(0, 0.9, gen=0), tv(1, 0.5, gen=0), tv(2, 0.7, gen=0), tv(3, 0.1, gen=0)]
+    trials.append(tv(4, None, gen=1, status=TrialStatus.RUNNING, initiator=0, parent=0))
+    policy = pbt()
+    actions = policy.get_new_suggestions(view(trials), 3, np.random.default_rng(1))
+    assert [a.initiator for a in actions] == [1, 2, 3]  # 0 has initiated already
+    assert all(a.kind is ActionKind.FORK and a.generation == 1 for a in actions)
+    for action in actions:
+        initiator = trials[action.initiator]  # type: ignore[index]
+        parent = trials[action.trial_id]  # type: ignore[index]
+        assert parent.last_value >= initiator.last_value  # the winner of the tournament
+        assert action.step == parent.checkpoint_step == 2
+        assert action.end_step == 4
+        assert action.params != parent.params  # mutated
+        assert action.params["width"] == 64  # fixed: never mutated
+
+
+def test_tournament_ties_go_to_the_initiator_and_missing_values_lose() -> None:
+    policy = pbt()
+    v = view([tv(0, 0.5, gen=0), tv(1, 0.5, gen=0), tv(2, None, gen=0)])
+    assert policy.tournament(v, v.trials[0], v.trials[1])[0].trial_id == 0
+    assert policy.tournament(v, v.trials[1], v.trials[0])[0].trial_id == 1
+    assert policy.tournament(v, v.trials[2], v.trials[0])[0].trial_id == 0
+    assert policy.tournament(v, v.trials[0], None)[0].trial_id == 0
+
+
+def test_opponents_come_from_the_past_k_generations_up_to_the_initiators() -> None:
+    trials = [tv(i, 0.1 * i, gen=i // 2) for i in range(10)]  # generations 0..4, two each
+    trials.append(tv(10, None, gen=3, status=TrialStatus.RUNNING))
+    v = view(trials)
+    assert [t.trial_id for t in pbt().opponents(v, v.trials[6])] == [4, 5, 7]  # gens 2, 3
+    k3 = pbt(opponent_generations=3)
+    assert [t.trial_id for t in k3.opponents(v, v.trials[6])] == [2, 3, 4, 5, 7]
+    assert [t.trial_id for t in pbt(opponent_generations=1).opponents(v, v.trials[0])] == [1]
+    # the opponent is drawn uniformly from them: over many draws each appears
+    seen = Counter(
+        pbt().reproduce(v, v.trials[6], np.random.default_rng(s)).reason.split("opponent ")[1][0]
+        for s in range(60)
+    )
+    assert set(seen) == {"4", "5", "7"}
+
+
+def test_budget_mode_waits_for_the_initiators_generation_to_fill() -> None:
+    # population 4 on 2 slots: trial 3 (generation 0) still runs, so generation 1 has 3 trials
+    trials = [tv(i, 0.1 * i, gen=0) for i in range(3)]
+    trials.append(tv(3, None, gen=0, status=TrialStatus.RUNNING))
+    trials += [
+        tv(4, 0.5, gen=1, initiator=0, parent=0),
+        tv(5, 0.6, gen=1, initiator=1, parent=1),
+        tv(6, None, gen=1, status=TrialStatus.RUNNING, initiator=2, parent=2),
+    ]
+    v = view(trials, slots=2)
+    policy = pbt()
+    assert policy.budget_mode(v)
+    assert policy.get_new_suggestions(v, 2, RNG) == []  # trial 4 waits for generation 1
+    assert policy.holds_idle_workers(v)  # and the idle worker with it
+    # without budget mode trials 4 and 5 initiate at once
+    actions = pbt(budget=False).get_new_suggestions(v, 2, RNG)
+    assert [a.initiator for a in actions] == [4, 5]
+    # once trial 3 has ended and initiated, generation 1 is full and trial 4 goes first
+    trials[3] = tv(3, 0.2, gen=0)
+    actions = policy.get_new_suggestions(view(trials, slots=2), 2, RNG)
+    assert [a.initiator for a in actions] == [3, 4]
+
+
+def test_trials_ending_at_max_steps_do_not_initiate() -> None:
+    trials = [tv(i, 0.1 * i, gen=0, end=20) for i in range(4)]
+    policy = pbt()
+    assert policy.get_new_suggestions(view(trials), 4, RNG) == []
+    assert not policy.holds_idle_workers(view(trials))
+
+
+@pytest.mark.parametrize(("slots", "budget"), [(2, True), (4, False), (1, True), (8, False)])
+def test_every_trial_initiates_once_and_generations_hold_the_population(
+    slots: int, budget: bool
+) -> None:
+    policy = pbt(population_size=6 if budget else 4, steps_per_generation=2)
+    pop = policy.options.population_size
+    run = Driver(policy, SPACE, slots=slots, max_steps=12, num_trials=pop, seed=slots).run()
+    trials = list(run.trials.values())
+    assert all(t.status is DONE for t in trials)
+    initiators = Counter(t.initiator for t in trials if t.initiator is not None)
+    assert max(initiators.values()) == 1  # once and only once
+    # every trial that ended before max_steps initiated
+    assert {t.trial_id for t in trials if (t.end_step or 12) < 12} == set(initiators)
+    sizes = Counter(t.generation or 0 for t in trials)
+    assert sizes[0] == pop  # each trial has at most one child: generations never grow
+    assert all(sizes[g + 1] <= sizes[g] for g in range(max(sizes)))
+    assert len(sizes) >= 6  # 12 steps, 2 per generation (more when an older parent won)
+    for t in trials:
+        if t.initiator is not None:
+            initiator = run.trials[t.initiator]
+            assert t.generation == (initiator.generation or 0) + 1
+            assert t.parent_step == run.trials[t.parent_trial].end_step  # type: ignore[index]
+    if budget:  # oldest first: initiators in creation order
+        order = [t.initiator for _, t in sorted(run.trials.items()) if t.initiator is not None]
+        assert order == sorted(order)
+    assert run.forks_from_deleted == []
+
+
+def test_pbt_finds_a_decaying_learning_rate() -> None:
+    policy = pbt(population_size=8, steps_per_generation=2, exclude=["batch_size", "act"])
+    run = Driver(policy, SPACE, slots=2, max_steps=20, num_trials=8, seed=3).run()
+    best = max(run.trials.values(), key=lambda t: t.last_value)
+    lrs = []
+    trial: TrialView | None = best
+    while trial is not None:
+        lrs.append(float(trial.params["lr"]))
+        trial = run.trials.get(trial.parent_trial) if trial.parent_trial is not None else None
+    lrs.reverse()
+    assert len(lrs) == 10
+    assert np.mean(lrs[-3:]) < np.mean(lrs[:3])  # the target lr decays from 0.1 to 0.033
+    for t in run.trials.values():  # excluded parameters never change along a lineage
+        if t.parent_trial is not None:
+            parent = run.trials[t.parent_trial]
+            assert (t.params["batch_size"], t.params["act"]) == (
+                parent.params["batch_size"],
+                parent.params["act"],
+            )
+
+
+def test_gc_keeps_what_a_possible_child_needs_and_releases_the_rest() -> None:
+    policy = pbt(population_size=4, steps_per_generation=2)
+    run = Driver(policy, SPACE, slots=2, max_steps=16, num_trials=4, seed=1, random_order=True)
+    run.run()
+    assert run.forks_from_deleted == []
+    kept = [t for t in run.trials.values() if t.checkpoint_step is not None]
+    best = max(run.trials.values(), key=lambda t: t.last_value)
+    assert [t.trial_id for t in kept] == [best.trial_id]  # at the end only the fittest
+    # during the run at most (k + 1) * population + slots + 1 ended trials kept checkpoints
+    keep_all = pbt(population_size=4, steps_per_generation=2, keep_last_checkpoints=True)
+    assert keep_all.needed_checkpoints(run.view(0)) is None
+
+
+def test_gc_bound_during_a_run() -> None:
+    policy = pbt(population_size=6, steps_per_generation=1)
+    peak = 0
+
+    class Watching(Driver):
+        def _collect(self) -> None:
+            nonlocal peak
+            super()._collect()
+            peak = max(peak, sum(t.checkpoint_step is not None for t in self.trials.values()))
+
+    run = Watching(policy, SPACE, slots=2, max_steps=12, num_trials=6, seed=2, random_order=True)
+    run.run()
+    assert run.forks_from_deleted == []
+    assert peak <= (2 + 1) * 6 + 1
+    assert len(run.deleted) >= len(run.trials) - 1
+
+
+def test_pbt_is_stateless_so_a_restarted_controller_decides_the_same() -> None:
+    trials = [tv(i, 0.1 * i, gen=0) for i in range(4)]
+    a = pbt().get_new_suggestions(view(trials), 4, np.random.default_rng(5))
+    policy = pbt()
+    assert policy.state_dict() == {}
+    policy.load_state_dict(json.loads(json.dumps(policy.state_dict())))
+    assert policy.get_new_suggestions(view(trials), 4, np.random.default_rng(5)) == a
+
+
+def test_waiting_trials_resume_before_new_suggestions() -> None:
+    trials = [tv(i, 0.1 * i, gen=0) for i in range(4)]
+    trials.append(tv(4, None, gen=1, status=TrialStatus.QUEUED, initiator=0, parent=3))
+    actions = pbt().decide(view(trials), Event.slot_free(2), RNG)
+    assert next((a.kind, a.trial_id) for a in actions) == (ActionKind.RESUME, 4)
+    assert actions[1].kind is ActionKind.FORK
+    assert actions[1].initiator == 1
+
+
+def test_options_are_checked_with_their_names() -> None:
+    for options, key in [
+        ({"population_size": 1}, "population_size"),
+        ({"steps_per_generation": 0}, "steps_per_generation"),
+        ({"opponent_generations": 0}, "opponent_generations"),
+        ({"comparison": "best"}, "comparison"),
+        ({"factors": [0.8, -1]}, "factors"),
+        ({"exclude": "lr"}, "exclude"),
+        ({"objectives": ["acc:up"]}, "objectives"),
+        ({"generations": 3}, "generations"),
+    ]:
+        with pytest.raises(OptionError) as info:
+            make_policy("pbt", options)
+        assert info.value.key == key
+    for options, key in [
+        ({"quantile_fraction": 0.6}, "quantile_fraction"),
+        ({"resample_probability": 2.0}, "resample_probability"),
+        ({"perturbation_interval": 0}, "perturbation_interval"),
+    ]:
+        with pytest.raises(OptionError) as info:
+            make_policy("pbt-truncation", options)
+        assert info.value.key == key
+    with pytest.raises(OptionError, match="not in the search space"):
+        pbt(exclude=["momentum"]).check_space(SPACE)
+
+
+def test_the_spec_rejects_an_excluded_parameter_not_in_the_space(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = write_study(
+        tmp_path,
+        train="def train(ctx):\n    pass\n",
+        space={"lr": {"type": "float", "low": 0.01, "high": 0.1}},
+        policy={"name": "pbt", "exclude": ["momentum"]},
+    )
+    with pytest.raises(StudySpecError, match=r"policy\.exclude"):
+        load_spec(path)
+
+
+def test_pareto_and_lexicographic_objectives() -> None:
+    a = tv(0, 0.9, gen=0)
+    b = tv(1, 0.8, gen=0)
+    a = TrialView(**{**a.__dict__, "last_metrics": {"score": 0.9, "loss": 0.5}})
+    b = TrialView(**{**b.__dict__, "last_metrics": {"score": 0.8, "loss": 0.4}})
+    v = view([a, b])
+    lex = pbt(objectives=["score", "loss:min"])
+    assert lex.tournament(v, b, a)[0].trial_id == 0  # score decides first
+    pareto = pbt(objectives=["score", "loss:min"], comparison="pareto")
+    assert pareto.tournament(v, b, a)[0].trial_id == 1  # neither dominates: the initiator
+    assert pareto.tournament(v, a, b)[0].trial_id == 0
+
+
+# -- pbt-truncation -------------------------------------------------------------------------
+
+
+def running(tid: int, value: float, step: int) -> TrialView:
+    return TrialView(
+        trial_id=tid,
+        status=TrialStatus.RUNNING,
+        params={"lr": 0.01, "batch_size": 32, "act": "relu", "width": 64},
+        step=step,
+        steps=np.array([step]),
+        values=np.array([value]),
+        times=np.array([0.0]),
+        checkpoint_step=step,
+        generation=0,
+    )
+
+
+def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
+    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 4})
+    assert isinstance(policy, TruncationPbtPolicy)
+    trials = [running(i, 0.1 * i, 4) for i in range(8)]
+    v = view(trials, max_steps=20)
+    assert policy.quantiles(v) == ([0, 1], [6, 7])
+    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(5, 4), RNG)[0].kind is ActionKind.CONTINUE
+    stop = policy.decide(v, Event.boundary(0, 4), np.random.default_rng(2))
+    assert stop[0].kind is ActionKind.TERMINATE
+    assert stop[0].trial_id == 0
+    state = json.loads(json.dumps(policy.state_dict()))
+    restored = TruncationPbtPolicy(policy.options)
+    restored.load_state_dict(state)
+    assert restored.state_dict() == policy.state_dict()
+    assert policy.needed_checkpoints(v) == {policy.pending[0][1]}
+    ended = {**v.trials, 0: TrialView(**{**trials[0].__dict__, "status": TrialStatus.TERMINATED})}
+    v2 = view(list(ended.values()), max_steps=20)
+    fork = restored.decide(v2, Event.slot_free(1), RNG)
+    assert len(fork) == 1
+    assert fork[0].kind is ActionKind.FORK
+    assert fork[0].trial_id in (6, 7)
+    assert fork[0].step == 4
+    assert fork[0].initiator == 0
+    assert fork[0].generation == 1
+    assert fork[0].end_step is None
+    assert restored.pending == []
+    # a trial checked at 4 waits a full interval
+    assert policy.decide(v, Event.boundary(1, 6), RNG)[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(2, 4), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.last_check[2] == 4
+    assert policy.decide(v, Event.boundary(2, 7), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.last_check[2] == 4
+
+
+def test_truncation_starts_the_population_then_only_clones() -> None:
+    policy = make_policy("pbt-truncation", {"population_size": 3})
+    assert len(policy.decide(view([], remaining=10), Event.slot_free(5), RNG)) == 3
+    full = view([running(i, 0.1, 1) for i in range(3)], remaining=10)
+    assert policy.decide(full, Event.slot_free(2), RNG) == []
