@@ -80,7 +80,11 @@ class IngestingController(ControllerBase):
             self.writer.append_metrics(seg.trial_id, seg.segment_id, step, t, metrics)
             value = metrics.get(self.spec.metric)
             self.state.add_report(
-                seg.trial_id, step, t, None if value is None or np.isnan(value) else value
+                seg.trial_id,
+                step,
+                t,
+                None if value is None or np.isnan(value) else value,
+                metrics,
             )
             self._events.append(Event.report(seg.trial_id, step))
             if step % self.spec.boundary == 0 or step >= seg.until_step:
@@ -189,6 +193,9 @@ class IngestingController(ControllerBase):
             else:
                 self._set_trial(trial, TrialStatus.QUEUED, reason, retries=retries)
             return
+        end = trial.end_step
+        if status is SegmentStatus.SUSPENDED and end is not None and trial.step >= end:
+            status, reason = SegmentStatus.COMPLETED, f"reached its end step {end}"
         self._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
         if status is SegmentStatus.FAILED and self.spec.fail_fast:
             self._set_study(

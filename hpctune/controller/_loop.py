@@ -103,6 +103,8 @@ class Controller(CurveFittingController):
         self._enforce_grace()
         self._update_curves()
         self._schedule()
+        if self.writer.has_pending:
+            self._collect_checkpoints()
         self._manage_pool()
         self._commit()
         self._beat()
@@ -186,6 +188,10 @@ class Controller(CurveFittingController):
                 priority=t.priority,
                 retries=t.retries,
                 info=t.info,
+                end_step=t.end_step,
+                generation=t.generation,
+                initiator=t.initiator,
+                last_metrics=dict(t.last_metrics),
             )
             for tid, t in self.state.trials.items()
         }
@@ -202,6 +208,7 @@ class Controller(CurveFittingController):
             bounds=self.spec.metric_bounds,
             random_level=self.spec.random_level,
             predictions=dict(self.predictions),
+            space=self.spec.space,
         )
 
     def _rng(self) -> np.random.Generator:
@@ -227,6 +234,35 @@ class Controller(CurveFittingController):
         if self.state.state is StudyState.STOPPING and not self.state.active_segments():
             final = StudyState.FAILED if self.state.failing else StudyState.STOPPED
             self._set_study(final, self.state.reason)
+
+    def _collect_checkpoints(self) -> None:
+        """Delete checkpoints the policy can no longer fork from (PBT's garbage collection, §3.7).
+
+        Only for policies that name what they need (:meth:`Policy.needed_checkpoints`): the
+        latest checkpoint of an ended trial not in that set, and every checkpoint that is not its
+        trial's latest, are deleted unless a trial not yet ended was forked from them (it may
+        have to restart from there).
+        """
+        needed = self.policy.needed_checkpoints(self._view())
+        if needed is None:
+            return
+        pinned = {
+            t.parent_checkpoint_row
+            for t in self.state.trials.values()
+            if not t.status.is_final and t.parent_checkpoint_row is not None
+        }
+        rows = []
+        for ref in self.state.checkpoints.values():
+            if ref.deleted or ref.row in pinned:
+                continue
+            trial = self.state.trials.get(ref.trial_id)
+            if trial is None:
+                continue
+            latest = trial.checkpoint_row == ref.row
+            if not latest or (trial.status.is_final and ref.trial_id not in needed):
+                rows.append(ref.row)
+        if rows:
+            self._delete_checkpoints(rows)
 
     def _fill_slots(self) -> None:
         """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
@@ -260,6 +296,8 @@ class Controller(CurveFittingController):
             worker_id = idle.pop(0).worker_id if idle else self._new_worker()
             self._assign(trial, worker_id, action.until_step)
             placed += 1
+        if idle and active and self.policy.holds_idle_workers(view):
+            return  # work will come when a running trial ends: keep the allocations
         for worker in idle:  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
         if not placed and not active:
@@ -283,6 +321,9 @@ class Controller(CurveFittingController):
             "seed": trial_seed(self.spec.seed, trial_id),
             "priority": action.priority,
         }
+        for key in ("end_step", "generation", "initiator"):
+            if getattr(action, key) is not None:
+                data[key] = getattr(action, key)
         if action.kind is ActionKind.FORK:
             parent = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
             row = self._checkpoint_row(action.trial_id, action.step)
@@ -316,13 +357,14 @@ class Controller(CurveFittingController):
 
     def _assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
         row = trial.checkpoint_row
-        if row is None and not trial.segments:
+        if row is None:  # a forked trial restarts from its parent's checkpoint until it has one
             row = trial.parent_checkpoint_row
         ref = self.state.checkpoints.get(row) if row is not None else None
         start = ref.step if ref is not None else 0
-        until = min(until_step or self.spec.max_steps, self.spec.max_steps)
-        if start >= self.spec.max_steps:
-            self._set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at the last step")
+        end = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
+        until = min(until_step or end, end)
+        if start >= end:
+            self._set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at its last step")
             return
         segment_id = len(self.state.segments)
         self._log(

@@ -104,6 +104,15 @@ def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
         tr.curve_steps = metrics.step[rows].tolist()
         tr.curve_values = metrics.values(record.metric)[rows].tolist()
         tr.curve_times = metrics.time[rows].tolist()
+    names = reader.metric_names if record.trials else []
+    for trial_id in metrics.by_trial:
+        tr = record.trials.get(trial_id)
+        if tr is None:
+            continue
+        for name in names:
+            rows = metrics.curve_rows(trial_id, name)
+            if len(rows):
+                tr.last_metrics[name] = float(metrics.values(name)[rows[-1]])
     return record, metrics
 
 

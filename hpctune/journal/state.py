@@ -108,6 +108,9 @@ class TrialRecord:
     parent_step: int | None = None
     parent_checkpoint_row: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    end_step: int | None = None  # the step at which it is complete (None: max_steps)
+    generation: int | None = None  # PBT
+    initiator: int | None = None  # PBT: the trial whose reproduction created it
     status: TrialStatus = TrialStatus.QUEUED
     history: list[StatusChange] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)
@@ -121,6 +124,7 @@ class TrialRecord:
     curve_steps: list[int] = field(default_factory=list)
     curve_values: list[float] = field(default_factory=list)
     curve_times: list[float] = field(default_factory=list)
+    last_metrics: dict[str, float] = field(default_factory=dict)  # latest value of each metric
 
     def truncate_curve(self, step: int) -> None:
         """Drop curve points after ``step`` (a new segment restarts there)."""
@@ -244,6 +248,9 @@ class StudyRecord:
             parent_step=data.get("parent_step"),
             parent_checkpoint_row=data.get("parent_checkpoint_row"),
             info=data.get("info", {}),
+            end_step=data.get("end_step"),
+            generation=data.get("generation"),
+            initiator=data.get("initiator"),
             priority=float(data.get("priority", 0.0)),
             step=int(data.get("parent_step") or 0),
         )
@@ -388,10 +395,21 @@ class StudyRecord:
         if trial is not None and not ref.deleted:
             trial.checkpoint_row = ref.row
 
-    def add_report(self, trial_id: int, step: int, time: float, value: float | None) -> None:
-        """Record a report of trial ``trial_id`` (``value``: the study metric, if reported)."""
+    def add_report(
+        self,
+        trial_id: int,
+        step: int,
+        time: float,
+        value: float | None,
+        metrics: dict[str, float] | None = None,
+    ) -> None:
+        """Record a report of trial ``trial_id`` (``value``: the study metric, if reported;
+        ``metrics``: every metric of the report)."""
         trial = self.trials[trial_id]
         trial.step = step
+        for name, v in (metrics or {}).items():
+            if not np.isnan(v):
+                trial.last_metrics[name] = float(v)
         if value is not None:
             trial.curve_steps.append(step)
             trial.curve_values.append(float(value))

@@ -162,8 +162,9 @@ class TruncationPbtPolicy(Policy):
             return [Action.continue_(trial_id)]
         self.last_check[trial_id] = step
         lower, upper = self.quantiles(view)
+        upper = [u for u in upper if (view.trials[u].checkpoint_step or 0) < view.max_steps]
         if trial_id not in lower or not upper:
-            return [Action.continue_(trial_id)]
+            return [Action.continue_(trial_id)]  # (a parent at max_steps has nothing to give)
         parent_id = upper[int(rng.integers(len(upper)))]
         parent = view.trials[parent_id]
         params = dict(parent.params)

@@ -1,0 +1,120 @@
+"""PBT carried out by the controller and workers on the local executor (real processes)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hpctune.journal import open_study
+from hpctune.states import StudyState, TrialStatus
+from tests.conftest import WORKLOADS, run_hpctune, write_study
+
+TOY = WORKLOADS / "pbt_toy.py"
+
+
+@pytest.mark.slow
+def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoints(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    spec = write_study(
+        tmp_path,
+        train=TOY,
+        metric="score",
+        max_steps=8,
+        num_trials=4,
+        space={"lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}, "sleep": 0.02},
+        policy={"name": "pbt", "population_size": 4, "steps_per_generation": 2},
+        resources={"slots": 2},
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies.append(study_dir)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(study_dir)
+    record = study.record
+    assert record.state is StudyState.FINISHED
+    trials = record.trials
+    assert all(t.status is TrialStatus.COMPLETED for t in trials.values())
+    generations = Counter(t.generation for t in trials.values())
+    assert generations[0] == 4
+    assert sum(generations.values()) >= 16  # 4 generations of 4 (more if an older parent won)
+    initiators = Counter(t.initiator for t in trials.values() if t.initiator is not None)
+    assert max(initiators.values()) == 1  # every trial initiates once
+    assert set(initiators) == {t.trial_id for t in trials.values() if (t.end_step or 8) < 8}
+    for trial in trials.values():
+        steps, _ = study.curve(trial.trial_id)
+        start = trial.parent_step or 0
+        assert steps.tolist() == list(range(start + 1, (trial.end_step or 8) + 1))
+        if trial.parent_trial is None:
+            assert trial.generation == 0
+            continue
+        parent = trials[trial.parent_trial]
+        initiator = trials[trial.initiator]  # type: ignore[index]
+        assert trial.generation == (initiator.generation or 0) + 1
+        assert trial.parent_step == parent.end_step
+        assert record.checkpoints[trial.parent_checkpoint_row].trial_id == parent.trial_id  # type: ignore[index]
+        # the child continued from its parent's checkpoint: its start value is the parent's last
+        start_x = study.curve(trial.trial_id, "start_x").values[0]
+        assert start_x == pytest.approx(study.curve(parent.trial_id).values[-1])
+        assert trial.params["lr"] != parent.params["lr"]  # mutated
+    # two workers did all the work: each took its next assignment without exiting
+    assert len(record.workers) == 2
+    # only the fittest trial's last checkpoint is left, in the journal and on disk
+    live = [ref for ref in record.checkpoints.values() if not ref.deleted]
+    best = study.best_trial()
+    assert [ref.trial_id for ref in live] == [best.trial_id]
+    files = [p for p in (study_dir / "checkpoints").rglob("*") if p.is_file()]
+    assert [study_dir / ref.path for ref in live] == files
+
+
+@pytest.mark.slow
+def test_truncation_pbt_replaces_the_bottom_quantile_with_clones(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    spec = write_study(
+        tmp_path,
+        train=TOY,
+        metric="score",
+        max_steps=8,
+        num_trials=4,
+        space={
+            "lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
+            "sleep": 0.02,
+            "sharpness": 2.0,
+        },
+        policy={
+            "name": "pbt-truncation",
+            "exclude": ["sleep", "sharpness"],
+            "population_size": 4,
+            "perturbation_interval": 2,
+        },
+        resources={"slots": 4},
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies.append(study_dir)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(study_dir)
+    record = study.record
+    assert record.state is StudyState.FINISHED
+    clones = [t for t in record.trials.values() if t.parent_trial is not None]
+    assert clones
+    for clone in clones:
+        replaced = record.trials[clone.initiator]  # type: ignore[index]
+        assert replaced.status is TrialStatus.TERMINATED
+        assert "lower quantile" in replaced.reason
+        ref = record.checkpoints[clone.parent_checkpoint_row]  # type: ignore[index]
+        assert (ref.trial_id, ref.step) == (clone.parent_trial, clone.parent_step)
+        start_x = study.curve(clone.trial_id, "start_x").values[0]
+        parent_steps, parent_values = study.curve(clone.parent_trial)  # type: ignore[arg-type]
+        assert start_x == pytest.approx(parent_values[parent_steps.tolist().index(ref.step)])
+    # each replaced trial has its clone, unless its parent ended before a slot was free
+    unreplaced = {t.trial_id for t in record.trials.values() if t.status is TrialStatus.TERMINATED}
+    unreplaced -= {c.initiator for c in clones}
+    assert len(unreplaced) <= 1
+    completed = sum(t.status is TrialStatus.COMPLETED for t in record.trials.values())
+    assert completed == 4 - len(unreplaced)
+    # at the end: the completed trials' last checkpoints (running trials keep theirs) and none
+    # of the intermediate ones
+    live = {ref.trial_id for ref in record.checkpoints.values() if not ref.deleted}
+    assert len(live) == sum(1 for ref in record.checkpoints.values() if not ref.deleted)
