@@ -99,7 +99,7 @@ def study_line(record: StudyRecord, now: float | None = None) -> str:
     """One line: state, trial counts, best metric so far, elapsed time."""
     now = time.time() if now is None else now
     counts = record.counts()
-    total = record.spec.get("num_trials", len(record.trials))
+    total = max(record.spec.get("num_trials", 0), len(record.trials))  # PBT forks add trials
     done = counts["completed"] + counts["terminated"] + counts["failed"]
     parts = [
         f"{record.state.value}",
