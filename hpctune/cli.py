@@ -604,6 +604,70 @@ def fit_curves(
     return EXIT_OK
 
 
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("--trial", "trials", type=int, multiple=True, help="Only these trials' lineages.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the tree and the learning-rate schedule into this PNG.",
+)
+@click.option(
+    "--param", default="lr", show_default=True, help="Parameter whose schedule is plotted."
+)
+def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, param: str) -> int:
+    """Print the population tree of STUDY_DIR (PBT): each trial under its parent, with its
+    generation, steps, last metric value and hyperparameters."""
+    from hpctune.journal.reader import open_study
+    from hpctune.lineage import plot_lineage, tree_text
+
+    record = open_study(_study_paths(str(study_dir)).root).record
+    click.echo(tree_text(record, list(trials) or None))
+    if plot_path is not None:
+        highlight = trials[0] if trials else None
+        plot_lineage(record, plot_path, highlight=highlight, param=param)
+        click.echo(f"plot: {plot_path}")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--trial",
+    "trials",
+    type=int,
+    multiple=True,
+    required=True,
+    help="A trial to replay (repeat for a subset replay).",
+)
+@click.option(
+    "--study-dir",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The new study's directory (default: next to STUDY_DIR).",
+)
+@click.option("--local", is_flag=True, help="Run it here (the default without sbatch).")
+def replay(study_dir: Path, trials: tuple[int, ...], out: Path | None, local: bool) -> int:
+    """Re-run the training of TRIAL of STUDY_DIR as a new study: its lineage to the roots in
+    topological order, with the recorded hyperparameters, seeds and warm starts."""
+    from hpctune.launch import run_local
+    from hpctune.replay import create_replay
+
+    paths, plan = create_replay(_study_paths(str(study_dir)).root, list(trials), out)
+    chain = " -> ".join(str(entry["trial"]) for entry in plan)
+    click.echo(f"replay of {len(plan)} trials (topological order: {chain})")
+    click.echo(f"study directory: {paths.root}")
+    if not local and shutil.which("sbatch") is not None:
+        from hpctune.journal.reader import open_study
+        from hpctune.spec import StudySpec
+
+        return _submit_controller(paths, StudySpec.from_dict(open_study(paths.root).spec))
+    return _exit_code(run_local(paths))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to exit codes (2 bad input, 1 failure)."""
     args = sys.argv[1:] if argv is None else argv

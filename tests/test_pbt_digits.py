@@ -13,7 +13,7 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import REPO, start_hpctune, write_study
+from tests.conftest import REPO, run_hpctune, start_hpctune, write_study
 
 DIGITS_PBT = REPO / "jobs" / "digits-pbt"
 MAX_STEPS = 12
@@ -103,3 +103,35 @@ def test_digits_pbt_keeps_its_lineage_and_population_across_controller_kills(
     assert [(ref.trial_id, ref.step) for ref in live] == [(fittest.trial_id, fittest.end_step)]
     files = sorted(p for p in (study_dir / "checkpoints").rglob("*") if p.is_file())
     assert files == [study_dir / ref.path for ref in live]
+
+    # training replay (§3.9): the fittest trial's lineage re-run as a new study, bit for bit
+    replay_dir = tmp_path / "replay"
+    cleanup_studies.append(replay_dir)
+    result = run_hpctune(
+        "replay",
+        str(study_dir),
+        "--trial",
+        str(fittest.trial_id),
+        "--study-dir",
+        str(replay_dir),
+        "--local",
+        check=True,
+    )
+    assert "topological order" in result.stdout
+    replayed = open_study(replay_dir)
+    plan = replayed.spec["policy"]["options"]["trials"]
+    chain = [fittest.trial_id]
+    while trials[chain[-1]].parent_trial is not None:
+        chain.append(trials[chain[-1]].parent_trial)  # type: ignore[arg-type]
+    assert [entry["trial"] for entry in plan] == chain[::-1]
+    assert len(replayed.trials) == len(chain)
+    for index, entry in enumerate(plan):
+        original, again = trials[entry["trial"]], replayed.record.trials[index]
+        assert again.params == original.params
+        assert again.seed == original.seed
+        assert again.parent_trial == entry["parent"]
+        assert again.parent_step == original.parent_step
+        for metric in ("val_loss", "train_loss"):
+            assert study.curve(original.trial_id, metric).values.tolist() == (
+                replayed.curve(index, metric).values.tolist()
+            )

@@ -67,6 +67,14 @@ def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoi
     assert [ref.trial_id for ref in live] == [best.trial_id]
     files = [p for p in (study_dir / "checkpoints").rglob("*") if p.is_file()]
     assert [study_dir / ref.path for ref in live] == files
+    # the population tree and its plot
+    plot = tmp_path / "lineage.png"
+    out = run_hpctune("lineage", str(study_dir), "--plot", str(plot), check=True).stdout
+    assert len(out.splitlines()) == len(trials) + 1  # one line per trial, then the plot's
+    assert out.splitlines()[0].startswith("trial 0 gen 0 steps 0-2 score ")
+    assert plot.stat().st_size > 10_000
+    child = next(t for t in trials.values() if t.parent_trial is not None)
+    assert f"  trial {child.trial_id} gen {child.generation} steps {child.parent_step}-" in out
 
 
 @pytest.mark.slow

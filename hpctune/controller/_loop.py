@@ -318,7 +318,9 @@ class Controller(CurveFittingController):
             return trial
         trial_id = len(self.state.trials)
         data: dict[str, Any] = {
-            "seed": trial_seed(self.spec.seed, trial_id),
+            "seed": action.seed
+            if action.seed is not None
+            else trial_seed(self.spec.seed, trial_id),
             "priority": action.priority,
         }
         for key in ("end_step", "generation", "initiator"):

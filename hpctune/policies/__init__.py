@@ -29,6 +29,7 @@ from hpctune.policies.median import MedianStoppingPolicy
 from hpctune.policies.pbt import PbtPolicy
 from hpctune.policies.pbt_truncation import TruncationPbtPolicy
 from hpctune.policies.pop import PopPolicy
+from hpctune.policies.replay import ReplayPolicy
 from hpctune.policies.sha import ShaPolicy
 
 POLICIES: Mapping[str, type[Policy]] = {
@@ -42,6 +43,7 @@ POLICIES: Mapping[str, type[Policy]] = {
     EarlyTermPolicy.name: EarlyTermPolicy,
     PbtPolicy.name: PbtPolicy,
     TruncationPbtPolicy.name: TruncationPbtPolicy,
+    ReplayPolicy.name: ReplayPolicy,
 }
 
 
@@ -76,6 +78,7 @@ __all__ = [
     "PbtPolicy",
     "Policy",
     "PopPolicy",
+    "ReplayPolicy",
     "ShaPolicy",
     "StudyView",
     "TrialView",

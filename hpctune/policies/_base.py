@@ -116,6 +116,8 @@ class Action:
         generation: START, FORK: the new trial's generation (PBT), recorded in the journal.
         initiator: FORK: the trial whose reproduction created the new trial (PBT's initiator;
             not always the parent).
+        seed: START, FORK: the new trial's seed (replay); ``None``: derived from the study's
+            seed and the trial id.
     """
 
     kind: ActionKind
@@ -128,6 +130,7 @@ class Action:
     end_step: int | None = None
     generation: int | None = None
     initiator: int | None = None
+    seed: int | None = None
 
     @classmethod
     def start(
@@ -139,6 +142,7 @@ class Action:
         reason: str = "",
         end_step: int | None = None,
         generation: int | None = None,
+        seed: int | None = None,
     ) -> Action:
         """Start a new trial: the generator's next configuration unless ``params`` are given."""
         return cls(
@@ -149,6 +153,7 @@ class Action:
             reason=reason,
             end_step=end_step,
             generation=generation,
+            seed=seed,
         )
 
     @classmethod
@@ -197,6 +202,7 @@ class Action:
         end_step: int | None = None,
         generation: int | None = None,
         initiator: int | None = None,
+        seed: int | None = None,
     ) -> Action:
         """Start a new trial from ``parent_id``'s checkpoint at ``step`` with ``params``."""
         return cls(
@@ -210,6 +216,7 @@ class Action:
             end_step=end_step,
             generation=generation,
             initiator=initiator,
+            seed=seed,
         )
 
 
