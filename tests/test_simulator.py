@@ -260,9 +260,12 @@ class _Restarting(Policy):
         return actions
 
 
-# `replay` runs a plan of explicit configurations (written by `hpctune replay`), which a trace
-# cannot play; tests/test_lineage.py and tests/test_pbt_digits.py cover it.
-@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"replay"}))
+# Policies that make configurations (PBT, replay) cannot run on a trace (the simulator refuses
+# them, see test_policies_that_make_configurations_are_refused); tests/policies/test_pbt.py,
+# tests/test_lineage.py and tests/test_pbt_*.py cover them.
+@pytest.mark.parametrize(
+    "name", sorted(n for n, cls in POLICIES.items() if not cls.makes_configurations)
+)
 def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(name: str) -> None:
     fits = name in ("pop", "earlyterm")  # learning-curve fits: fewer configurations
     trace = Trace.load(DIGITS_TRACE).subset(range(12 if fits else 60))
@@ -401,3 +404,12 @@ def test_simulator_and_local_executor_take_the_same_asha_decisions(
     reasons = {t.trial_id: t.reason for t in study.trials if t.status is TrialStatus.TERMINATED}
     simulated = {d.trial: d.reason for d in result.decisions}
     assert simulated == reasons  # same rung, same value, same cutoff
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, cls in POLICIES.items() if cls.makes_configurations)
+)
+def test_policies_that_make_configurations_are_refused(name: str) -> None:
+    trace = Trace.load(DIGITS_TRACE).subset(range(4))
+    with pytest.raises(SimulatorError, match="creates configurations of its own"):
+        simulate(trace, name, {}, slots=2, seed=0)

@@ -332,11 +332,14 @@ class Policy(abc.ABC):
     boundaries, so that workers need not wait for a decision there. Policies that set
     :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
     (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done).
+    Policies that set :attr:`makes_configurations` create trials with configurations of their own
+    (forks, explicit parameters: PBT, replay); the trace-driven simulator refuses them.
     """
 
     name: ClassVar[str] = ""
     boundary_decisions: ClassVar[bool] = True
     wants_predictions: ClassVar[bool] = False
+    makes_configurations: ClassVar[bool] = False
 
     @abc.abstractmethod
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:

@@ -169,6 +169,7 @@ class PbtPolicy(Policy):
 
     name: ClassVar[str] = "pbt"
     boundary_decisions: ClassVar[bool] = False
+    makes_configurations: ClassVar[bool] = True
     Options = PbtOptions
 
     def __init__(self, options: PbtOptions | None = None) -> None:

@@ -71,6 +71,7 @@ class TruncationPbtPolicy(Policy):
     """
 
     name: ClassVar[str] = "pbt-truncation"
+    makes_configurations: ClassVar[bool] = True
     Options = TruncationOptions
 
     def __init__(self, options: TruncationOptions | None = None) -> None:

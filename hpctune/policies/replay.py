@@ -95,6 +95,7 @@ class ReplayPolicy(Policy):
 
     name: ClassVar[str] = "replay"
     boundary_decisions: ClassVar[bool] = False
+    makes_configurations: ClassVar[bool] = True
     Options = ReplayOptions
 
     def __init__(self, options: ReplayOptions | None = None) -> None:

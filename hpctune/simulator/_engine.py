@@ -117,6 +117,12 @@ class Simulator:
         self.config.check(trace)
         if slots < 1:
             raise SimulatorError(f"slots must be >= 1, but got {slots}")
+        if policy.makes_configurations:
+            raise SimulatorError(
+                f"policy {policy.name!r} creates configurations of its own (forks from "
+                "checkpoints), which a trace cannot replay; measure it on real runs "
+                "(benchmarks/pbt.py)"
+            )
         self.trace = trace
         self.policy = policy
         self.slots = slots
