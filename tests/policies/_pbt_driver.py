@@ -56,6 +56,7 @@ class Driver:
         self.actions: list[Action] = []
         self.deleted: set[int] = set()  # trials whose last checkpoint was deleted
         self.forks_from_deleted: list[Action] = []
+        self.initiator_generation_sizes: list[int] = []  # at each reproduction
         self.rounds = 0
 
     def view(self, free: int) -> StudyView:
@@ -77,6 +78,11 @@ class Driver:
 
     def _create(self, action: Action) -> None:
         tid = len(self.trials)
+        if action.initiator is not None:
+            g = self.trials[action.initiator].generation
+            self.initiator_generation_sizes.append(
+                sum(t.generation == g for t in self.trials.values())
+            )
         if action.kind is ActionKind.FORK:
             parent = self.trials[action.trial_id]  # type: ignore[index]
             if action.trial_id in self.deleted or parent.checkpoint_step != action.step:

@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
 from hpctune.policies import (
@@ -387,3 +389,46 @@ def test_truncation_starts_the_population_then_only_clones() -> None:
     assert len(policy.decide(view([], remaining=10), Event.slot_free(5), RNG)) == 3
     full = view([running(i, 0.1, 1) for i in range(3)], remaining=10)
     assert policy.decide(full, Event.slot_free(2), RNG) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    population=st.integers(2, 6),
+    slots=st.integers(1, 4),
+    k=st.integers(1, 3),
+    spg=st.integers(1, 3),
+    generations=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+    budget=st.sampled_from([None, True, False]),
+)
+def test_property_gc_never_removes_what_a_child_forks_from(
+    population: int, slots: int, k: int, spg: int, generations: int, seed: int, budget: bool | None
+) -> None:
+    policy = pbt(
+        population_size=population,
+        steps_per_generation=spg,
+        opponent_generations=k,
+        budget=budget,
+    )
+    max_steps = spg * generations
+    run = Driver(
+        policy,
+        SPACE,
+        slots=slots,
+        max_steps=max_steps,
+        num_trials=population,
+        seed=seed,
+        random_order=True,
+    ).run()
+    assert run.forks_from_deleted == []  # every fork found its parent's checkpoint
+    trials = list(run.trials.values())
+    assert all(t.status is DONE for t in trials)
+    initiators = Counter(t.initiator for t in trials if t.initiator is not None)
+    assert all(n == 1 for n in initiators.values())
+    assert set(initiators) == {t.trial_id for t in trials if (t.end_step or max_steps) < max_steps}
+    assert Counter(t.generation for t in trials)[0] == population
+    sizes = run.initiator_generation_sizes
+    assert len(sizes) == len(initiators)
+    if budget or (budget is None and population > slots):
+        # budget mode: a reproduction starts only once the initiator's generation is full
+        assert all(n == population for n in sizes)
