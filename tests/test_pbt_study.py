@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import WORKLOADS, run_hpctune, write_study
+from tests.conftest import WORKLOADS, run_hpctune, start_hpctune, wait_for, write_study
 
 TOY = WORKLOADS / "pbt_toy.py"
 
@@ -58,6 +59,7 @@ def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoi
         start_x = study.curve(trial.trial_id, "start_x").values[0]
         assert start_x == pytest.approx(study.curve(parent.trial_id).values[-1])
         assert trial.params["lr"] != parent.params["lr"]  # mutated
+    child_of_0 = next(t.trial_id for t in trials.values() if t.initiator == 0)
     # two workers did all the work: each took its next assignment without exiting
     assert len(record.workers) == 2
     # only the fittest trial's (best last value) last checkpoint is left, in the journal and
@@ -67,6 +69,11 @@ def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoi
     assert [ref.trial_id for ref in live] == [best.trial_id]
     files = [p for p in (study_dir / "checkpoints").rglob("*") if p.is_file()]
     assert [study_dir / ref.path for ref in live] == files
+    status = json.loads(run_hpctune("status", str(study_dir), "--json", check=True).stdout)
+    by_id = {t["id"]: t for t in status["trials"]}
+    assert by_id[child_of_0]["initiator"] == 0
+    assert by_id[child_of_0]["generation"] == 1
+    assert by_id[0]["end_step"] == 2
     # the population tree and its plot
     plot = tmp_path / "lineage.png"
     out = run_hpctune("lineage", str(study_dir), "--plot", str(plot), check=True).stdout
@@ -127,3 +134,57 @@ def test_truncation_pbt_replaces_the_bottom_quantile_with_clones(
     # of the intermediate ones
     live = {ref.trial_id for ref in record.checkpoints.values() if not ref.deleted}
     assert len(live) == sum(1 for ref in record.checkpoints.values() if not ref.deleted)
+
+
+def _reports(study_dir: Path) -> int:
+    events = study_dir / "events"
+    return (
+        sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
+        if events.exists()
+        else 0
+    )
+
+
+@pytest.mark.slow
+def test_a_stopped_pbt_study_resumes_its_population(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    spec = write_study(
+        tmp_path,
+        train=TOY,
+        metric="score",
+        max_steps=8,
+        num_trials=4,
+        space={"lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}, "sleep": 0.1},
+        policy={"name": "pbt", "population_size": 4, "steps_per_generation": 4},
+        resources={"slots": 2},
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies.append(study_dir)
+    launch = start_hpctune("launch", str(spec), "--local")
+    try:
+        assert wait_for(lambda: _reports(study_dir) >= 3, 120)  # mid-session in generation 0
+        run_hpctune("stop", str(study_dir), check=True)
+        out, _ = launch.communicate(timeout=120)
+    finally:
+        launch.kill()
+    assert launch.returncode == 0, out
+    stopped = open_study(study_dir).record
+    assert stopped.state is StudyState.STOPPED
+    suspended = [t for t in stopped.trials.values() if t.status is TrialStatus.SUSPENDED]
+    assert suspended, "no trial was stopped mid-session"
+    run_hpctune("resume", str(study_dir), "--local", check=True)
+    study = open_study(study_dir)
+    trials = study.record.trials
+    assert study.record.state is StudyState.FINISHED
+    assert all(t.status is TrialStatus.COMPLETED for t in trials.values())
+    initiators = Counter(t.initiator for t in trials.values() if t.initiator is not None)
+    assert max(initiators.values()) == 1
+    assert set(initiators) == {t.trial_id for t in trials.values() if (t.end_step or 8) < 8}
+    for trial in suspended:  # each resumed to its own end, from its own checkpoint
+        again = trials[trial.trial_id]
+        start = again.parent_step or 0
+        assert study.curve(trial.trial_id).steps.tolist() == list(
+            range(start + 1, (again.end_step or 8) + 1)
+        )
+        assert len(again.segments) == 2

@@ -238,6 +238,9 @@ class Study:
                 "last": tr.curve_values[-1] if tr.curve_values else math.nan,
                 "best": self.best_value(tr.trial_id),
                 "parent": tr.parent_trial,
+                "parent_step": tr.parent_step,
+                "generation": tr.generation,
+                "initiator": tr.initiator,
             }
             row.update({f"param.{k}": v for k, v in tr.params.items()})
             rows.append(row)
