@@ -114,8 +114,8 @@ class Action:
         end_step: START, FORK: the step at which the new trial is complete (a PBT trial is a
             short session); ``None``: the study's ``max_steps``.
         generation: START, FORK: the new trial's generation (PBT), recorded in the journal.
-        initiator: FORK: the trial whose reproduction created the new trial (PBT's initiator;
-            not always the parent).
+        initiator: START, FORK: the trial whose reproduction created the new trial (PBT's
+            initiator; not always the parent).
         seed: START, FORK: the new trial's seed (replay); ``None``: derived from the study's
             seed and the trial id.
     """
@@ -142,6 +142,7 @@ class Action:
         reason: str = "",
         end_step: int | None = None,
         generation: int | None = None,
+        initiator: int | None = None,
         seed: int | None = None,
     ) -> Action:
         """Start a new trial: the generator's next configuration unless ``params`` are given."""
@@ -153,6 +154,7 @@ class Action:
             reason=reason,
             end_step=end_step,
             generation=generation,
+            initiator=initiator,
             seed=seed,
         )
 

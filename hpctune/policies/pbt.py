@@ -321,6 +321,7 @@ class PbtPolicy(Policy):
                 params=params,
                 end_step=min(self.options.steps_per_generation, view.max_steps),
                 generation=child_generation,
+                initiator=initiator.trial_id,
                 reason=f"PBT: initiator {initiator.trial_id} ({versus}); no checkpoint to "
                 "fork from, starting afresh",
             )

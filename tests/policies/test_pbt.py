@@ -3,6 +3,7 @@ truncation variant."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -176,6 +177,23 @@ def test_budget_mode_waits_for_the_initiators_generation_to_fill() -> None:
     trials[3] = tv(3, 0.2, gen=0)
     actions = policy.get_new_suggestions(view(trials, slots=2), 2, RNG)
     assert [a.initiator for a in actions] == [3, 4]
+
+
+def test_without_a_checkpoint_to_fork_from_the_child_starts_afresh_once() -> None:
+    failed = [
+        dataclasses.replace(tv(i, None, gen=0, status=TrialStatus.FAILED), checkpoint_step=None)
+        for i in range(4)
+    ]
+    actions = pbt().get_new_suggestions(view(failed), 2, RNG)
+    assert [(a.kind, a.initiator, a.generation, a.end_step) for a in actions] == [
+        (ActionKind.START, 0, 1, 2),
+        (ActionKind.START, 1, 1, 2),
+    ]
+    assert actions[0].params is not None
+    assert "afresh" in actions[0].reason
+    child = tv(4, None, gen=1, status=TrialStatus.RUNNING, initiator=0)
+    again = pbt().get_new_suggestions(view([*failed, child]), 1, RNG)
+    assert [a.initiator for a in again] == [1]  # trial 0 initiated already
 
 
 def test_trials_ending_at_max_steps_do_not_initiate() -> None:
