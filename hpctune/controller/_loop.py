@@ -238,11 +238,13 @@ class Controller(CurveFittingController):
     def _collect_checkpoints(self) -> None:
         """Delete checkpoints the policy can no longer fork from (PBT's garbage collection, §3.7).
 
-        Only for policies that name what they need (:meth:`Policy.needed_checkpoints`): the
-        latest checkpoint of an ended trial not in that set, and every checkpoint that is not its
-        trial's latest, are deleted unless a trial not yet ended was forked from them (it may
-        have to restart from there).
+        Only for policies that fork (``makes_configurations``) and name what they need
+        (:meth:`Policy.needed_checkpoints`): the latest checkpoint of an ended trial not in that
+        set, and every checkpoint that is not its trial's latest, are deleted unless a trial not
+        yet ended was forked from them (it may have to restart from there).
         """
+        if not self.policy.makes_configurations:
+            return  # the other policies keep each trial's latest checkpoint (no view needed)
         needed = self.policy.needed_checkpoints(self._view())
         if needed is None:
             return

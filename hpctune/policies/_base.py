@@ -364,9 +364,9 @@ class Policy(abc.ABC):
     def needed_checkpoints(self, view: StudyView) -> set[int] | None:
         """The ended trials whose latest checkpoint the policy may still fork from.
 
-        The controller deletes the latest checkpoint of an ended trial that is not in the set
-        (unless a trial not yet ended was forked from it). ``None`` (the default) keeps every
-        trial's latest checkpoint.
+        For policies with :attr:`makes_configurations`, the controller deletes the latest
+        checkpoint of an ended trial that is not in the set (unless a trial not yet ended was
+        forked from it). ``None`` (the default) keeps every trial's latest checkpoint.
         """
         return None
 
