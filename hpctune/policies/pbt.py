@@ -19,8 +19,9 @@ carries the lineage: ``parent_trial``, ``parent_step``, ``parent_checkpoint_row`
    ``initiator + 1``, and forks from the parent's latest checkpoint.
 
 **Budget mode** (§3.8, default when ``population_size`` exceeds the slots): a reproduction starts
-only once the initiator's generation has ``population_size`` trials, so the population evolves
-generation by generation on fewer workers (synchronously on one). **GetEarlyStoppingTrials**
+only once the initiator's generation has ``population_size`` trials (or all it can get, see
+:meth:`PbtPolicy.generation_complete`), so the population evolves generation by generation on
+fewer workers (synchronously on one). **GetEarlyStoppingTrials**
 (§3.4) is the hook for stopping running trials; the paper calls it optional and this policy
 stops none.
 
@@ -253,12 +254,31 @@ class PbtPolicy(Policy):
         for initiator in self.uninitiated(view):
             if initiator.trial_id in round_.initiated:
                 continue
-            if budget and sizes[generation(initiator)] < population:
+            if budget and not self.generation_complete(view, generation(initiator), round_):
                 return None  # the oldest waits for its generation to fill (§3.8)
             round_.initiated.add(initiator.trial_id)
             round_.sizes[generation(initiator) + 1] += 1
             return self.reproduce(view, initiator, rng)
         return None
+
+    def generation_complete(self, view: StudyView, g: int, round_: _Round | None = None) -> bool:
+        """True once generation ``g`` can get no more trials (budget mode's condition, §3.8).
+
+        Generation 0 is complete once sampled; generation g > 0 once every trial of generation
+        g - 1 that can reproduce (it ends before ``max_steps``) has ended and initiated. That is
+        ``population_size`` trials, or fewer when some of generation g - 1 reached ``max_steps``
+        (a lineage that forked from an older parent trains to the end a generation later).
+        """
+        if g == 0:
+            return True
+        initiated = {t.initiator for t in view.trials.values() if t.initiator is not None}
+        if round_ is not None:
+            initiated |= round_.initiated
+        return all(
+            t.status.is_final and t.trial_id in initiated
+            for t in view.trials.values()
+            if generation(t) == g - 1 and end_of(t, view.max_steps) < view.max_steps
+        )
 
     def uninitiated(self, view: StudyView) -> list[TrialView]:
         """Ended trials that have not initiated a reproduction and can have a child, oldest

@@ -56,7 +56,7 @@ class Driver:
         self.actions: list[Action] = []
         self.deleted: set[int] = set()  # trials whose last checkpoint was deleted
         self.forks_from_deleted: list[Action] = []
-        self.initiator_generation_sizes: list[int] = []  # at each reproduction
+        self.initiator_generation_sizes: list[tuple[int, int]] = []  # (g, size) at reproductions
         self.rounds = 0
 
     def view(self, free: int) -> StudyView:
@@ -79,9 +79,9 @@ class Driver:
     def _create(self, action: Action) -> None:
         tid = len(self.trials)
         if action.initiator is not None:
-            g = self.trials[action.initiator].generation
+            g = self.trials[action.initiator].generation or 0
             self.initiator_generation_sizes.append(
-                sum(t.generation == g for t in self.trials.values())
+                (g, sum((t.generation or 0) == g for t in self.trials.values()))
             )
         if action.kind is ActionKind.FORK:
             parent = self.trials[action.trial_id]  # type: ignore[index]

@@ -27,7 +27,7 @@ from hpctune.space import parse_space
 from hpctune.spec import load_spec
 from hpctune.states import TrialStatus
 from tests.conftest import write_study
-from tests.policies._pbt_driver import Driver
+from tests.policies._pbt_driver import Driver, lr_score
 
 SPACE = parse_space(
     {
@@ -194,6 +194,24 @@ def test_without_a_checkpoint_to_fork_from_the_child_starts_afresh_once() -> Non
     child = tv(4, None, gen=1, status=TrialStatus.RUNNING, initiator=0)
     again = pbt().get_new_suggestions(view([*failed, child]), 1, RNG)
     assert [a.initiator for a in again] == [1]  # trial 0 initiated already
+
+
+def test_budget_mode_counts_a_generation_complete_when_it_can_grow_no_more() -> None:
+    # trial 2 (generation 1) forked from an older parent and trained to max_steps, so it has no
+    # child: generation 2 stays at one trial, and trial 4 must still initiate
+    trials = [tv(0, 0.1, gen=0), tv(1, 0.2, gen=0)]
+    trials += [
+        tv(2, 0.5, gen=1, initiator=0, parent=0, end=20),
+        tv(3, 0.4, gen=1, initiator=1, parent=1, end=4),
+        tv(4, 0.6, gen=2, initiator=3, parent=3, end=6),
+    ]
+    v = view(trials, slots=1)
+    policy = pbt(population_size=2)
+    assert policy.budget_mode(v)
+    assert policy.generation_complete(v, 2)
+    assert [a.initiator for a in policy.get_new_suggestions(v, 1, RNG)] == [4]
+    running = [*trials[:4], tv(4, None, gen=2, status=TrialStatus.RUNNING, initiator=3)]
+    assert not policy.generation_complete(view(running, slots=1), 3)
 
 
 def test_trials_ending_at_max_steps_do_not_initiate() -> None:
@@ -409,7 +427,7 @@ def test_truncation_starts_the_population_then_only_clones() -> None:
     assert policy.decide(full, Event.slot_free(2), RNG) == []
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     population=st.integers(2, 6),
     slots=st.integers(1, 4),
@@ -418,9 +436,17 @@ def test_truncation_starts_the_population_then_only_clones() -> None:
     generations=st.integers(1, 4),
     seed=st.integers(0, 2**16),
     budget=st.sampled_from([None, True, False]),
+    cumulative=st.booleans(),
 )
 def test_property_gc_never_removes_what_a_child_forks_from(
-    population: int, slots: int, k: int, spg: int, generations: int, seed: int, budget: bool | None
+    population: int,
+    slots: int,
+    k: int,
+    spg: int,
+    generations: int,
+    seed: int,
+    budget: bool | None,
+    cumulative: bool,
 ) -> None:
     policy = pbt(
         population_size=population,
@@ -437,6 +463,9 @@ def test_property_gc_never_removes_what_a_child_forks_from(
         num_trials=population,
         seed=seed,
         random_order=True,
+        # not cumulative: a value does not grow with training, so older parents often win and
+        # lineages reach max_steps in different generations
+        score=lr_score if cumulative else (lambda params, parent, end: -float(params["lr"])),
     ).run()
     assert run.forks_from_deleted == []  # every fork found its parent's checkpoint
     trials = list(run.trials.values())
@@ -448,5 +477,14 @@ def test_property_gc_never_removes_what_a_child_forks_from(
     sizes = run.initiator_generation_sizes
     assert len(sizes) == len(initiators)
     if budget or (budget is None and population > slots):
-        # budget mode: a reproduction starts only once the initiator's generation is full
-        assert all(n == population for n in sizes)
+        # budget mode: a reproduction starts only once the initiator's generation is full: the
+        # population, or every child generation g - 1 could have (members at max_steps have none)
+        def final_size(g: int) -> int:
+            if g == 0:
+                return population
+            return sum(
+                (t.generation or 0) == g - 1 and (t.end_step or max_steps) < max_steps
+                for t in trials
+            )
+
+        assert all(n == final_size(g) for g, n in sizes)
