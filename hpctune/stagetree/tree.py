@@ -1,0 +1,229 @@
+"""Stage trees from a search plan (Hippo Algorithm 1; the thesis's BuildStageTree).
+
+For every pending request, :func:`find_latest_checkpoint` finds where training can resume: the
+latest checkpoint of the request's node at or before its end step, else (recursively) the
+request's branch point in the parent node, else a fresh model at a root. The lookup table maps
+each point ``(node, step)`` to its source and memoises the walk, so a branch point shared by many
+requests is looked up once. Each looked-up point that has no checkpoint of its own becomes a
+*stage*: train the point's node from its source's step to the point's step. Stages of one node
+that start from the same source are chained in step order (the paper's "connect consecutive
+stages"), which splits a node's stretch at every branch point and request end.
+
+As in Hippo, a request whose walk meets a node where a worker is training now (``running``)
+waits: it and every point behind it make no stage until the next tree is generated. Stage trees
+are transient: generate a new one from the plan at every decision.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hpctune.stagetree.pieces import ConfigPiece
+from hpctune.stagetree.plan import RequestStatus, SearchPlan
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """The model state after ``step`` steps, the last ones trained under ``node``'s piece."""
+
+    node: int
+    step: int
+
+
+class LinkKind(enum.Enum):
+    """How a point is reached."""
+
+    CHECKPOINT = "checkpoint"  # load the checkpoint at ``point``
+    FRESH = "fresh"  # start from a freshly initialised model (a root node, step 0)
+    AFTER = "after"  # first reach ``point`` (the branch point in the parent node)
+    WAIT = "wait"  # a worker trains in this node now; do not schedule through it
+
+
+@dataclass(frozen=True)
+class Link:
+    """The source of a point in the lookup table."""
+
+    kind: LinkKind
+    point: Point | None = None
+
+
+def find_latest_checkpoint(plan: SearchPlan, request: Point, table: dict[Point, Link]) -> None:
+    """Fill ``table`` with the source of ``request`` and, recursively, of its branch points.
+
+    Memoised: a point already in ``table`` is not looked up again.
+    """
+    if request in table:
+        return
+    node = plan.nodes[request.node]
+    if node.running:
+        table[request] = Link(LinkKind.WAIT)
+        return
+    for step in range(request.step, node.start - 1, -1):
+        if step in node.checkpoints:
+            table[request] = Link(LinkKind.CHECKPOINT, Point(node.id, step))
+            return
+    if node.parent is None:
+        table[request] = Link(LinkKind.FRESH)
+        return
+    branch = Point(node.parent, node.start)
+    table[request] = Link(LinkKind.AFTER, branch)
+    find_latest_checkpoint(plan, branch, table)
+
+
+@dataclass
+class Stage:
+    """A schedulable unit: train ``node``'s piece from step ``start`` to ``end``.
+
+    Attributes:
+        id: The stage's index in the tree.
+        node: The search plan node.
+        start: The first step trained (the step of the state it starts from).
+        end: The step reached (the state saved at its end).
+        config: The node's configuration piece.
+        parent: The stage that must run first, ``None`` for a top-level stage.
+        children: Stages that start from this stage's end.
+        source: For a top-level stage: the checkpoint to load, ``None`` for a fresh model.
+        trials: Trials whose pending request ends here (answered when the stage is done).
+    """
+
+    id: int
+    node: int
+    start: int
+    end: int
+    config: ConfigPiece
+    parent: int | None = None
+    children: list[int] = field(default_factory=list)
+    source: Point | None = None
+    trials: list[int] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        """Steps trained in this stage."""
+        return self.end - self.start
+
+
+@dataclass
+class StageTree:
+    """A forest of stages generated from a search plan.
+
+    Attributes:
+        stages: All stages; ``stages[i].id == i``, parents before children.
+        roots: Top-level stages (they load a checkpoint or start fresh).
+        answered: Trials whose requests a checkpoint already answers (no training needed).
+        waiting: Requests not served now because a worker trains in a node on their way.
+    """
+
+    stages: list[Stage]
+    roots: list[int]
+    answered: list[int]
+    waiting: list[Point]
+
+    def depth(self, stage_id: int) -> int:
+        """The number of ancestors of a stage."""
+        d, parent = 0, self.stages[stage_id].parent
+        while parent is not None:
+            d, parent = d + 1, self.stages[parent].parent
+        return d
+
+
+def build_stage_tree(plan: SearchPlan) -> StageTree:
+    """Generate the stage tree that serves every pending request of the plan (Algorithm 1)."""
+    table: dict[Point, Link] = {}
+    requests: list[Point] = []
+    answered: list[int] = []
+    for node in plan.nodes:
+        for end, request in sorted(node.requests.items()):
+            if request.status is not RequestStatus.PENDING:
+                continue
+            if end in node.checkpoints:
+                answered.extend(request.trials)
+                continue
+            point = Point(node.id, end)
+            requests.append(point)
+            find_latest_checkpoint(plan, point, table)
+
+    blocked: dict[Point, bool] = {}
+
+    def is_blocked(p: Point) -> bool:
+        if p not in blocked:
+            link = table[p]
+            if link.kind is LinkKind.WAIT:
+                blocked[p] = True
+            elif link.kind is LinkKind.AFTER:
+                assert link.point is not None
+                blocked[p] = is_blocked(link.point)
+            else:
+                blocked[p] = False
+        return blocked[p]
+
+    # A point whose own checkpoint exists is a source, not a stage.
+    def available(p: Point) -> bool:
+        link = table.get(p)
+        return link is not None and link.kind is LinkKind.CHECKPOINT and link.point == p
+
+    # Group stage points by (node, source), chain each group in step order.
+    groups: dict[tuple[int, Link], list[Point]] = defaultdict(list)
+    for p, link in table.items():
+        if available(p) or is_blocked(p):
+            continue
+        groups[(p.node, link)].append(p)
+    predecessor: dict[Point, Point | None] = {}
+    source_of: dict[Point, Point | None] = {}
+    for (_, link), points in groups.items():
+        points.sort()
+        for i, p in enumerate(points):
+            if i > 0:
+                predecessor[p], source_of[p] = points[i - 1], None
+            elif link.kind is LinkKind.FRESH:
+                predecessor[p], source_of[p] = None, None
+            elif link.kind is LinkKind.CHECKPOINT or (link.point and available(link.point)):
+                predecessor[p], source_of[p] = None, link.point
+            else:
+                predecessor[p], source_of[p] = link.point, None
+
+    start_step = {
+        p: (
+            0
+            if predecessor[p] is None and source_of[p] is None
+            else (predecessor[p] or source_of[p]).step  # type: ignore[union-attr]
+        )
+        for p in predecessor
+    }
+    order = sorted(predecessor, key=lambda p: (start_step[p], p))  # parents first
+    ids = {p: i for i, p in enumerate(order)}
+    pending = {(p.node, p.step): p for p in requests}
+    stages: list[Stage] = []
+    for p in order:
+        node = plan.nodes[p.node]
+        pred = predecessor[p]
+        trials = node.requests[p.step].trials if (p.node, p.step) in pending else []
+        stage = Stage(
+            ids[p],
+            p.node,
+            start_step[p],
+            p.step,
+            node.config,
+            parent=None if pred is None else ids[pred],
+            source=source_of[p],
+            trials=list(trials),
+        )
+        stages.append(stage)
+    for stage in stages:
+        if stage.parent is not None:
+            stages[stage.parent].children.append(stage.id)
+    roots = [s.id for s in stages if s.parent is None]
+    waiting = [p for p in requests if is_blocked(p)]
+    return StageTree(stages, roots, answered, waiting)
+
+
+__all__ = [
+    "Link",
+    "LinkKind",
+    "Point",
+    "Stage",
+    "StageTree",
+    "build_stage_tree",
+    "find_latest_checkpoint",
+]

@@ -1,0 +1,153 @@
+"""Algorithm 1 (BuildStageTree) on the paper's search plan example (thesis Fig. 4.2 / 4.3).
+
+The figure, as its text describes it: the root HA trains a linear learning rate with a constant
+batch size from a fresh model; HB follows HA's first 100 steps and HC follows HB at step 200
+(100 more steps under HB); HE follows HA at step 200 and has a request of 300 steps. HA has a
+request of 150 steps and a checkpoint at step 200; HE has a checkpoint at step 250, so HE's
+request trains only HE2 = steps 250-300, resuming from that checkpoint, and none of HA.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hpctune.stagetree.pieces import ConfigPiece, Piece, TrialStage
+from hpctune.stagetree.plan import RequestStatus, SearchPlan
+from hpctune.stagetree.tree import (
+    Link,
+    LinkKind,
+    Point,
+    StageTree,
+    build_stage_tree,
+    find_latest_checkpoint,
+)
+
+
+def cfg(lr: Piece, bs: int = 128) -> ConfigPiece:
+    return (("batch_size", Piece("value", (str(bs),))), ("lr", lr))
+
+
+HA = cfg(Piece("linear", (0.1, 0.0, 1000)))
+HB = cfg(Piece("constant", (0.05,)))
+HC = cfg(Piece("constant", (0.01,)))
+HE = cfg(Piece("exponential", (0.1, 0.99), offset=200))
+IDS = {"HA": 0, "HB": 1, "HC": 2, "HE": 3}
+
+
+def figure_4_2() -> SearchPlan:
+    plan = SearchPlan()
+    plan.add_trial(1, [TrialStage(0, 150, HA)])  # HA's request 150
+    plan.add_trial(2, [TrialStage(0, 100, HA), TrialStage(100, 200, HB), TrialStage(200, 300, HC)])
+    plan.add_trial(3, [TrialStage(0, 200, HA), TrialStage(200, 300, HE)])  # HE's request 300
+    assert [n.config for n in plan.nodes] == [HA, HB, HC, HE]
+    plan.add_checkpoint(IDS["HA"], 200, "ha-200")
+    plan.add_checkpoint(IDS["HE"], 250, "he-250")
+    return plan
+
+
+def stages(tree: StageTree) -> set[tuple[str, int, int, tuple[str, int, int] | str | None]]:
+    """(node, start, end, parent stage or 'ckpt:<node>@<step>' or None for fresh)."""
+    name = {v: k for k, v in IDS.items()}
+    out = set()
+    for s in tree.stages:
+        if s.parent is not None:
+            p = tree.stages[s.parent]
+            origin: tuple[str, int, int] | str | None = (name[p.node], p.start, p.end)
+        elif s.source is not None:
+            origin = f"ckpt:{name[s.source.node]}@{s.source.step}"
+        else:
+            origin = None
+        out.add((name[s.node], s.start, s.end, origin))
+    return out
+
+
+def test_figure_4_3_stage_tree() -> None:
+    tree = build_stage_tree(figure_4_2())
+    assert stages(tree) == {
+        ("HA", 0, 100, None),  # fresh model
+        ("HA", 100, 150, ("HA", 0, 100)),  # request 150 of HA
+        ("HB", 100, 200, ("HA", 0, 100)),
+        ("HC", 200, 300, ("HB", 100, 200)),  # request 300 of HC
+        ("HE", 250, 300, "ckpt:HE@250"),  # HE2, resumed from HE1's checkpoint
+    }
+    by_end = {(tree.stages[s].node, tree.stages[s].end): tree.stages[s].trials for s in tree.roots}
+    assert by_end == {(0, 100): [], (3, 300): [3]}
+    assert sorted(tree.stages[s].end for s in tree.roots) == [100, 300]
+    assert tree.answered == []
+    assert tree.waiting == []
+
+
+def test_lookup_table_is_memoised_and_links_requests_to_their_sources() -> None:
+    plan = figure_4_2()
+    table: dict[Point, Link] = {}
+    find_latest_checkpoint(plan, Point(IDS["HC"], 300), table)
+    assert table == {
+        Point(2, 300): Link(LinkKind.AFTER, Point(1, 200)),
+        Point(1, 200): Link(LinkKind.AFTER, Point(0, 100)),
+        Point(0, 100): Link(LinkKind.FRESH),
+    }
+    # a point already in the table is not looked up again (line 10 of the thesis's version)
+    table = {Point(0, 100): Link(LinkKind.CHECKPOINT, Point(0, 100))}
+    find_latest_checkpoint(plan, Point(IDS["HC"], 300), table)
+    assert table[Point(0, 100)] == Link(LinkKind.CHECKPOINT, Point(0, 100))
+    find_latest_checkpoint(plan, Point(IDS["HE"], 300), table)
+    assert table[Point(3, 300)] == Link(LinkKind.CHECKPOINT, Point(3, 250))
+
+
+def test_a_checkpoint_at_a_branch_point_makes_its_children_top_level() -> None:
+    plan = figure_4_2()
+    plan.add_checkpoint(IDS["HA"], 100, "ha-100")
+    assert stages(build_stage_tree(plan)) == {
+        ("HA", 100, 150, "ckpt:HA@100"),
+        ("HB", 100, 200, "ckpt:HA@100"),
+        ("HC", 200, 300, ("HB", 100, 200)),
+        ("HE", 250, 300, "ckpt:HE@250"),
+    }
+
+
+def test_requests_in_one_node_chain_and_split_it() -> None:
+    plan = figure_4_2()
+    plan.add_trial(4, [TrialStage(0, 100, HA), TrialStage(100, 300, HB)], end=250)
+    tree = build_stage_tree(plan)
+    assert ("HB", 200, 250, ("HB", 100, 200)) in stages(tree)
+    hb = next(s for s in tree.stages if s.node == IDS["HB"] and s.start == 100)
+    assert sorted((tree.stages[c].node, tree.stages[c].end) for c in hb.children) == [
+        (1, 250),
+        (2, 300),
+    ]
+
+
+def test_running_nodes_make_requests_wait_and_done_requests_are_skipped() -> None:
+    plan = figure_4_2()
+    plan.nodes[IDS["HB"]].running = True
+    tree = build_stage_tree(plan)
+    assert stages(tree) == {("HA", 0, 150, None), ("HE", 250, 300, "ckpt:HE@250")}
+    assert tree.waiting == [Point(IDS["HC"], 300)]
+    plan.nodes[IDS["HB"]].running = False
+    plan.set_status(IDS["HC"], 300, RequestStatus.SCHEDULED)
+    plan.add_trial(5, [TrialStage(0, 200, HA)])  # answered by HA's checkpoint at 200
+    tree = build_stage_tree(plan)
+    assert stages(tree) == {("HA", 0, 150, None), ("HE", 250, 300, "ckpt:HE@250")}
+    plan.nodes[IDS["HA"]].requests[200].status = RequestStatus.PENDING
+    assert build_stage_tree(plan).answered == [5]
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True])
+def test_every_pending_request_has_a_path_from_its_source(with_checkpoint: bool) -> None:
+    plan = figure_4_2()
+    if with_checkpoint:
+        plan.add_checkpoint(IDS["HB"], 150, "hb-150")
+    tree = build_stage_tree(plan)
+    for s in tree.stages:
+        if s.parent is not None:
+            parent = tree.stages[s.parent]
+            assert parent.end == s.start
+            assert parent.id < s.id
+        elif s.source is not None:
+            assert s.source.step == s.start
+            assert s.start in plan.nodes[s.source.node].checkpoints
+        else:
+            assert s.start == 0
+            assert plan.nodes[s.node].parent is None
+    served = sorted(t for s in tree.stages for t in s.trials)
+    assert served == [1, 2, 3]
