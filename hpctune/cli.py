@@ -150,6 +150,86 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         click.echo(json.dumps(worker_parameters(spec), indent=2))
 
 
+@cli.command("plan")
+@click.argument("study_toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+@click.option(
+    "--max-lines",
+    type=int,
+    default=60,
+    show_default=True,
+    help="Stage lines to print (0: all).",
+)
+def plan_command(study_toml: Path, as_json: bool, max_lines: int) -> int:
+    """Show STUDY_TOML's trials as a stage tree before anything runs.
+
+    Draws the study's trials with its generator, cuts each configuration into stages where a
+    hyperparameter's function changes and merges shared prefixes (Hippo's search plan): prints
+    the number of trials, total (trial-based) and unique (stage-based) training steps, the merge
+    rate p = total / unique and the stage tree. Creates nothing.
+    """
+    from hpctune.policies.generators import make_generator
+    from hpctune.seeding import component_seed
+    from hpctune.spec import load_spec
+    from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
+    from hpctune.stagetree.summary import format_stage_tree, plan_configs, plan_summary
+
+    spec = load_spec(study_toml)
+    generator = make_generator(
+        spec.generator.name,
+        spec.generator.options,
+        spec.space,
+        component_seed(spec.seed, "generator"),
+    )
+    configs = [generator.suggest(index) for index in range(spec.num_trials)]
+    try:
+        plan = plan_configs(configs, spec.max_steps)
+    except ValueError as exc:  # pragma: no cover - the spec checks schedules already
+        raise UsageError(f"{spec.source}: {exc}") from None
+    tree = build_stage_tree(plan)
+    summary = plan_summary(plan, tree)
+    slots = spec.resources.slots
+    stage_time = simulate(tree, Scheduler.CRITICAL_PATH, slots).makespan
+    trial_time = trial_makespan([float(spec.max_steps)] * len(configs), slots)
+    estimate = {"slots": slots, "trial_based_steps": trial_time, "critical_path_steps": stage_time}
+    if as_json:
+        out = {
+            "version": 1,
+            "study": {
+                "name": spec.name,
+                "generator": spec.generator.name,
+                "max_steps": spec.max_steps,
+                "step_unit": spec.step_unit,
+            },
+            **summary,
+            "makespan": estimate,
+        }
+        click.echo(json.dumps(out))
+        return EXIT_OK
+    unit = spec.step_unit
+    click.echo(
+        f"study {spec.name}: {summary['trials']} trials ({spec.generator.name} generator), "
+        f"max_steps {spec.max_steps} ({unit}s)"
+    )
+    click.echo(
+        f"training {unit}s: total {summary['total_steps']} (trial-based), unique "
+        f"{summary['unique_steps']} (stage-based), merge rate p = {summary['merge_rate']:.2f}"
+    )
+    trees = len(tree.roots)
+    click.echo(
+        f"search plan: {summary['nodes']} nodes; stage tree: {len(tree.stages)} stages in "
+        f"{trees} tree{'s' if trees != 1 else ''}, longest path {summary['critical_path_steps']} "
+        f"{unit}s"
+    )
+    click.echo(
+        f"on {slots} slot{'s' if slots != 1 else ''} at equal time per {unit}: trial-based "
+        f"{trial_time:g} {unit}s, stage-based (critical path) {stage_time:g} {unit}s"
+    )
+    click.echo("stage tree ([stage] steps (trials served below): pieces that change):")
+    click.echo(format_stage_tree(tree, max_lines))
+    return EXIT_OK
+
+
 @cli.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option(

@@ -108,7 +108,8 @@ class Piece:
     def describe(self) -> str:
         """Return a short human form, e.g. ``cosine(0.1, 20, 0)@5``."""
         if self.kind == "value":
-            return self.args[0]  # type: ignore[no-any-return]
+            value = json.loads(self.args[0])
+            return _short(value) if isinstance(value, float) else str(self.args[0])
         if self.kind == "constant":
             return repr(self.args[0])
         text = f"{self.kind}({', '.join(_short(a) for a in self.args)})"

@@ -96,7 +96,7 @@ def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
         else:
             before = dict(parent.config)
             changed = {n for n, p in stage.config if before.get(n) != p}
-        what = describe_config(stage.config, changed) if changed != set() else "(same pieces)"
+        what = describe_config(stage.config, changed) if changed != set() else "(continued)"
         n = _subtree_trials(tree, sid, memo)
         lines.append(
             f"{'  ' * depth}[{stage.id}] steps {stage.start}-{stage.end} "
