@@ -1,0 +1,173 @@
+"""Stage trees on simulated studies: sharing (merge rate) and scheduling (TreeML Figure 6.4).
+
+For each search space (grid search over hyperparameter sequences) the search plan of all its
+trials is built, and its stage tree is run on W simulated workers under Hippo's critical-path
+scheduler (whole paths to one worker, one checkpoint load per path), the same unbatched (a load
+per stage, the thesis's fair comparison in §6.3), breadth-first order (BFS) and
+most-children-first (THR). Reported: trials, total vs unique steps and the merge rate p; per W
+the makespans and their ratios to critical path, and the GPU-time (worker-seconds) of the
+stage-based run against the trial-based run (every trial alone, FIFO on the same W workers).
+
+The time per step depends on the batch size (a larger batch trains an epoch faster), as the
+thesis's cost estimator would predict from profiling: ``seconds = 10 * sqrt(128 / batch_size)``.
+Every assignment pays ``--load`` seconds (checkpoint load and worker switch).
+
+    python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from typing import Any
+
+from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
+from hpctune.stagetree.pieces import ConfigPiece, trial_stages
+from hpctune.stagetree.summary import plan_configs
+
+
+def seconds_per_step(config: ConfigPiece) -> float:
+    """The cost estimate: 10 s per epoch at batch size 128, sqrt-faster for larger batches."""
+    pieces = dict(config)
+    batch = pieces["batch_size"].value(0) if "batch_size" in pieces else 128
+    return 10.0 * math.sqrt(128 / float(batch))
+
+
+def warmup(steps: int, then: dict[str, Any]) -> dict[str, Any]:
+    return {"schedule": "warmup", "warmup_steps": steps, "then": then}
+
+
+def lr_bs_space(quick: bool) -> tuple[list[dict[str, Any]], int]:
+    """TreeML Table 6.1's ResNet space: lr sequences x batch-size milestones, 120 epochs."""
+    max_steps = 120
+    lrs: list[dict[str, Any]] = []
+    for base in (0.1, 0.05) if not quick else (0.1,):
+        lrs += [
+            {"schedule": "multistep", "base": base, "milestones": [60, 90], "gamma": 0.1},
+            {"schedule": "multistep", "base": base, "milestones": [60, 100], "gamma": 0.1},
+            {"schedule": "multistep", "base": base, "milestones": [90], "gamma": 0.1},
+            warmup(5, {"schedule": "multistep", "base": base, "milestones": [55, 85]}),
+            warmup(5, {"schedule": "exponential", "base": base, "gamma": 0.97}),
+            warmup(5, {"schedule": "cosine", "base": base, "total_steps": 115}),
+            {"schedule": "cyclic", "low": base / 10, "high": base, "period": 20},
+        ]
+    sizes: list[dict[str, Any]] = [{"schedule": "constant", "value": 128, "integer": True}]
+    sizes += [
+        {"schedule": "multistep", "base": 128, "milestones": m, "gamma": 2, "integer": True}
+        for m in ([60], [90], [60, 90])
+    ]
+    configs = [{"lr": lr, "batch_size": bs} for lr, bs in itertools.product(lrs, sizes)]
+    return configs, max_steps
+
+
+def sequences_space(quick: bool) -> tuple[list[dict[str, Any]], int]:
+    """The thesis's Figure 1.1 space: every lr sequence of 3 stages of 100 steps."""
+    values = (0.1, 0.05, 0.02, 0.01) if not quick else (0.1, 0.01)
+    configs = [
+        {
+            "lr": {"schedule": "piecewise", "values": list(seq), "milestones": [100, 200]},
+            "batch_size": 128,
+        }
+        for seq in itertools.product(values, repeat=3)
+    ]
+    return configs, 300
+
+
+SPACES = {"lr-batch-size": lr_bs_space, "lr-sequences": sequences_space}
+
+
+def run_space(name: str, workers: list[int], load: float, quick: bool) -> dict[str, Any]:
+    """All figures for one space."""
+    configs, max_steps = SPACES[name](quick)
+    plan = plan_configs(configs, max_steps)
+    tree = build_stage_tree(plan)
+    per_trial = [
+        sum((st.end - st.start) * seconds_per_step(st.config) for st in trial_stages(c, max_steps))
+        for c in configs
+    ]
+    out: dict[str, Any] = {
+        "space": name,
+        "trials": len(plan.trials),
+        "max_steps": max_steps,
+        "total_steps": plan.total_steps(),
+        "unique_steps": plan.unique_steps(),
+        "merge_rate": plan.merge_rate(),
+        "stages": len(tree.stages),
+        "trees": len(tree.roots),
+        "load_seconds": load,
+        "workers": {},
+    }
+    for w in workers:
+        runs = {
+            "critical-path": simulate(
+                tree, Scheduler.CRITICAL_PATH, w, seconds_per_step, transition_seconds=load
+            ),
+            "critical-path-unbatched": simulate(
+                tree,
+                Scheduler.CRITICAL_PATH,
+                w,
+                seconds_per_step,
+                transition_seconds=load,
+                batch=False,
+            ),
+            "bfs": simulate(tree, Scheduler.BFS, w, seconds_per_step, transition_seconds=load),
+            "most-children": simulate(
+                tree, Scheduler.MOST_CHILDREN, w, seconds_per_step, transition_seconds=load
+            ),
+        }
+        trial_busy = sum(per_trial) + load * len(per_trial)
+        trial_span = trial_makespan([s + load for s in per_trial], w)
+        best = runs["critical-path"]
+        out["workers"][str(w)] = {
+            "makespan_s": {k: r.makespan for k, r in runs.items()} | {"trial-based": trial_span},
+            "ratio_to_critical_path": {k: r.makespan / best.makespan for k, r in runs.items()}
+            | {"trial-based": trial_span / best.makespan},
+            "gpu_seconds": {"trial-based": trial_busy, "stage-based": best.busy_seconds},
+            "gpu_saving": trial_busy / best.busy_seconds,
+            "loads": {k: r.loads for k, r in runs.items()},
+        }
+    return out
+
+
+def format_space(r: dict[str, Any]) -> str:
+    """A text block for one space."""
+    lines = [
+        f"space {r['space']}: {r['trials']} trials x {r['max_steps']} steps; total "
+        f"{r['total_steps']} steps, unique {r['unique_steps']}, merge rate p = "
+        f"{r['merge_rate']:.2f}; {r['stages']} stages in {r['trees']} trees; load "
+        f"{r['load_seconds']:g} s per assignment",
+        f"  {'W':>3} {'critical':>10} {'unbatched':>10} {'bfs':>10} {'most-ch.':>10} "
+        f"{'trials':>10} | {'bfs/cp':>6} {'thr/cp':>6} {'unb/cp':>6} {'tr/cp':>6} | "
+        f"{'GPU saving':>10}",
+    ]
+    for w, f in r["workers"].items():
+        m, q = f["makespan_s"], f["ratio_to_critical_path"]
+        lines.append(
+            f"  {w:>3} {m['critical-path']:>10.0f} {m['critical-path-unbatched']:>10.0f} "
+            f"{m['bfs']:>10.0f} {m['most-children']:>10.0f} {m['trial-based']:>10.0f} | "
+            f"{q['bfs']:>6.2f} {q['most-children']:>6.2f} {q['critical-path-unbatched']:>6.2f} "
+            f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--load", type=float, default=30.0, help="seconds per assignment")
+    parser.add_argument("--json", action="store_true", help="print only one JSON object")
+    parser.add_argument("--quick", action="store_true", help="small spaces, W = 2 (CI smoke)")
+    args = parser.parse_args()
+    workers = [2] if args.quick else args.workers
+    results = [run_space(name, workers, args.load, args.quick) for name in SPACES]
+    if args.json:
+        print(json.dumps({"version": 1, "spaces": results}))
+        return
+    for r in results:
+        print(format_space(r))
+
+
+if __name__ == "__main__":
+    main()
