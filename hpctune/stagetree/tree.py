@@ -17,6 +17,7 @@ are transient: generate a new one from the plan at every decision.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -163,53 +164,53 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
         link = table.get(p)
         return link is not None and link.kind is LinkKind.CHECKPOINT and link.point == p
 
-    # Group stage points by (node, source), chain each group in step order.
+    # Group stage points by (node, link), chain each group in step order: each stage point gets
+    # the stage point before it (``after``) or the checkpoint it loads (``load``), or neither
+    # (a fresh model at step 0).
     groups: dict[tuple[int, Link], list[Point]] = defaultdict(list)
     for p, link in table.items():
-        if available(p) or is_blocked(p):
-            continue
-        groups[(p.node, link)].append(p)
-    predecessor: dict[Point, Point | None] = {}
-    source_of: dict[Point, Point | None] = {}
+        if not available(p) and not is_blocked(p):
+            groups[(p.node, link)].append(p)
+    after: dict[Point, Point | None] = {}
+    load: dict[Point, Point | None] = {}
     for (_, link), points in groups.items():
         points.sort()
-        for i, p in enumerate(points):
-            if i > 0:
-                predecessor[p], source_of[p] = points[i - 1], None
-            elif link.kind is LinkKind.FRESH:
-                predecessor[p], source_of[p] = None, None
-            elif link.kind is LinkKind.CHECKPOINT or (link.point and available(link.point)):
-                predecessor[p], source_of[p] = None, link.point
+        first = points[0]
+        after[first], load[first] = None, None
+        if link.kind is LinkKind.CHECKPOINT:
+            load[first] = link.point
+        elif link.kind is LinkKind.AFTER:
+            assert link.point is not None
+            if available(link.point):
+                load[first] = link.point
             else:
-                predecessor[p], source_of[p] = link.point, None
+                after[first] = link.point
+        for prev, p in itertools.pairwise(points):
+            after[p], load[p] = prev, None
 
-    start_step = {
-        p: (
-            0
-            if predecessor[p] is None and source_of[p] is None
-            else (predecessor[p] or source_of[p]).step  # type: ignore[union-attr]
-        )
-        for p in predecessor
-    }
-    order = sorted(predecessor, key=lambda p: (start_step[p], p))  # parents first
+    def start_of(p: Point) -> int:
+        origin = after[p] or load[p]
+        return 0 if origin is None else origin.step
+
+    order = sorted(after, key=lambda p: (start_of(p), p))  # a parent starts before its children
     ids = {p: i for i, p in enumerate(order)}
-    pending = {(p.node, p.step): p for p in requests}
+    pending = set(requests)
     stages: list[Stage] = []
     for p in order:
         node = plan.nodes[p.node]
-        pred = predecessor[p]
-        trials = node.requests[p.step].trials if (p.node, p.step) in pending else []
-        stage = Stage(
-            ids[p],
-            p.node,
-            start_step[p],
-            p.step,
-            node.config,
-            parent=None if pred is None else ids[pred],
-            source=source_of[p],
-            trials=list(trials),
+        origin = after[p]
+        stages.append(
+            Stage(
+                ids[p],
+                p.node,
+                start_of(p),
+                p.step,
+                node.config,
+                parent=None if origin is None else ids[origin],
+                source=load[p],
+                trials=list(node.requests[p.step].trials) if p in pending else [],
+            )
         )
-        stages.append(stage)
     for stage in stages:
         if stage.parent is not None:
             stages[stage.parent].children.append(stage.id)
