@@ -12,7 +12,15 @@ The time per step depends on the batch size (a larger batch trains an epoch fast
 thesis's cost estimator would predict from profiling: ``seconds = 10 * sqrt(128 / batch_size)``.
 Every assignment pays ``--load`` seconds (checkpoint load and worker switch).
 
-    python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--json] [--quick]
+Then the same spaces under synchronous successive halving (eta 2, rungs 15, 30, 60, ... steps,
+seeded random scores): trials arrive and are promoted while the study runs, and the stage tree
+is regenerated from the search plan at every decision (Hippo's stateless scheduler,
+``simulate_plan``); trial-based SHA makes the same decisions without sharing. Workers keep a
+checkpoint every ``--checkpoint-every`` steps (a boundary), so a trial promoted later can
+branch inside a stretch another trial already trained without retraining it.
+
+    python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--checkpoint-every 5]
+        [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -23,8 +31,11 @@ import json
 import math
 from typing import Any
 
-from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
+import numpy as np
+
+from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
+from hpctune.stagetree.simulate import Simulation, simulate_plan
 from hpctune.stagetree.summary import plan_configs
 
 
@@ -131,6 +142,123 @@ def run_space(name: str, workers: list[int], load: float, quick: bool) -> dict[s
     return out
 
 
+def run_sha(
+    configs: list[dict[str, Any]],
+    max_steps: int,
+    scheduler: Scheduler,
+    workers: int,
+    load: float,
+    *,
+    shared: bool,
+    eta: int = 2,
+    min_steps: int = 15,
+    checkpoint_every: int | None = None,
+    seed: int = 0,
+) -> tuple[Simulation, list[int]]:
+    """Synchronous successive halving over ``configs`` on a search plan, simulated.
+
+    Rungs ``min_steps * eta**k`` up to ``max_steps``; a trial's score is a seeded random draw
+    (the same in every run), the best ``1/eta`` of a rung go on once the rung is complete. With
+    ``shared = False`` every trial gets a parameter of its own (trial-based: nothing merges).
+    Returns the simulation and the trials that reached ``max_steps``.
+    """
+    rungs = [min_steps]
+    while rungs[-1] * eta < max_steps:
+        rungs.append(rungs[-1] * eta)
+    rungs.append(max_steps)
+    scores = np.random.default_rng(seed).random(len(configs))
+    stages = {
+        t: trial_stages(c if shared else {**c, "trial": t}, max_steps)
+        for t, c in enumerate(configs)
+    }
+    plan = SearchPlan()
+    members: list[list[int]] = [list(range(len(configs)))]
+    finished: list[set[int]] = [set()]
+
+    def on_answer(done: list[int], now: float) -> None:
+        for t in done:
+            r = rungs.index(plan.trials[t].end)
+            finished[r].add(t)
+            if len(finished[r]) < len(members[r]) or r + 1 == len(rungs):
+                continue
+            keep = max(1, len(members[r]) // eta)
+            best = sorted(members[r], key=lambda i: -scores[i])[:keep]
+            members.append(best)
+            finished.append(set())
+            answered_now = [i for i in best if plan.extend_trial(i, stages[i], rungs[r + 1])]
+            if answered_now:
+                on_answer(answered_now, now)
+
+    for t in members[0]:
+        plan.add_trial(t, stages[t], end=rungs[0])
+    sim, _ = simulate_plan(
+        plan,
+        scheduler,
+        workers,
+        seconds_per_step,
+        transition_seconds=load,
+        checkpoint_every=checkpoint_every,
+        on_answer=on_answer,
+    )
+    return sim, members[-1]
+
+
+def sha_figures(
+    name: str, workers: list[int], load: float, quick: bool, every: int | None
+) -> dict[str, Any]:
+    """SHA, stage-based under each scheduler and trial-based, on one space."""
+    configs, max_steps = SPACES[name](quick)
+    out: dict[str, Any] = {
+        "space": name,
+        "trials": len(configs),
+        "checkpoint_every": every,
+        "workers": {},
+    }
+    for w in workers:
+        runs = {
+            sched.value: run_sha(
+                configs, max_steps, sched, w, load, shared=True, checkpoint_every=every
+            )
+            for sched in Scheduler
+        }
+        trial_based, survivors = run_sha(
+            configs, max_steps, Scheduler.CRITICAL_PATH, w, load, shared=False
+        )
+        assert all(r[1] == survivors for r in runs.values())  # same decisions
+        best = runs["critical-path"][0]
+        out["workers"][str(w)] = {
+            "makespan_s": {k: r[0].makespan for k, r in runs.items()}
+            | {"trial-based": trial_based.makespan},
+            "ratio_to_critical_path": {k: r[0].makespan / best.makespan for k, r in runs.items()}
+            | {"trial-based": trial_based.makespan / best.makespan},
+            "gpu_seconds": {
+                "trial-based": trial_based.busy_seconds,
+                "stage-based": best.busy_seconds,
+            },
+            "gpu_saving": trial_based.busy_seconds / best.busy_seconds,
+        }
+    return out
+
+
+def format_sha(r: dict[str, Any]) -> str:
+    """A text block for SHA on one space."""
+    lines = [
+        f"SHA (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} trials; stage tree "
+        "regenerated from the search plan at every decision; checkpoints "
+        + (f"every {r['checkpoint_every']} steps" if r["checkpoint_every"] else "at stage ends"),
+        f"  {'W':>3} {'critical':>10} {'bfs':>10} {'most-ch.':>10} {'trials':>10} | "
+        f"{'bfs/cp':>6} {'thr/cp':>6} {'tr/cp':>6} | {'GPU saving':>10}",
+    ]
+    for w, f in r["workers"].items():
+        m, q = f["makespan_s"], f["ratio_to_critical_path"]
+        lines.append(
+            f"  {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} {m['most-children']:>10.0f} "
+            f"{m['trial-based']:>10.0f} | {q['bfs']:>6.2f} {q['most-children']:>6.2f} "
+            f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
+        )
+    return "\n".join(lines)
+
+
 def format_space(r: dict[str, Any]) -> str:
     """A text block for one space."""
     lines = [
@@ -157,16 +285,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--load", type=float, default=30.0, help="seconds per assignment")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=5,
+        help="SHA: workers also checkpoint every N steps inside stages (0: only at stage ends)",
+    )
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     parser.add_argument("--quick", action="store_true", help="small spaces, W = 2 (CI smoke)")
     args = parser.parse_args()
     workers = [2] if args.quick else args.workers
     results = [run_space(name, workers, args.load, args.quick) for name in SPACES]
+    every = args.checkpoint_every or None
+    sha = [sha_figures(name, workers, args.load, args.quick, every) for name in SPACES]
     if args.json:
-        print(json.dumps({"version": 1, "spaces": results}))
+        print(json.dumps({"version": 1, "spaces": results, "sha": sha}))
         return
     for r in results:
         print(format_space(r))
+    for r in sha:
+        print(format_sha(r))
 
 
 if __name__ == "__main__":

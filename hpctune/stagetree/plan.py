@@ -197,6 +197,29 @@ class SearchPlan:
                 released.append(node_id)
         return released
 
+    def extend_trial(self, trial_id: int, stages: Iterable[TrialStage], end: int) -> bool:
+        """Move a trial's request to a later end step (e.g. promoted to the next rung).
+
+        The trial is released and merged again (reference counts stay right); its stages are
+        the same as when it was added, so its path only grows.
+
+        Returns:
+            True if the new request is already answered.
+
+        Raises:
+            PlanError: The trial is not in the plan, or ``end`` is not after its current end.
+        """
+        path = self.trials.get(trial_id)
+        if path is None:
+            raise PlanError(f"trial {trial_id} is not in the search plan")
+        if end <= path.end:
+            raise PlanError(
+                f"trial {trial_id}: a new end must be after the current one ({path.end}), "
+                f"but got {end}"
+            )
+        self.remove_trial(trial_id)
+        return self.add_trial(trial_id, stages, end)
+
     def add_checkpoint(self, node_id: int, step: int, checkpoint_id: str) -> list[int]:
         """Record a checkpoint; requests of the node ending at ``step`` become done.
 

@@ -11,10 +11,12 @@ once. Deterministic: ties in time go in assignment order.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from hpctune.stagetree.plan import RequestStatus, SearchPlan
 from hpctune.stagetree.schedulers import Scheduler, StepCost, pick, stage_seconds, unit_cost
-from hpctune.stagetree.tree import StageTree
+from hpctune.stagetree.tree import StageTree, build_stage_tree
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,118 @@ def simulate(
     return Simulation(now, busy, train, assignments, loads)
 
 
+def simulate_plan(
+    plan: SearchPlan,
+    scheduler: Scheduler,
+    workers: int,
+    cost: StepCost = unit_cost,
+    *,
+    transition_seconds: float = 0.0,
+    batch: bool = True,
+    checkpoint_every: int | None = None,
+    on_answer: Callable[[list[int], float], None] | None = None,
+) -> tuple[Simulation, dict[int, float]]:
+    """Run a search plan to the end as Hippo's stateless scheduler would, on a simulated clock.
+
+    At every decision a free worker gets work from a stage tree generated afresh from the plan
+    (only its top-level stages are ready); the stages given out mark their nodes ``running``
+    (requests through them wait, Algorithm 1) and the requests they end ``scheduled``. A
+    finished stage adds its end checkpoint to the plan and, with ``checkpoint_every = k``, one at
+    every multiple of k steps inside it (the thesis's peripheral checkpoints). ``on_answer(trials,
+    time)`` is called when requests become done and may add or extend trials (a tuner: SHA's
+    promotions). The plan is changed in place (checkpoints ``sim-<node>-<step>``).
+
+    Without in-stage checkpoints a request that arrives later and branches inside a stretch
+    already trained retrains from the checkpoint before it, as Hippo notes (§3.2); with
+    ``checkpoint_every = 1`` no step is ever trained twice.
+
+    Returns:
+        The simulation figures and the time each trial's (last) request was answered.
+
+    Raises:
+        ValueError: ``workers`` < 1, ``transition_seconds`` < 0 or ``checkpoint_every`` < 1.
+        RuntimeError: Requests remain that no stage tree can serve.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, but got {workers}")
+    if transition_seconds < 0:
+        raise ValueError(f"transition_seconds must be >= 0, but got {transition_seconds}")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, but got {checkpoint_every}")
+    running: dict[int, int] = {}
+    events: list[tuple[float, int, str, int, int, int]] = []  # time, seq, kind, node, start, end
+    answered: dict[int, float] = {}
+    seq = 0
+    idle = workers
+    now = busy = train = 0.0
+    assignments = loads = 0
+    while True:
+        while idle > 0:
+            tree = build_stage_tree(plan)
+            if tree.answered:
+                for trial in tree.answered:
+                    answered[trial] = now
+                for node in plan.nodes:  # their checkpoints exist: mark them done
+                    for end, request in node.requests.items():
+                        if end in node.checkpoints:
+                            request.status = RequestStatus.DONE
+                if on_answer is not None:
+                    on_answer(list(tree.answered), now)
+                continue
+            path = pick(scheduler, tree, tree.roots, cost)
+            if not path:
+                break
+            idle -= 1
+            assignments += 1
+            t = now
+            for i, sid in enumerate(path):
+                stage = tree.stages[sid]
+                if i == 0 or not batch:
+                    t += transition_seconds
+                    loads += 1
+                seconds = stage_seconds(stage, cost)
+                train += seconds
+                t += seconds
+                running[stage.node] = running.get(stage.node, 0) + 1
+                plan.nodes[stage.node].running = True
+                if stage.end in plan.nodes[stage.node].requests:
+                    plan.set_status(stage.node, stage.end, RequestStatus.SCHEDULED)
+                heapq.heappush(events, (t, seq, "stage", stage.node, stage.start, stage.end))
+                seq += 1
+            busy += t - now
+            heapq.heappush(events, (t, seq, "worker", -1, -1, -1))
+            seq += 1
+        if not events:
+            break
+        now = events[0][0]
+        done: list[int] = []
+        while events and events[0][0] == now:
+            _, _, kind, node_id, start, end = heapq.heappop(events)
+            if kind == "worker":
+                idle += 1
+                continue
+            inside = range(start + 1, end)
+            steps = [s for s in inside if checkpoint_every and s % checkpoint_every == 0]
+            for step in [*steps, end]:
+                done += plan.add_checkpoint(node_id, step, f"sim-{node_id}-{step}")
+            running[node_id] -= 1
+            if running[node_id] == 0:
+                plan.nodes[node_id].running = False
+        for trial in done:
+            answered[trial] = now
+        if done and on_answer is not None:
+            on_answer(done, now)
+    left = [
+        (n.id, end)
+        for n in plan.nodes
+        for end, r in n.requests.items()
+        if r.status is not RequestStatus.DONE
+    ]
+    if left:
+        raise RuntimeError(f"requests (node, end) left unserved: {left[:5]}")
+    return Simulation(now, busy, train, assignments, loads), answered
+
+
 def trial_makespan(seconds: list[float], workers: int) -> float:
     """Makespan of independent trials (trial-based: no sharing), in order, on free workers."""
     if workers < 1:
@@ -108,4 +222,4 @@ def trial_makespan(seconds: list[float], workers: int) -> float:
     return max(free)
 
 
-__all__ = ["Simulation", "simulate", "trial_makespan"]
+__all__ = ["Simulation", "simulate", "simulate_plan", "trial_makespan"]

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
+from hpctune.stagetree.schedulers import Scheduler
+from hpctune.stagetree.simulate import simulate_plan
 from hpctune.stagetree.tree import StageTree, build_stage_tree
 
 MAX = 12
@@ -116,3 +118,58 @@ def test_stage_trees_serve_every_request_with_its_own_configuration(
         for request in node.requests.values():
             assert request.status is RequestStatus.DONE
     assert build_stage_tree(plan).stages == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(trials(), min_size=1, max_size=8),
+    st.integers(min_value=1, max_value=4),
+    st.sampled_from(list(Scheduler)),
+    st.booleans(),
+)
+def test_the_stateless_scheduler_trains_every_unique_step_exactly_once(
+    drawn: list[tuple[dict[str, Any], int]], workers: int, scheduler: Scheduler, promote: bool
+) -> None:
+    """Stage trees regenerated at every decision, running nodes and scheduled requests: no
+    step is trained twice, also when answered trials are extended (a rung promotion) given a
+    checkpoint at every step."""
+    plan = SearchPlan()
+    stages = {t: trial_stages(c, MAX) for t, (c, _) in enumerate(drawn)}
+    for t, (_, end) in enumerate(drawn):
+        plan.add_trial(t, stages[t], end=min(end, MAX // 2) if promote else end)
+    extended: set[int] = set()
+
+    def on_answer(done: list[int], now: float) -> None:
+        for t in done:
+            if promote and t not in extended and plan.trials[t].end < MAX:
+                extended.add(t)
+                if plan.extend_trial(t, stages[t], MAX):
+                    on_answer([t], now)
+
+    every = 1 if promote else None  # promotions branch inside trained stretches: need those
+    sim, answered = simulate_plan(
+        plan, scheduler, workers, checkpoint_every=every, on_answer=on_answer
+    )
+    assert sim.train_seconds == plan.unique_steps()
+    assert sorted(answered) == sorted(plan.trials)
+    for t, path in plan.trials.items():
+        assert answered[t] >= path.end  # one second per step: no trial beats its own length
+        assert plan.nodes[path.nodes[-1]].requests[path.end].status is RequestStatus.DONE
+    assert not any(n.running for n in plan.nodes)
+    assert sim.makespan >= plan.unique_steps() / workers
+
+
+def test_a_late_branch_inside_a_trained_stretch_retrains_without_in_stage_checkpoints() -> None:
+    """Hippo §3.2: a request branching where no checkpoint was kept retrains from the last one."""
+    constant = {"lr": {"schedule": "constant", "value": 0.1}}
+    decay = {"lr": {"schedule": "piecewise", "values": [0.1, 0.05], "milestones": [2]}}
+    for every, trained in ((None, 4 + 2 + 2), (1, 4 + 2)):  # steps 0-2 again, or not
+        plan = SearchPlan()
+        plan.add_trial(0, trial_stages(constant, 4))
+
+        def late(done: list[int], now: float, plan: SearchPlan = plan) -> None:
+            if 0 in done:  # trial 1 arrives after trial 0 trained steps 0-4
+                plan.add_trial(1, trial_stages(decay, 4))
+
+        sim, _ = simulate_plan(plan, Scheduler.BFS, 1, checkpoint_every=every, on_answer=late)
+        assert sim.train_seconds == trained
