@@ -68,11 +68,13 @@ def plan_summary(plan: SearchPlan, tree: StageTree | None = None) -> dict[str, A
     }
 
 
-def _subtree_trials(tree: StageTree, sid: int, memo: dict[int, int]) -> int:
-    if sid not in memo:
-        stage = tree.stages[sid]
-        memo[sid] = len(stage.trials) + sum(_subtree_trials(tree, c, memo) for c in stage.children)
-    return memo[sid]
+def _subtree_trials(tree: StageTree) -> list[int]:
+    """Trials served at or below each stage (children have larger ids than parents)."""
+    counts = [len(s.trials) for s in tree.stages]
+    for stage in reversed(tree.stages):
+        if stage.parent is not None:
+            counts[stage.parent] += counts[stage.id]
+    return counts
 
 
 def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
@@ -82,7 +84,7 @@ def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
     parent's. At most ``max_lines`` stage lines are shown (``0``: all), then a count of the rest.
     """
     lines: list[str] = []
-    memo: dict[int, int] = {}
+    served = _subtree_trials(tree)
     stack = [(sid, 0) for sid in reversed(tree.roots)]
     shown = 0
     while stack:
@@ -97,7 +99,7 @@ def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
             before = dict(parent.config)
             changed = {n for n, p in stage.config if before.get(n) != p}
         what = describe_config(stage.config, changed) if changed != set() else "(continued)"
-        n = _subtree_trials(tree, sid, memo)
+        n = served[sid]
         lines.append(
             f"{'  ' * depth}[{stage.id}] steps {stage.start}-{stage.end} "
             f"({n} trial{'s' if n != 1 else ''}): {what}"

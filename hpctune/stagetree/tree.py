@@ -53,24 +53,25 @@ class Link:
 def find_latest_checkpoint(plan: SearchPlan, request: Point, table: dict[Point, Link]) -> None:
     """Fill ``table`` with the source of ``request`` and, recursively, of its branch points.
 
-    Memoised: a point already in ``table`` is not looked up again.
+    Memoised: a point already in ``table`` is not looked up again. (Written as a loop over the
+    recursion of Algorithm 1, so deep plans do not reach Python's recursion limit.)
     """
-    if request in table:
-        return
-    node = plan.nodes[request.node]
-    if node.running:
-        table[request] = Link(LinkKind.WAIT)
-        return
-    for step in range(request.step, node.start - 1, -1):
-        if step in node.checkpoints:
-            table[request] = Link(LinkKind.CHECKPOINT, Point(node.id, step))
+    point = request
+    while point not in table:
+        node = plan.nodes[point.node]
+        if node.running:
+            table[point] = Link(LinkKind.WAIT)
             return
-    if node.parent is None:
-        table[request] = Link(LinkKind.FRESH)
-        return
-    branch = Point(node.parent, node.start)
-    table[request] = Link(LinkKind.AFTER, branch)
-    find_latest_checkpoint(plan, branch, table)
+        for step in range(point.step, node.start - 1, -1):
+            if step in node.checkpoints:
+                table[point] = Link(LinkKind.CHECKPOINT, Point(node.id, step))
+                return
+        if node.parent is None:
+            table[point] = Link(LinkKind.FRESH)
+            return
+        branch = Point(node.parent, node.start)
+        table[point] = Link(LinkKind.AFTER, branch)
+        point = branch
 
 
 @dataclass
@@ -148,16 +149,16 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
     blocked: dict[Point, bool] = {}
 
     def is_blocked(p: Point) -> bool:
+        """A point is blocked when its chain of branch points meets a running node."""
+        chain = []
+        while p not in blocked and table[p].kind is LinkKind.AFTER:
+            chain.append(p)
+            p = table[p].point  # type: ignore[assignment]
         if p not in blocked:
-            link = table[p]
-            if link.kind is LinkKind.WAIT:
-                blocked[p] = True
-            elif link.kind is LinkKind.AFTER:
-                assert link.point is not None
-                blocked[p] = is_blocked(link.point)
-            else:
-                blocked[p] = False
-        return blocked[p]
+            blocked[p] = table[p].kind is LinkKind.WAIT
+        for q in chain:
+            blocked[q] = blocked[p]
+        return blocked[chain[0]] if chain else blocked[p]
 
     # A point whose own checkpoint exists is a source, not a stage.
     def available(p: Point) -> bool:

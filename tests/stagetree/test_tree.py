@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpctune.stagetree.pieces import ConfigPiece, Piece, TrialStage
+from hpctune.stagetree.pieces import ConfigPiece, Piece, TrialStage, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
+from hpctune.stagetree.summary import format_stage_tree, plan_summary
 from hpctune.stagetree.tree import (
     Link,
     LinkKind,
@@ -151,3 +152,15 @@ def test_every_pending_request_has_a_path_from_its_source(with_checkpoint: bool)
             assert plan.nodes[s.node].parent is None
     served = sorted(t for s in tree.stages for t in s.trials)
     assert served == [1, 2, 3]
+
+
+def test_a_deep_plan_needs_no_recursion() -> None:
+    decay = {"schedule": "step", "base": 0.1, "step_size": 1, "gamma": 0.999}
+    plan = SearchPlan()
+    plan.add_trial(0, trial_stages({"lr": decay}, 3000))
+    plan.add_trial(1, trial_stages({"lr": decay, "momentum": 0.9}, 3000))
+    tree = build_stage_tree(plan)
+    assert len(tree.stages) == 6000
+    assert tree.depth(tree.stages[-1].id) == 2999
+    assert plan_summary(plan, tree)["critical_path_steps"] == 3000
+    assert format_stage_tree(tree, 0).count("\n") == 5999
