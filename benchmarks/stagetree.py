@@ -17,7 +17,9 @@ seeded random scores): trials arrive and are promoted while the study runs, and 
 is regenerated from the search plan at every decision (Hippo's stateless scheduler,
 ``simulate_plan``); trial-based SHA makes the same decisions without sharing. Workers keep a
 checkpoint every ``--checkpoint-every`` steps (a boundary), so a trial promoted later can
-branch inside a stretch another trial already trained without retraining it.
+branch inside a stretch another trial already trained without retraining it. A stage given to
+a worker claims its step range of its node (requests needing those steps wait); the ASHA runs
+are repeated with Hippo's coarser rule, where a stage claims its whole node.
 
     python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--checkpoint-every 5]
         [--json] [--quick]
@@ -29,6 +31,7 @@ import argparse
 import itertools
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -153,6 +156,7 @@ def run_sha(
     eta: int = 2,
     min_steps: int = 15,
     checkpoint_every: int | None = None,
+    whole_nodes: bool = False,
     seed: int = 0,
 ) -> tuple[Simulation, list[int]]:
     """Synchronous successive halving over ``configs`` on a search plan, simulated.
@@ -198,65 +202,172 @@ def run_sha(
         seconds_per_step,
         transition_seconds=load,
         checkpoint_every=checkpoint_every,
+        claim_whole_nodes=whole_nodes,
         on_answer=on_answer,
     )
     return sim, members[-1]
 
 
+def run_asha(
+    configs: list[dict[str, Any]],
+    max_steps: int,
+    scheduler: Scheduler,
+    workers: int,
+    load: float,
+    *,
+    shared: bool,
+    eta: int = 2,
+    min_steps: int = 15,
+    checkpoint_every: int | None = None,
+    whole_nodes: bool = False,
+    seed: int = 0,
+) -> Simulation:
+    """Asynchronous successive halving over ``configs`` (in a seeded order) on a search plan.
+
+    ``2 * workers`` requests are outstanding: each answered request is replaced by a promotion
+    (ASHA's rule: the highest rung with a trial in its top ``1/eta`` not yet promoted) or, if
+    there is none, by a new trial, until the configurations run out.
+    """
+    rungs = [min_steps]
+    while rungs[-1] * eta < max_steps:
+        rungs.append(rungs[-1] * eta)
+    rungs.append(max_steps)
+    rng = np.random.default_rng(seed)
+    order = [int(i) for i in rng.permutation(len(configs))]
+    scores = rng.random(len(configs))
+    plan = SearchPlan()
+    results: list[list[int]] = [[] for _ in rungs]  # trials that finished each rung
+    promoted: list[set[int]] = [set() for _ in rungs]
+    stages: dict[int, Any] = {}
+    arrivals = iter(order)
+
+    def new_trial() -> bool:
+        t = next(arrivals, None)
+        if t is None:
+            return False
+        stages[t] = trial_stages(configs[t] if shared else {**configs[t], "trial": t}, max_steps)
+        if plan.add_trial(t, stages[t], end=rungs[0]):
+            on_answer([t], 0.0)
+        return True
+
+    def promote() -> int | None:
+        for r in reversed(range(len(rungs) - 1)):
+            top = sorted(results[r], key=lambda i: -scores[i])[: len(results[r]) // eta]
+            for t in top:
+                if t not in promoted[r]:
+                    promoted[r].add(t)
+                    return t
+        return None
+
+    def on_answer(done: list[int], now: float) -> None:
+        for t in done:
+            results[rungs.index(plan.trials[t].end)].append(t)
+        for _ in done:
+            t = promote()
+            if t is not None:
+                r = rungs.index(plan.trials[t].end)
+                if plan.extend_trial(t, stages[t], rungs[r + 1]):
+                    on_answer([t], now)
+            else:
+                new_trial()
+
+    for _ in range(2 * workers):
+        new_trial()
+    sim, _ = simulate_plan(
+        plan,
+        scheduler,
+        workers,
+        seconds_per_step,
+        transition_seconds=load,
+        checkpoint_every=checkpoint_every,
+        claim_whole_nodes=whole_nodes,
+        on_answer=on_answer,
+    )
+    return sim
+
+
+def _tuner_figures(run: Callable[..., Simulation], seeds: int) -> dict[str, Any]:
+    """Mean makespans and GPU time over seeds: each scheduler, trial-based, whole-node claims."""
+    span: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    whole: dict[str, float] = {}
+    for seed in range(seeds):
+        for sched in Scheduler:
+            sim = run(sched, shared=True, whole_nodes=False, seed=seed)
+            span[sched.value] = span.get(sched.value, 0.0) + sim.makespan / seeds
+            gpu[sched.value] = gpu.get(sched.value, 0.0) + sim.busy_seconds / seeds
+            hippo = run(sched, shared=True, whole_nodes=True, seed=seed)
+            whole[sched.value] = whole.get(sched.value, 0.0) + hippo.makespan / seeds
+        alone = run(Scheduler.CRITICAL_PATH, shared=False, whole_nodes=False, seed=seed)
+        span["trial-based"] = span.get("trial-based", 0.0) + alone.makespan / seeds
+        gpu["trial-based"] = gpu.get("trial-based", 0.0) + alone.busy_seconds / seeds
+    best = span["critical-path"]
+    return {
+        "makespan_s": span,
+        "ratio_to_critical_path": {k: v / best for k, v in span.items()},
+        "gpu_seconds": {"trial-based": gpu["trial-based"], "stage-based": gpu["critical-path"]},
+        "gpu_saving": gpu["trial-based"] / gpu["critical-path"],
+        "whole_node_claims_makespan_s": whole,
+    }
+
+
 def sha_figures(
-    name: str, workers: list[int], load: float, quick: bool, every: int | None
+    name: str, workers: list[int], load: float, quick: bool, every: int | None, seeds: int
 ) -> dict[str, Any]:
-    """SHA, stage-based under each scheduler and trial-based, on one space."""
+    """SHA and ASHA, stage-based under each scheduler and trial-based, on one space."""
     configs, max_steps = SPACES[name](quick)
     out: dict[str, Any] = {
         "space": name,
         "trials": len(configs),
         "checkpoint_every": every,
-        "workers": {},
+        "seeds": seeds,
+        "sha": {},
+        "asha": {},
     }
     for w in workers:
-        runs = {
-            sched.value: run_sha(
-                configs, max_steps, sched, w, load, shared=True, checkpoint_every=every
-            )
-            for sched in Scheduler
-        }
-        trial_based, survivors = run_sha(
-            configs, max_steps, Scheduler.CRITICAL_PATH, w, load, shared=False
-        )
-        assert all(r[1] == survivors for r in runs.values())  # same decisions
-        best = runs["critical-path"][0]
-        out["workers"][str(w)] = {
-            "makespan_s": {k: r[0].makespan for k, r in runs.items()}
-            | {"trial-based": trial_based.makespan},
-            "ratio_to_critical_path": {k: r[0].makespan / best.makespan for k, r in runs.items()}
-            | {"trial-based": trial_based.makespan / best.makespan},
-            "gpu_seconds": {
-                "trial-based": trial_based.busy_seconds,
-                "stage-based": best.busy_seconds,
-            },
-            "gpu_saving": trial_based.busy_seconds / best.busy_seconds,
-        }
+
+        def sha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
+            return run_sha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)[0]
+
+        def asha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
+            return run_asha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)
+
+        out["sha"][str(w)] = _tuner_figures(sha, seeds)
+        out["asha"][str(w)] = _tuner_figures(asha, seeds)
     return out
 
 
 def format_sha(r: dict[str, Any]) -> str:
-    """A text block for SHA on one space."""
+    """A text block for SHA and ASHA on one space."""
     lines = [
-        f"SHA (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} trials; stage tree "
-        "regenerated from the search plan at every decision; checkpoints "
+        f"SHA and ASHA (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} trials, "
+        f"mean of {r['seeds']} seeds; "
+        "stage tree regenerated from the search plan at every decision; checkpoints "
         + (f"every {r['checkpoint_every']} steps" if r["checkpoint_every"] else "at stage ends"),
-        f"  {'W':>3} {'critical':>10} {'bfs':>10} {'most-ch.':>10} {'trials':>10} | "
+        f"  {'':4} {'W':>3} {'critical':>10} {'bfs':>10} {'most-ch.':>10} {'trials':>10} | "
         f"{'bfs/cp':>6} {'thr/cp':>6} {'tr/cp':>6} | {'GPU saving':>10}",
     ]
-    for w, f in r["workers"].items():
-        m, q = f["makespan_s"], f["ratio_to_critical_path"]
-        lines.append(
-            f"  {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} {m['most-children']:>10.0f} "
-            f"{m['trial-based']:>10.0f} | {q['bfs']:>6.2f} {q['most-children']:>6.2f} "
-            f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
-        )
+    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
+        for w, f in block.items():
+            lines.append(f"  {label} {_sha_row(w, f)}")
+    lines.append("  with Hippo's whole-node claims (makespan s):")
+    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
+        for w, f in block.items():
+            m = f["whole_node_claims_makespan_s"]
+            lines.append(
+                f"  {label} {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} "
+                f"{m['most-children']:>10.0f}"
+            )
     return "\n".join(lines)
+
+
+def _sha_row(w: str, f: dict[str, Any]) -> str:
+    m, q = f["makespan_s"], f["ratio_to_critical_path"]
+    return (
+        f"{w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} {m['most-children']:>10.0f} "
+        f"{m['trial-based']:>10.0f} | {q['bfs']:>6.2f} {q['most-children']:>6.2f} "
+        f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
+    )
 
 
 def format_space(r: dict[str, Any]) -> str:
@@ -291,13 +402,15 @@ def main() -> None:
         default=5,
         help="SHA: workers also checkpoint every N steps inside stages (0: only at stage ends)",
     )
+    parser.add_argument("--seeds", type=int, default=5, help="SHA/ASHA: scores and orders")
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     parser.add_argument("--quick", action="store_true", help="small spaces, W = 2 (CI smoke)")
     args = parser.parse_args()
     workers = [2] if args.quick else args.workers
     results = [run_space(name, workers, args.load, args.quick) for name in SPACES]
     every = args.checkpoint_every or None
-    sha = [sha_figures(name, workers, args.load, args.quick, every) for name in SPACES]
+    seeds = 2 if args.quick else args.seeds
+    sha = [sha_figures(name, workers, args.load, args.quick, every, seeds) for name in SPACES]
     if args.json:
         print(json.dumps({"version": 1, "spaces": results, "sha": sha}))
         return

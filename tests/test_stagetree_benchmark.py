@@ -47,13 +47,11 @@ def test_quick_benchmark_reports_sharing_and_makespans() -> None:
         assert math.isclose(
             figures["ratio_to_critical_path"]["bfs"], spans["bfs"] / spans["critical-path"]
         )
-    for sha in out["sha"]:
-        figures = sha["workers"]["2"]
-        assert set(figures["makespan_s"]) == {
-            "critical-path",
-            "bfs",
-            "most-children",
-            "trial-based",
-        }
-        assert figures["gpu_saving"] > 1
-        assert figures["makespan_s"]["critical-path"] < figures["makespan_s"]["trial-based"]
+    for tuners in out["sha"]:
+        for tuner in ("sha", "asha"):
+            figures = tuners[tuner]["2"]
+            spans = figures["makespan_s"]
+            assert set(spans) == {"critical-path", "bfs", "most-children", "trial-based"}
+            assert set(figures["whole_node_claims_makespan_s"]) == set(spans) - {"trial-based"}
+            assert figures["gpu_saving"] > 1
+            assert spans["critical-path"] < spans["trial-based"]

@@ -14,7 +14,7 @@ attached to the node and step that produced them.
 
 Per node the plan keeps the requests ending there (end step -> trials, status), the reference
 count (live trials whose path passes through or ends in the node), checkpoints by step (ids
-only), metrics by step, and whether a worker is training in the node now (``running``).
+only), metrics by step, and the step ranges workers are training in the node now (``claims``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class PlanNode:
         checkpoints: Step -> checkpoint id (the state after that many steps, the last ones
             trained under this node's piece).
         metrics: Step -> metric name -> value.
-        running: A worker trains in this node now (Algorithm 1 waits for it).
+        claims: Step ranges ``(start, end)`` workers train in this node now; a request that
+            needs steps in a claimed range waits for it (Algorithm 1's "running").
     """
 
     id: int
@@ -79,7 +80,12 @@ class PlanNode:
     refs: int = 0
     checkpoints: dict[int, str] = field(default_factory=dict)
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    running: bool = False
+    claims: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        """A worker trains in this node now."""
+        return bool(self.claims)
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,23 @@ class SearchPlan:
             raise PlanError(f"node {node_id} has no request ending at step {end}")
         node.requests[end].status = status
 
+    def claim(self, node_id: int, start: int, end: int) -> None:
+        """Record that a worker trains a node from ``start`` to ``end`` (until released)."""
+        node = self._node(node_id)
+        if not node.start <= start < end:
+            raise PlanError(
+                f"node {node_id}: a claim must be a step range from the node's start "
+                f"({node.start}) on, but got ({start}, {end})"
+            )
+        node.claims.append((start, end))
+
+    def release(self, node_id: int, start: int, end: int) -> None:
+        """Drop a claim made by :meth:`claim` (the stage ended, or its worker was lost)."""
+        node = self._node(node_id)
+        if (start, end) not in node.claims:
+            raise PlanError(f"node {node_id} has no claim ({start}, {end}); claims: {node.claims}")
+        node.claims.remove((start, end))
+
     def _node(self, node_id: int) -> PlanNode:
         if not 0 <= node_id < len(self.nodes):
             raise PlanError(f"no node {node_id}; the plan has {len(self.nodes)} nodes")
@@ -293,7 +316,7 @@ class SearchPlan:
                     "refs": n.refs,
                     "checkpoints": [[s, c] for s, c in sorted(n.checkpoints.items())],
                     "metrics": [[s, dict(m)] for s, m in sorted(n.metrics.items())],
-                    "running": n.running,
+                    "claims": [list(c) for c in n.claims],
                 }
                 for n in self.nodes
             ],
@@ -336,7 +359,7 @@ class SearchPlan:
                     int(nd["refs"]),
                     {int(s): str(c) for s, c in nd["checkpoints"]},
                     {int(s): {str(k): float(v) for k, v in m.items()} for s, m in nd["metrics"]},
-                    bool(nd["running"]),
+                    [(int(a), int(b)) for a, b in nd["claims"]],
                 )
                 plan.nodes.append(node)
                 plan._index[(node.parent, node.start, node.config)] = i

@@ -99,6 +99,9 @@ def simulate(
     return Simulation(now, busy, train, assignments, loads)
 
 
+_FOREVER = 2**62  # the end of a claim on a whole node
+
+
 def simulate_plan(
     plan: SearchPlan,
     scheduler: Scheduler,
@@ -108,13 +111,15 @@ def simulate_plan(
     transition_seconds: float = 0.0,
     batch: bool = True,
     checkpoint_every: int | None = None,
+    claim_whole_nodes: bool = False,
     on_answer: Callable[[list[int], float], None] | None = None,
 ) -> tuple[Simulation, dict[int, float]]:
     """Run a search plan to the end as Hippo's stateless scheduler would, on a simulated clock.
 
     At every decision a free worker gets work from a stage tree generated afresh from the plan
-    (only its top-level stages are ready); the stages given out mark their nodes ``running``
-    (requests through them wait, Algorithm 1) and the requests they end ``scheduled``. A
+    (only its top-level stages are ready); the stages given out claim their step ranges of their
+    nodes (requests that need those steps wait, Algorithm 1; with ``claim_whole_nodes`` a stage
+    claims its whole node, Hippo's rule) and mark the requests they end ``scheduled``. A
     finished stage adds its end checkpoint to the plan and, with ``checkpoint_every = k``, one at
     every multiple of k steps inside it (the thesis's peripheral checkpoints). ``on_answer(trials,
     time)`` is called when requests become done and may add or extend trials (a tuner: SHA's
@@ -137,8 +142,8 @@ def simulate_plan(
         raise ValueError(f"transition_seconds must be >= 0, but got {transition_seconds}")
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, but got {checkpoint_every}")
-    running: dict[int, int] = {}
     events: list[tuple[float, int, str, int, int, int]] = []  # time, seq, kind, node, start, end
+    claims: dict[int, tuple[int, int]] = {}  # event seq -> the claim its stage made
     answered: dict[int, float] = {}
     seq = 0
     idle = workers
@@ -171,11 +176,15 @@ def simulate_plan(
                 seconds = stage_seconds(stage, cost)
                 train += seconds
                 t += seconds
-                running[stage.node] = running.get(stage.node, 0) + 1
-                plan.nodes[stage.node].running = True
+                if claim_whole_nodes:
+                    claim = (plan.nodes[stage.node].start, _FOREVER)
+                else:
+                    claim = (stage.start, stage.end)
+                plan.claim(stage.node, *claim)
                 if stage.end in plan.nodes[stage.node].requests:
                     plan.set_status(stage.node, stage.end, RequestStatus.SCHEDULED)
                 heapq.heappush(events, (t, seq, "stage", stage.node, stage.start, stage.end))
+                claims[seq] = claim
                 seq += 1
             busy += t - now
             heapq.heappush(events, (t, seq, "worker", -1, -1, -1))
@@ -185,7 +194,7 @@ def simulate_plan(
         now = events[0][0]
         done: list[int] = []
         while events and events[0][0] == now:
-            _, _, kind, node_id, start, end = heapq.heappop(events)
+            _, event, kind, node_id, start, end = heapq.heappop(events)
             if kind == "worker":
                 idle += 1
                 continue
@@ -193,9 +202,7 @@ def simulate_plan(
             steps = [s for s in inside if checkpoint_every and s % checkpoint_every == 0]
             for step in [*steps, end]:
                 done += plan.add_checkpoint(node_id, step, f"sim-{node_id}-{step}")
-            running[node_id] -= 1
-            if running[node_id] == 0:
-                plan.nodes[node_id].running = False
+            plan.release(node_id, *claims.pop(event))
         for trial in done:
             answered[trial] = now
         if done and on_answer is not None:

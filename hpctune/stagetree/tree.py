@@ -9,9 +9,13 @@ requests is looked up once. Each looked-up point that has no checkpoint of its o
 that start from the same source are chained in step order (the paper's "connect consecutive
 stages"), which splits a node's stretch at every branch point and request end.
 
-As in Hippo, a request whose walk meets a node where a worker is training now (``running``)
-waits: it and every point behind it make no stage until the next tree is generated. Stage trees
-are transient: generate a new one from the plan at every decision.
+A request whose walk needs steps of a node that a worker is training now (a *claim* of the
+node overlaps the steps from the resume point to the request's step) waits: it and every point
+behind it make no stage until the next tree is generated, so no step is trained twice at once.
+Hippo waits whenever the node is running at all; claims on step ranges refine that (a request
+whose steps lie before a claimed range, resuming from a checkpoint, need not wait; claiming
+``(node.start, infinity)`` gives Hippo's rule). Stage trees are transient: generate a new one
+from the plan at every decision.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class LinkKind(enum.Enum):
     CHECKPOINT = "checkpoint"  # load the checkpoint at ``point``
     FRESH = "fresh"  # start from a freshly initialised model (a root node, step 0)
     AFTER = "after"  # first reach ``point`` (the branch point in the parent node)
-    WAIT = "wait"  # a worker trains in this node now; do not schedule through it
+    WAIT = "wait"  # a worker trains the steps needed in this node now; do not schedule
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,16 @@ def find_latest_checkpoint(plan: SearchPlan, request: Point, table: dict[Point, 
     point = request
     while point not in table:
         node = plan.nodes[point.node]
-        if node.running:
+        latest = next(
+            (s for s in range(point.step, node.start - 1, -1) if s in node.checkpoints), None
+        )
+        base = node.start if latest is None else latest
+        if any(a < point.step and b > base for a, b in node.claims):
             table[point] = Link(LinkKind.WAIT)
             return
-        for step in range(point.step, node.start - 1, -1):
-            if step in node.checkpoints:
-                table[point] = Link(LinkKind.CHECKPOINT, Point(node.id, step))
-                return
+        if latest is not None:
+            table[point] = Link(LinkKind.CHECKPOINT, Point(node.id, latest))
+            return
         if node.parent is None:
             table[point] = Link(LinkKind.FRESH)
             return
@@ -149,7 +156,7 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
     blocked: dict[Point, bool] = {}
 
     def is_blocked(p: Point) -> bool:
-        """A point is blocked when its chain of branch points meets a running node."""
+        """A point is blocked when its chain of branch points meets a claimed range."""
         chain = []
         while p not in blocked and table[p].kind is LinkKind.AFTER:
             chain.append(p)

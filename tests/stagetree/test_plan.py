@@ -142,7 +142,7 @@ def test_json_round_trip_keeps_everything() -> None:
     plan.add_trial(5, trial_stages(TRIAL_5, 300), end=250)
     plan.add_checkpoint(0, 100, "ckpt-a-100")
     plan.nodes[2].metrics[150] = {"val_accuracy": 0.5}
-    plan.nodes[2].running = True
+    plan.claim(2, 100, 200)
     plan.set_status(2, 300, RequestStatus.SCHEDULED)
     text = json.dumps(plan.to_dict())
     again = SearchPlan.from_dict(json.loads(text))

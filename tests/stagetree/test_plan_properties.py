@@ -126,9 +126,14 @@ def test_stage_trees_serve_every_request_with_its_own_configuration(
     st.integers(min_value=1, max_value=4),
     st.sampled_from(list(Scheduler)),
     st.booleans(),
+    st.booleans(),
 )
 def test_the_stateless_scheduler_trains_every_unique_step_exactly_once(
-    drawn: list[tuple[dict[str, Any], int]], workers: int, scheduler: Scheduler, promote: bool
+    drawn: list[tuple[dict[str, Any], int]],
+    workers: int,
+    scheduler: Scheduler,
+    promote: bool,
+    whole: bool,
 ) -> None:
     """Stage trees regenerated at every decision, running nodes and scheduled requests: no
     step is trained twice, also when answered trials are extended (a rung promotion) given a
@@ -148,7 +153,12 @@ def test_the_stateless_scheduler_trains_every_unique_step_exactly_once(
 
     every = 1 if promote else None  # promotions branch inside trained stretches: need those
     sim, answered = simulate_plan(
-        plan, scheduler, workers, checkpoint_every=every, on_answer=on_answer
+        plan,
+        scheduler,
+        workers,
+        checkpoint_every=every,
+        claim_whole_nodes=whole,
+        on_answer=on_answer,
     )
     assert sim.train_seconds == plan.unique_steps()
     assert sorted(answered) == sorted(plan.trials)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from hpctune.stagetree.pieces import ConfigPiece, Piece, TrialStage, trial_stages
-from hpctune.stagetree.plan import RequestStatus, SearchPlan
+from hpctune.stagetree.plan import PlanError, RequestStatus, SearchPlan
 from hpctune.stagetree.summary import format_stage_tree, plan_summary
 from hpctune.stagetree.tree import (
     Link,
@@ -118,19 +118,43 @@ def test_requests_in_one_node_chain_and_split_it() -> None:
     ]
 
 
-def test_running_nodes_make_requests_wait_and_done_requests_are_skipped() -> None:
+def test_claimed_steps_make_requests_wait_and_done_requests_are_skipped() -> None:
     plan = figure_4_2()
-    plan.nodes[IDS["HB"]].running = True
+    plan.claim(IDS["HB"], 100, 200)  # a worker trains HB's steps 100-200 now
     tree = build_stage_tree(plan)
     assert stages(tree) == {("HA", 0, 150, None), ("HE", 250, 300, "ckpt:HE@250")}
     assert tree.waiting == [Point(IDS["HC"], 300)]
-    plan.nodes[IDS["HB"]].running = False
+    assert plan.nodes[IDS["HB"]].running
+    plan.release(IDS["HB"], 100, 200)
+    assert not plan.nodes[IDS["HB"]].running
     plan.set_status(IDS["HC"], 300, RequestStatus.SCHEDULED)
     plan.add_trial(5, [TrialStage(0, 200, HA)])  # answered by HA's checkpoint at 200
     tree = build_stage_tree(plan)
     assert stages(tree) == {("HA", 0, 150, None), ("HE", 250, 300, "ckpt:HE@250")}
     plan.nodes[IDS["HA"]].requests[200].status = RequestStatus.PENDING
     assert build_stage_tree(plan).answered == [5]
+
+
+def test_only_requests_that_need_claimed_steps_wait() -> None:
+    plan = figure_4_2()
+    # HE is trained from its checkpoint at 250 to 300 by a worker; a request for HE at 240
+    # needs steps 200-240, before the claim: it need not wait (Hippo's node rule would wait)
+    plan.claim(IDS["HE"], 250, 300)
+    plan.set_status(IDS["HE"], 300, RequestStatus.SCHEDULED)
+    plan.add_trial(6, [TrialStage(0, 200, HA), TrialStage(200, 300, HE)], end=240)
+    assert ("HE", 200, 240, "ckpt:HA@200") in stages(build_stage_tree(plan))
+    # a request for HE at 280 needs steps 250-280, inside the claim: it waits
+    plan.add_trial(7, [TrialStage(0, 200, HA), TrialStage(200, 300, HE)], end=280)
+    tree = build_stage_tree(plan)
+    assert tree.waiting == [Point(IDS["HE"], 280)]
+    # a claim on the whole node (Hippo's rule) makes both wait
+    plan.release(IDS["HE"], 250, 300)
+    plan.claim(IDS["HE"], 200, 2**62)
+    assert build_stage_tree(plan).waiting == [Point(IDS["HE"], 240), Point(IDS["HE"], 280)]
+    with pytest.raises(PlanError, match="no claim"):
+        plan.release(IDS["HE"], 250, 300)
+    with pytest.raises(PlanError, match="step range"):
+        plan.claim(IDS["HE"], 100, 300)
 
 
 @pytest.mark.parametrize("with_checkpoint", [False, True])
