@@ -188,3 +188,30 @@ def test_a_deep_plan_needs_no_recursion() -> None:
     assert tree.depth(tree.stages[-1].id) == 2999
     assert plan_summary(plan, tree)["critical_path_steps"] == 3000
     assert format_stage_tree(tree, 0).count("\n") == 5999
+
+
+def test_hippo_figure_6_7_as_its_text_describes_it() -> None:
+    """Hippo §3.2 (the paper's version of the figure; its node names are lost in the text).
+
+    The root trains an exponential learning rate with a constant batch size from a fresh model
+    and has checkpoints at steps 10 and 20 and a request of 15 steps; a linear-rate node starts
+    from the root's checkpoint at step 10; a node starting at step 20 has a request of 35 steps,
+    which "can be resumed from" the root's checkpoint at 20: only steps 20-35 are trained.
+    """
+    root = cfg(Piece("exponential", (0.1, 0.95)))
+    linear = cfg(Piece("linear", (0.1, 0.0, 50), offset=10))
+    after = cfg(Piece("constant", (0.01,)))
+    plan = SearchPlan()
+    plan.add_trial(1, [TrialStage(0, 15, root)])
+    plan.add_trial(2, [TrialStage(0, 10, root), TrialStage(10, 40, linear)])
+    plan.add_trial(3, [TrialStage(0, 20, root), TrialStage(20, 40, after)], end=35)
+    plan.add_checkpoint(0, 10, "a-10")
+    plan.add_checkpoint(0, 20, "a-20")
+    tree = build_stage_tree(plan)
+    got = {(s.node, s.start, s.end, s.source, tuple(s.trials)) for s in tree.stages}
+    assert got == {
+        (0, 10, 15, Point(0, 10), (1,)),  # the root's request 15 from its checkpoint at 10
+        (1, 10, 40, Point(0, 10), (2,)),  # the linear node from the root's checkpoint at 10
+        (2, 20, 35, Point(0, 20), (3,)),  # request 35: no training under the root at all
+    }
+    assert all(s.parent is None for s in tree.stages)
