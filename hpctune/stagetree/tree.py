@@ -54,11 +54,14 @@ class Link:
     point: Point | None = None
 
 
-def find_latest_checkpoint(plan: SearchPlan, request: Point, table: dict[Point, Link]) -> None:
+def find_latest_checkpoint(
+    plan: SearchPlan, request: Point, table: dict[Point, Link], *, claims: bool = True
+) -> None:
     """Fill ``table`` with the source of ``request`` and, recursively, of its branch points.
 
     Memoised: a point already in ``table`` is not looked up again. (Written as a loop over the
-    recursion of Algorithm 1, so deep plans do not reach Python's recursion limit.)
+    recursion of Algorithm 1, so deep plans do not reach Python's recursion limit.) With
+    ``claims = False`` claimed ranges are ignored (no point waits).
     """
     point = request
     while point not in table:
@@ -67,7 +70,7 @@ def find_latest_checkpoint(plan: SearchPlan, request: Point, table: dict[Point, 
             (s for s in range(point.step, node.start - 1, -1) if s in node.checkpoints), None
         )
         base = node.start if latest is None else latest
-        if any(a < point.step and b > base for a, b in node.claims):
+        if claims and any(a < point.step and b > base for a, b in node.claims):
             table[point] = Link(LinkKind.WAIT)
             return
         if latest is not None:
@@ -227,6 +230,30 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
     return StageTree(stages, roots, answered, waiting)
 
 
+def needed_checkpoints(plan: SearchPlan) -> set[Point]:
+    """The checkpoints a live trial may still need; the others can be deleted.
+
+    Needed: the checkpoint at the end of every live trial's request that is done (its result,
+    from which a promotion continues), and every checkpoint Algorithm 1 would resume from for a
+    request not done yet (claims ignored: a stage that waits now will need it later).
+    """
+    table: dict[Point, Link] = {}
+    needed: set[Point] = set()
+    for node in plan.nodes:
+        for end, request in node.requests.items():
+            point = Point(node.id, end)
+            if end in node.checkpoints:
+                needed.add(point)
+            elif request.status is not RequestStatus.DONE:
+                find_latest_checkpoint(plan, point, table, claims=False)
+    needed.update(
+        link.point
+        for link in table.values()
+        if link.kind is LinkKind.CHECKPOINT and link.point is not None
+    )
+    return needed
+
+
 __all__ = [
     "Link",
     "LinkKind",
@@ -235,4 +262,5 @@ __all__ = [
     "StageTree",
     "build_stage_tree",
     "find_latest_checkpoint",
+    "needed_checkpoints",
 ]

@@ -21,6 +21,7 @@ from hpctune.stagetree.tree import (
     StageTree,
     build_stage_tree,
     find_latest_checkpoint,
+    needed_checkpoints,
 )
 
 
@@ -215,3 +216,22 @@ def test_hippo_figure_6_7_as_its_text_describes_it() -> None:
         (2, 20, 35, Point(0, 20), (3,)),  # request 35: no training under the root at all
     }
     assert all(s.parent is None for s in tree.stages)
+
+
+def test_checkpoints_no_live_trial_needs_can_be_collected() -> None:
+    plan = figure_4_2()
+    # HE's request resumes from HE@250; nothing needs HA@200 (HE has a later checkpoint)
+    assert needed_checkpoints(plan) == {Point(IDS["HE"], 250)}
+    plan.add_checkpoint(IDS["HA"], 100, "ha-100")  # now HB's chain and HA's request use it
+    assert needed_checkpoints(plan) == {Point(IDS["HA"], 100), Point(IDS["HE"], 250)}
+    # a claim makes HC's request wait, but its checkpoint stays needed
+    plan.claim(IDS["HB"], 100, 200)
+    assert Point(IDS["HA"], 100) in needed_checkpoints(plan)
+    plan.release(IDS["HB"], 100, 200)
+    # HE's request is done: its result is needed (a promotion continues from it), HE@250 not
+    plan.add_checkpoint(IDS["HE"], 300, "he-300")
+    assert Point(IDS["HE"], 300) in needed_checkpoints(plan)
+    assert Point(IDS["HE"], 250) not in needed_checkpoints(plan)
+    # the trial is released: its result goes too
+    plan.remove_trial(3)
+    assert needed_checkpoints(plan) == {Point(IDS["HA"], 100)}
