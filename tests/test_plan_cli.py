@@ -81,3 +81,28 @@ def test_trials_sharing_a_prefix_train_it_identically(
     b = study.curve(1, "val_loss").values.tolist()
     assert a[:10] == b[:10]
     assert a[10:] != b[10:]
+
+
+def test_two_studies_share_one_plan_and_report_the_k_wise_merge_rate(tmp_path: Path) -> None:
+    warm_step = {**WARMUP_COSINE, "then": {"schedule": "step", "base": 0.1, "step_size": 4}}
+    tomls = []
+    for name, lrs in (("a", [WARMUP_COSINE, warm_step]), ("b", [WARMUP_COSINE])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.py").write_text("def train(ctx):\n    pass\n")
+        space = {"lr": lrs, "momentum": 0.9}
+        grid = {"name": "grid"}
+        fields = {"name": name, "max_steps": 10, "num_trials": len(lrs)}
+        tomls.append(write_study(folder, train="", space=space, generator=grid, **fields))
+    out = json.loads(run_hpctune("plan", *map(str, tomls), "--json", check=True).stdout)
+    a, b = out["studies"]
+    assert (a["name"], a["trials"], a["first_trial"]) == ("a", 2, 0)
+    assert (b["name"], b["trials"], b["first_trial"]) == ("b", 1, 2)
+    # a alone: the 2-step ramp once, then 8 steps each; b is a's first trial again
+    assert (a["total_steps"], a["unique_steps"]) == (20, 2 + 8 + 8)
+    assert (b["total_steps"], b["unique_steps"]) == (10, 10)
+    assert (out["total_steps"], out["unique_steps"]) == (30, 18)
+    assert out["merge_rate"] == pytest.approx(30 / 18)
+    text = run_hpctune("plan", *map(str, tomls), check=True).stdout
+    assert "2-wise merge rate m_2 = 1.67" in text
+    assert "trials 2-2 below" in text

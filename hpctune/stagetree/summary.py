@@ -16,14 +16,26 @@ from hpctune.stagetree.schedulers import critical_path_batches, stage_seconds, u
 from hpctune.stagetree.tree import StageTree, build_stage_tree
 
 
-def plan_configs(configs: Sequence[Mapping[str, Any]], max_steps: int) -> SearchPlan:
-    """Merge trials ``0..len(configs)-1`` (each trained to ``max_steps``) into a new plan.
+def plan_configs(
+    configs: Sequence[Mapping[str, Any]],
+    max_steps: int,
+    plan: SearchPlan | None = None,
+    first_id: int = 0,
+) -> SearchPlan:
+    """Merge trials ``first_id, first_id + 1, ...`` (each trained to ``max_steps``) into a plan.
+
+    Args:
+        configs: The trials' configurations.
+        max_steps: The steps of every trial.
+        plan: The plan to merge into (another study's trials, for the k-wise merge rate);
+            default a new one.
+        first_id: The first trial's id.
 
     Raises:
         ValueError: A configuration has an invalid schedule (the message names the trial).
     """
-    plan = SearchPlan()
-    for trial_id, config in enumerate(configs):
+    plan = SearchPlan() if plan is None else plan
+    for trial_id, config in enumerate(configs, start=first_id):
         try:
             stages = trial_stages(config, max_steps)
         except ValueError as exc:
