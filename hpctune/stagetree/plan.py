@@ -87,6 +87,18 @@ class PlanNode:
         """A worker trains in this node now."""
         return bool(self.claims)
 
+    @property
+    def status(self) -> str:
+        """``running`` (claimed), else of its own requests: ``pending`` if one is, else
+        ``scheduled`` if one is, else ``done``; ``idle`` without requests."""
+        if self.claims:
+            return "running"
+        states = {r.status for r in self.requests.values()}
+        for state in (RequestStatus.PENDING, RequestStatus.SCHEDULED, RequestStatus.DONE):
+            if state in states:
+                return state.value
+        return "idle"
+
 
 @dataclass(frozen=True)
 class TrialPath:
@@ -268,6 +280,10 @@ class SearchPlan:
         if (start, end) not in node.claims:
             raise PlanError(f"node {node_id} has no claim ({start}, {end}); claims: {node.claims}")
         node.claims.remove((start, end))
+
+    def trials_through(self, node_id: int) -> list[int]:
+        """The live trials whose path passes through or ends in a node (``refs`` of them)."""
+        return sorted(t for t, p in self.trials.items() if node_id in p.nodes)
 
     def _node(self, node_id: int) -> PlanNode:
         if not 0 <= node_id < len(self.nodes):

@@ -106,6 +106,18 @@ def test_a_new_trial_splits_a_stage_without_restructuring_the_plan() -> None:
 def test_reference_counts_follow_trials_in_and_out() -> None:
     plan = figure_plan()
     assert [n.refs for n in plan.nodes] == [4, 1, 3, 1, 1]
+    assert [plan.trials_through(n.id) for n in plan.nodes] == [
+        [1, 2, 3, 4],
+        [1],
+        [2, 3, 4],
+        [2],
+        [4],
+    ]
+    assert [n.status for n in plan.nodes] == ["idle", "pending", "pending", "pending", "pending"]
+    plan.claim(1, 200, 300)
+    plan.set_status(2, 300, RequestStatus.SCHEDULED)
+    plan.add_checkpoint(3, 300, "c-300")
+    assert [n.status for n in plan.nodes] == ["idle", "running", "scheduled", "done", "pending"]
     plan.add_trial(5, trial_stages(TRIAL_5, 300))
     assert plan.nodes[0].refs == 5
     assert plan.nodes[5].refs == 1
