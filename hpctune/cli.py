@@ -162,7 +162,16 @@ def _print_plan(spec: Any, slurm: bool) -> None:
     show_default=True,
     help="Stage lines to print (0: all).",
 )
-def plan_command(study_tomls: tuple[Path, ...], as_json: bool, max_lines: int) -> int:
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the stage tree to this file (PNG).",
+)
+def plan_command(
+    study_tomls: tuple[Path, ...], as_json: bool, max_lines: int, plot_path: Path | None
+) -> int:
     """Show the trials of STUDY_TOMLS as a stage tree before anything runs.
 
     Draws each study's trials with its generator, cuts each configuration into stages where a
@@ -214,6 +223,12 @@ def plan_command(study_tomls: tuple[Path, ...], as_json: bool, max_lines: int) -
     trial_steps = [float(s["max_steps"]) for s in studies for _ in range(s["trials"])]
     trial_time = trial_makespan(trial_steps, slots)
     estimate = {"slots": slots, "trial_based_steps": trial_time, "critical_path_steps": stage_time}
+    if plot_path is not None:
+        from hpctune.stagetree.plots import plot_stage_tree
+
+        names = ", ".join(st["name"] for st in studies)
+        title = f"{names}: {len(tree.stages)} stages, merge rate {summary['merge_rate']:.2f}"
+        plot_stage_tree(tree, plot_path, title=title, unit=spec.step_unit)
     if as_json:
         first = {k: studies[0][k] for k in ("name", "generator", "max_steps", "step_unit")}
         out = {"version": 1, "study": first, "studies": studies, **summary, "makespan": estimate}
@@ -255,6 +270,8 @@ def plan_command(study_tomls: tuple[Path, ...], as_json: bool, max_lines: int) -
     )
     click.echo("stage tree ([stage] steps (trials served below): pieces that change):")
     click.echo(format_stage_tree(tree, max_lines))
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
     return EXIT_OK
 
 

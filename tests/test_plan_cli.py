@@ -54,6 +54,10 @@ def test_random_search_shares_only_equal_prefixes(tmp_path: Path) -> None:
     # the 2- and 3-step ramps are different functions)
     assert (out["total_steps"], out["unique_steps"]) == (60, 20)
     assert len(out["roots"]) == 2
+    plot = tmp_path / "tree.png"
+    result = run_hpctune("plan", str(toml), "--plot", str(plot), check=True)
+    assert f"plot: {plot}" in result.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_bad_spec_is_refused_with_its_field(tmp_path: Path) -> None:
