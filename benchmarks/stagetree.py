@@ -220,13 +220,14 @@ def run_asha(
     min_steps: int = 15,
     checkpoint_every: int | None = None,
     whole_nodes: bool = False,
+    outstanding: int = 2,
     seed: int = 0,
 ) -> Simulation:
     """Asynchronous successive halving over ``configs`` (in a seeded order) on a search plan.
 
-    ``2 * workers`` requests are outstanding: each answered request is replaced by a promotion
-    (ASHA's rule: the highest rung with a trial in its top ``1/eta`` not yet promoted) or, if
-    there is none, by a new trial, until the configurations run out.
+    ``outstanding * workers`` requests are outstanding: each answered request is replaced by a
+    promotion (ASHA's rule: the highest rung with a trial in its top ``1/eta`` not yet
+    promoted) or, if there is none, by a new trial, until the configurations run out.
     """
     rungs = [min_steps]
     while rungs[-1] * eta < max_steps:
@@ -271,7 +272,7 @@ def run_asha(
             else:
                 new_trial()
 
-    for _ in range(2 * workers):
+    for _ in range(outstanding * workers):
         new_trial()
     sim, _ = simulate_plan(
         plan,
