@@ -19,12 +19,16 @@ function canonically, in absolute steps:
 
 Non-constant pieces also carry ``offset``, the absolute step where the function's own step 0
 lies (``warmup_steps`` for the schedule after a warm-up), and ``rounded`` (some level of the
-schedule rounds to integers). Every piece carries ``integer`` (the value is an int).
+schedule rounds to integers). Every piece carries ``integer`` (the value is an int). Degenerate
+curves (a linear ramp or warm-up between equal values, a cosine with ``base == min_value``,
+``exponential`` with ``gamma = 1``) are the constants they evaluate to.
 
 The rule: two stretches share a stage exactly when they cover the same steps and every
 parameter's pieces are equal. Equal pieces are evaluated by the same formula with the same
 arguments, so equal pieces always give equal values (never a false merge); the converse does not
-hold (``exponential`` with ``gamma = 1`` and a constant are not merged).
+hold (``step(0.1, gamma = 0.1)`` after its first step gives ``0.010000000000000002``, which is
+not the constant ``0.01``; two ``exponential`` pieces with different offsets are different
+pieces even where a shift of ``base`` would make them agree).
 """
 
 from __future__ import annotations
@@ -171,7 +175,9 @@ def _pieces(
         value = _chain_value(s, start - offset, rounds, integer)
         return Stretch(start, stop, Piece("constant", (value,), integer=integer))
 
-    def varying(kind: str, args: tuple[Any, ...], start: int, stop: int) -> Stretch:
+    def varying(kind: str, args: tuple[Any, ...], start: int, stop: int, flat: bool) -> Stretch:
+        if flat:  # a degenerate curve (equal ends, gamma 1) is the constant it evaluates to
+            return constant(start, stop)
         return Stretch(start, stop, Piece(kind, args, offset, rounded, integer))
 
     if isinstance(s, Constant | Step | MultiStep | Piecewise):
@@ -182,23 +188,23 @@ def _pieces(
         ramp_end = offset + (s.steps if isinstance(s, Linear) else s.total_steps)
         if isinstance(s, Linear):
             args: tuple[Any, ...] = (s.start, s.end, s.steps)
-            kind = "linear"
+            kind, flat = "linear", s.start == s.end
         else:
             args, kind = (s.base, s.total_steps, s.min_value), "cosine"
-        out = [varying(kind, args, offset, min(ramp_end, end))]
+            flat = s.base == s.min_value
+        out = [varying(kind, args, offset, min(ramp_end, end), flat)]
         if ramp_end < end:
             out.append(constant(ramp_end, end))
         return out
     if isinstance(s, Exponential):
-        return [varying("exponential", (s.base, s.gamma), offset, end)]
+        return [varying("exponential", (s.base, s.gamma), offset, end, s.gamma == 1.0)]
     if isinstance(s, Cyclic):
-        return [varying("cyclic", (s.low, s.high, s.period, s.mode), offset, end)]
+        return [varying("cyclic", (s.low, s.high, s.period, s.mode), offset, end, False)]
     if isinstance(s, Warmup):
         target = float(s.then.value(0))
         ramp_end = offset + s.warmup_steps
-        out = [
-            varying("linear", (s.start_value, target, s.warmup_steps), offset, min(ramp_end, end))
-        ]
+        args = (s.start_value, target, s.warmup_steps)
+        out = [varying("linear", args, offset, min(ramp_end, end), s.start_value == target)]
         return out + _pieces(s.then, ramp_end, end, (*rounds, s.integer), integer)
     raise ValueError(f"no stage pieces for schedule shape {s.shape!r}")  # pragma: no cover
 

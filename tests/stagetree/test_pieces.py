@@ -68,6 +68,14 @@ def test_same_function_on_another_domain_or_other_arguments_never_merges() -> No
     assert rounded != pieces({**COSINE, "base": 100.0})[0][2]
 
 
+def test_degenerate_curves_are_constants() -> None:
+    const = [(0, MAX, Piece("constant", (0.1,)))]
+    assert pieces({"schedule": "exponential", "base": 0.1, "gamma": 1.0}) == const
+    assert pieces({**COSINE, "min_value": 0.1}) == const
+    assert pieces({"schedule": "linear", "start": 0.1, "end": 0.1, "steps": 5}) == const
+    assert pieces({**warmup(COSINE), "start_value": 0.1})[0] == (0, 5, const[0][2])
+
+
 def test_pieces_are_maximal_and_tile_the_steps() -> None:
     p = pieces({"schedule": "piecewise", "values": [0.1, 0.1, 0.2], "milestones": [5, 10]})
     assert p == [(0, 10, Piece("constant", (0.1,))), (10, MAX, Piece("constant", (0.2,)))]
@@ -79,7 +87,7 @@ def test_pieces_are_maximal_and_tile_the_steps() -> None:
 
 small = st.integers(min_value=1, max_value=15)
 num = st.sampled_from([0.0, 0.001, 0.01, 0.05, 0.1, 0.3, 1.0, 2.5, 64.0])
-gamma = st.sampled_from([0.1, 0.5, 0.9, 2.0])
+gamma = st.sampled_from([0.1, 0.5, 0.9, 1.0, 2.0])
 milestones = st.lists(small, min_size=1, max_size=3, unique=True).map(sorted)
 
 
