@@ -539,7 +539,7 @@ def simulate(
     from hpctune.simulator import PredictionCache, build_policy
     from hpctune.simulator._predictions import prefetch_for
 
-    cache = PredictionCache(trace, bounds=config.bounds, path=predictions_path)
+    cache = PredictionCache(trace, bounds=config.metric_bounds(trace), path=predictions_path)
     built = [build_policy(name, options[name]) for name in names]
     prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
     many = run_many(
