@@ -141,7 +141,8 @@ class Simulator:
         self._decide_calls = 0
         self.prediction_source = predictions
         if policy.wants_predictions and predictions is None:
-            self.prediction_source = PredictionCache(trace)
+            bounds = self.config.metric_bounds(trace)
+            self.prediction_source = PredictionCache(trace, bounds=bounds)
         self.predictions: dict[int, CurvePrediction] = {}
         self._policy_states: list[tuple[float, dict[str, Any]]] = []
         self._heap: list[tuple[float, int, _Kind, int, int]] = []
