@@ -2,6 +2,7 @@
 
     python benchmarks/make_digits_trace.py                  # writes benchmarks/traces/digits.h5
     python benchmarks/make_digits_trace.py --num-trials 8 --epochs 5 --out /tmp/small.h5
+    python benchmarks/make_digits_trace.py --metric val_loss --out benchmarks/traces/digits-loss.h5
 
 Runs ``jobs/digits`` (its search space and training script) with more configurations and
 epochs under the Default policy (every trial to its last epoch) through
@@ -13,6 +14,7 @@ epochs under the Default policy (every trial to its last epoch) through
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shutil
 import subprocess
@@ -28,9 +30,20 @@ DIGITS = REPO / "jobs" / "digits"
 OUT = REPO / "benchmarks" / "traces" / "digits.h5"
 
 
-def make_spec(folder: Path, num_trials: int, epochs: int, slots: int) -> Path:
-    """Write the digits study.toml with more trials, epochs and slots into ``folder``."""
+def make_spec(
+    folder: Path, num_trials: int, epochs: int, slots: int, metric: str = "val_accuracy"
+) -> Path:
+    """Write the digits study.toml with more trials, epochs and slots into ``folder``; with
+    ``metric = "val_loss"`` the study minimises the validation loss (bounds [0, 2.5])."""
     text = (DIGITS / "study.toml").read_text()
+    if metric == "val_loss":
+        text = re.sub(
+            r'^metric = "val_accuracy"\nmode = "max"',
+            'metric = "val_loss"\nmode = "min"\nmetric_bounds = [0.0, 2.5]',
+            text,
+            count=1,
+            flags=re.MULTILINE,
+        )
     replacements = {
         r"^name = .*$": 'name = "digits-trace"',
         r"^max_steps = \d+": f"max_steps = {epochs}",
@@ -59,12 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--keep", type=Path, default=None, help="keep the study here")
+    parser.add_argument(
+        "--metric",
+        choices=["val_accuracy", "val_loss"],
+        default="val_accuracy",
+        help="the study metric, hence the trace's (val_loss: mode min)",
+    )
     args = parser.parse_args(argv)
 
     from hpctune.traces import Trace
 
     with tempfile.TemporaryDirectory(prefix="hpctune-digits-trace-") as tmp:
-        spec = make_spec(Path(tmp) / "spec", args.num_trials, args.epochs, args.slots)
+        spec = make_spec(Path(tmp) / "spec", args.num_trials, args.epochs, args.slots, args.metric)
         study_dir = args.keep or Path(tmp) / "study"
         started = time.monotonic()
         result = subprocess.run(
@@ -84,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         if result.returncode != 0:
             print(result.stdout, result.stderr, sep="\n", file=sys.stderr)
             return result.returncode
-        trace = Trace.from_study(study_dir, random_level=0.1)
+        # a random model: 10 % accuracy, cross-entropy ln 10
+        random_level = 0.1 if args.metric == "val_accuracy" else math.log(10)
+        trace = Trace.from_study(study_dir, random_level=random_level)
         path = trace.save(args.out)
     lengths = trace.lengths()
     best = float(trace.sign * np.nanmax(trace.sign * trace.best_values()))

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.simulator import PredictionCache, build_policy, run_many
+from hpctune.simulator import label as policy_label
 from hpctune.simulator._predictions import prefetch_for
 from hpctune.simulator.plots import plot_split
 from hpctune.traces import Trace
@@ -34,10 +35,13 @@ REPO = Path(__file__).resolve().parent.parent
 NAMES = ("pop", "default", "bandit", "earlyterm", "sha", "asha", "hyperband", "median")
 
 
-def policies(boundary: int) -> list[tuple[str, dict[str, Any]]]:
-    """Every policy with the paper's settings, b shared by POP, EarlyTerm and Bandit."""
+def policies(boundary: int, target: float) -> list[tuple[str, dict[str, Any]]]:
+    """Every policy with the paper's settings, b shared by POP, EarlyTerm and Bandit; POP is
+    given the target, as its user would (HyperDrive §3: y_target is a user input)."""
     with_b = {"pop", "earlyterm", "bandit"}
-    return [(name, {"boundary": boundary} if name in with_b else {}) for name in NAMES]
+    specs = [(name, {"boundary": boundary} if name in with_b else {}) for name in NAMES]
+    specs[0][1]["target"] = target
+    return specs
 
 
 def main() -> None:
@@ -58,7 +62,9 @@ def main() -> None:
     if args.quick:
         args.seeds, args.slots = 2, [4]
     trace = Trace.load(args.trace)
-    specs = policies(args.boundary)
+    target = args.target if args.target is not None else trace.default_target()
+    specs = policies(args.boundary, target)
+    pop_label = policy_label(*specs[0])
     cache = PredictionCache(trace, path=args.predictions)
     start = time.time()
     fitted = prefetch_for(
@@ -68,9 +74,9 @@ def main() -> None:
     table: dict[int, dict[str, Any]] = {}
     first_pop = None
     for slots in args.slots:
-        many = run_many(trace, specs, slots, args.seeds, predictions=cache, target=args.target)
+        many = run_many(trace, specs, slots, args.seeds, predictions=cache, target=target)
         table[slots] = {"target": many.target, "policies": {}}
-        pop_median = _median_time(many.runs[f"pop(boundary={args.boundary})"])
+        pop_median = _median_time(many.runs[pop_label])
         for label, runs in many.runs.items():
             median = _median_time(runs)
             times = [r.time_to_target for r in runs if r.time_to_target is not None]
@@ -84,7 +90,7 @@ def main() -> None:
                 "ratio_to_pop": median / pop_median if median and pop_median else None,
             }
         if first_pop is None:
-            first_pop = many.runs[f"pop(boundary={args.boundary})"][0]
+            first_pop = many.runs[pop_label][0]
     if args.plot is not None and first_pop is not None:
         plot_split(first_pop, args.plot)
     result = {
@@ -105,10 +111,10 @@ def main() -> None:
     )
     for slots, row in table.items():
         print(f"\nS = {slots} slots, target {row['target']:.4g}: time to target (s)")
-        print(f"{'policy':24}{'reached':>9}{'median':>9}{'q25':>9}{'q75':>9}{'x POP':>8}")
+        print(f"{'policy':46}{'reached':>9}{'median':>9}{'q25':>9}{'q75':>9}{'x POP':>8}")
         for label, r in row["policies"].items():
             print(
-                f"{label:24}{r['reached']:>5}/{r['runs']:<3}{_f(r['time_to_target_median'])}"
+                f"{label:46}{r['reached']:>5}/{r['runs']:<3}{_f(r['time_to_target_median'])}"
                 f"{_f(r['time_to_target_q25'])}{_f(r['time_to_target_q75'])}"
                 f"{_f(r['ratio_to_pop'], 8, 2)}"
             )

@@ -150,6 +150,131 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         click.echo(json.dumps(worker_parameters(spec), indent=2))
 
 
+@cli.command("plan")
+@click.argument(
+    "study_tomls", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+@click.option(
+    "--max-lines",
+    type=int,
+    default=60,
+    show_default=True,
+    help="Stage lines to print (0: all).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the stage tree to this file (PNG).",
+)
+def plan_command(
+    study_tomls: tuple[Path, ...], as_json: bool, max_lines: int, plot_path: Path | None
+) -> int:
+    """Show the trials of STUDY_TOMLS as a stage tree before anything runs.
+
+    Draws each study's trials with its generator, cuts each configuration into stages where a
+    hyperparameter's function changes and merges shared prefixes (Hippo's search plan): prints
+    the number of trials, total (trial-based) and unique (stage-based) training steps, the merge
+    rate p = total / unique and the stage tree. With several studies (of the same model, data
+    and code) their trials share one plan and the k-wise merge rate is shown. Creates nothing.
+    """
+    from hpctune.policies.generators import make_generator
+    from hpctune.seeding import component_seed
+    from hpctune.spec import load_spec
+    from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
+    from hpctune.stagetree.summary import format_stage_tree, plan_configs, plan_summary
+
+    plan = SearchPlan()
+    studies: list[dict[str, Any]] = []
+    specs = [load_spec(path) for path in study_tomls]
+    for spec in specs:
+        generator = make_generator(
+            spec.generator.name,
+            spec.generator.options,
+            spec.space,
+            component_seed(spec.seed, "generator"),
+        )
+        configs = [generator.suggest(index) for index in range(spec.num_trials)]
+        try:
+            alone = plan_configs(configs, spec.max_steps)
+            plan_configs(configs, spec.max_steps, plan, first_id=len(plan.trials))
+        except ValueError as exc:  # pragma: no cover - the spec checks schedules already
+            raise UsageError(f"{spec.source}: {exc}") from None
+        studies.append(
+            {
+                "name": spec.name,
+                "generator": spec.generator.name,
+                "max_steps": spec.max_steps,
+                "step_unit": spec.step_unit,
+                "first_trial": len(plan.trials) - len(configs),
+                "trials": len(configs),
+                "total_steps": alone.total_steps(),
+                "unique_steps": alone.unique_steps(),
+                "merge_rate": alone.merge_rate(),
+            }
+        )
+    spec = specs[0]
+    tree = build_stage_tree(plan)
+    summary = plan_summary(plan, tree)
+    slots = spec.resources.slots
+    stage_time = simulate(tree, Scheduler.CRITICAL_PATH, slots).makespan
+    trial_steps = [float(s["max_steps"]) for s in studies for _ in range(s["trials"])]
+    trial_time = trial_makespan(trial_steps, slots)
+    estimate = {"slots": slots, "trial_based_steps": trial_time, "critical_path_steps": stage_time}
+    if plot_path is not None:
+        from hpctune.stagetree.plots import plot_stage_tree
+
+        names = ", ".join(st["name"] for st in studies)
+        title = f"{names}: {len(tree.stages)} stages, merge rate {summary['merge_rate']:.2f}"
+        plot_stage_tree(tree, plot_path, title=title, unit=spec.step_unit)
+    if as_json:
+        first = {k: studies[0][k] for k in ("name", "generator", "max_steps", "step_unit")}
+        out = {"version": 1, "study": first, "studies": studies, **summary, "makespan": estimate}
+        click.echo(json.dumps(out))
+        return EXIT_OK
+    unit = spec.step_unit
+    for st in studies:
+        line = (
+            f"study {st['name']}: {st['trials']} trials ({st['generator']} generator), "
+            f"max_steps {st['max_steps']} ({st['step_unit']}s)"
+        )
+        if len(studies) > 1:
+            last = st["first_trial"] + st["trials"] - 1
+            line += f"; trials {st['first_trial']}-{last} below"
+            line += (
+                f"\n  alone: total {st['total_steps']}, unique {st['unique_steps']}, "
+                f"merge rate p = {st['merge_rate']:.2f}"
+            )
+        click.echo(line)
+    k = len(studies)
+    rate = (
+        f"merge rate p = {summary['merge_rate']:.2f}"
+        if k == 1
+        else (f"{k}-wise merge rate m_{k} = {summary['merge_rate']:.2f}")
+    )
+    click.echo(
+        f"training {unit}s: total {summary['total_steps']} (trial-based), unique "
+        f"{summary['unique_steps']} (stage-based), {rate}"
+    )
+    trees = len(tree.roots)
+    click.echo(
+        f"search plan: {summary['nodes']} nodes; stage tree: {len(tree.stages)} stages in "
+        f"{trees} tree{'s' if trees != 1 else ''}, longest path {summary['critical_path_steps']} "
+        f"{unit}s"
+    )
+    click.echo(
+        f"on {slots} slot{'s' if slots != 1 else ''} at equal time per {unit}: trial-based "
+        f"{trial_time:g} {unit}s, stage-based (critical path) {stage_time:g} {unit}s"
+    )
+    click.echo("stage tree ([stage] steps (trials served below): pieces that change):")
+    click.echo(format_stage_tree(tree, max_lines))
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
+    return EXIT_OK
+
+
 @cli.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option(
@@ -414,7 +539,7 @@ def simulate(
     from hpctune.simulator import PredictionCache, build_policy
     from hpctune.simulator._predictions import prefetch_for
 
-    cache = PredictionCache(trace, bounds=config.bounds, path=predictions_path)
+    cache = PredictionCache(trace, bounds=config.metric_bounds(trace), path=predictions_path)
     built = [build_policy(name, options[name]) for name in names]
     prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
     many = run_many(

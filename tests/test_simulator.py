@@ -413,3 +413,39 @@ def test_policies_that_make_configurations_are_refused(name: str) -> None:
     trace = Trace.load(DIGITS_TRACE).subset(range(4))
     with pytest.raises(SimulatorError, match="creates configurations of its own"):
         simulate(trace, name, {}, slots=2, seed=0)
+
+
+class _BoundsRecorder(Policy):
+    """Default-like: fills slots and records the bounds its views carry."""
+
+    name: ClassVar[str] = "bounds-recorder"
+
+    def __init__(self) -> None:
+        self.bounds: set[tuple[float, float]] = set()
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        self.bounds.add(view.bounds)
+        if event.kind is EventKind.SLOT_FREE:
+            n = min(event.free_slots, view.trials_remaining or 0)
+            return [Action.start() for _ in range(n)]
+        return []
+
+
+def test_the_metric_range_comes_from_the_trace_unless_given() -> None:
+    loss = Trace(
+        np.array([[2.0, 1.0, 0.5], [2.2, 1.5, 1.2]]),
+        np.ones((2, 3)),
+        ({"c": 0}, {"c": 1}),
+        metric="loss",
+        mode="min",
+        random_level=2.3,
+        metric_bounds=(0.0, 2.5),
+    )
+    recorder = _BoundsRecorder()
+    simulate(loss, recorder, slots=1)
+    assert recorder.bounds == {(0.0, 2.5)}
+    assert PredictionCache(loss).bounds == (0.0, 2.5)
+    given = _BoundsRecorder()
+    simulate(loss, given, slots=1, bounds=(0.0, 3.0))
+    assert given.bounds == {(0.0, 3.0)}
+    assert PredictionCache(THREE).bounds == (0.0, 1.0)  # a trace without a range

@@ -143,7 +143,7 @@ def run_many(
         raise SimulatorError("seeds must name at least one seed")
     runs: dict[str, list[SimulationResult]] = {}
     if predictions is None:
-        predictions = PredictionCache(data, bounds=cfg.bounds)
+        predictions = PredictionCache(data, bounds=cfg.metric_bounds(data))
     for spec in policies:
         name, options = (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
         build_policy(name, options)  # fail before running anything

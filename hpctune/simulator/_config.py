@@ -32,7 +32,8 @@ class SimulatorConfig:
         target: The target value; ``None``: :meth:`Trace.default_target`.
         stop_at_target: End the simulation once the target is reached.
         max_time: End the simulation at this time (seconds since the start).
-        bounds: ``(low, high)``: the metric's range (``[study].metric_bounds``).
+        bounds: ``(low, high)``: the metric's range (``[study].metric_bounds``); ``None``: the
+            trace's ``metric_bounds``, else (0, 1).
     """
 
     queue_wait: float = 0.0
@@ -46,7 +47,11 @@ class SimulatorConfig:
     target: float | None = None
     stop_at_target: bool = False
     max_time: float = math.inf
-    bounds: tuple[float, float] = (0.0, 1.0)
+    bounds: tuple[float, float] | None = None
+
+    def metric_bounds(self, trace: Trace) -> tuple[float, float]:
+        """The metric's range: :attr:`bounds`, else the trace's, else (0, 1)."""
+        return self.bounds or trace.metric_bounds or (0.0, 1.0)
 
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""

@@ -147,7 +147,8 @@ class Simulator:
         self._decide_calls = 0
         self.prediction_source = predictions
         if policy.wants_predictions and predictions is None:
-            self.prediction_source = PredictionCache(trace, bounds=self.config.bounds)
+            bounds = self.config.metric_bounds(trace)
+            self.prediction_source = PredictionCache(trace, bounds=bounds)
         self.predictions: dict[int, CurvePrediction] = {}
         self._policy_states: list[tuple[float, dict[str, Any]]] = []
         self._heap: list[tuple[float, int, _Kind, int, int]] = []
@@ -371,7 +372,7 @@ class Simulator:
             total_slots=self.slots,
             trials_remaining=max(self.num_trials - self._generated, 0),
             predictions={t: p for t, p in self.predictions.items() if t in views},
-            bounds=self.config.bounds,
+            bounds=self.config.metric_bounds(self.trace),
             random_level=None if math.isnan(self.trace.random_level) else self.trace.random_level,
         )
 

@@ -29,7 +29,8 @@ class PredictionCache:
 
     Args:
         trace: The trace.
-        bounds: ``(low, high)`` of the metric (the curve model normalises by it).
+        bounds: ``(low, high)`` of the metric (the curve model normalises by it); ``None``: the
+            trace's ``metric_bounds``, else (0, 1).
         options: Fit options (budget, families, ...).
         seed: Seeds the fits (each (configuration, n) gets its own derived seed).
         path: A JSON-lines file to read predictions from and append new ones to.
@@ -39,13 +40,13 @@ class PredictionCache:
         self,
         trace: Trace,
         *,
-        bounds: tuple[float, float] = (0.0, 1.0),
+        bounds: tuple[float, float] | None = None,
         options: FitOptions | None = None,
         seed: int = 0,
         path: str | Path | None = None,
     ) -> None:
         self.trace = trace
-        self.bounds = bounds
+        self.bounds = bounds or trace.metric_bounds or (0.0, 1.0)
         self.options = options or FitOptions()
         self.seed = seed
         self.path = Path(path) if path is not None else None

@@ -1,0 +1,425 @@
+"""Stage trees on simulated studies: sharing (merge rate) and scheduling (TreeML Figure 6.4).
+
+For each search space (grid search over hyperparameter sequences) the search plan of all its
+trials is built, and its stage tree is run on W simulated workers under Hippo's critical-path
+scheduler (whole paths to one worker, one checkpoint load per path), the same unbatched (a load
+per stage, the thesis's fair comparison in §6.3), breadth-first order (BFS) and
+most-children-first (THR). Reported: trials, total vs unique steps and the merge rate p; per W
+the makespans and their ratios to critical path, and the GPU-time (worker-seconds) of the
+stage-based run against the trial-based run (every trial alone, FIFO on the same W workers).
+
+The time per step depends on the batch size (a larger batch trains an epoch faster), as the
+thesis's cost estimator would predict from profiling: ``seconds = 10 * sqrt(128 / batch_size)``.
+Every assignment pays ``--load`` seconds (checkpoint load and worker switch).
+
+Then the same spaces under synchronous successive halving (eta 2, rungs 15, 30, 60, ... steps,
+seeded random scores): trials arrive and are promoted while the study runs, and the stage tree
+is regenerated from the search plan at every decision (Hippo's stateless scheduler,
+``simulate_plan``); trial-based SHA makes the same decisions without sharing. Workers keep a
+checkpoint every ``--checkpoint-every`` steps (a boundary), so a trial promoted later can
+branch inside a stretch another trial already trained without retraining it. A stage given to
+a worker claims its step range of its node (requests needing those steps wait); the ASHA runs
+are repeated with Hippo's coarser rule, where a stage claims its whole node.
+
+    python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--checkpoint-every 5]
+        [--json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
+from hpctune.stagetree.pieces import ConfigPiece, trial_stages
+from hpctune.stagetree.simulate import Simulation, simulate_plan
+from hpctune.stagetree.summary import plan_configs
+
+
+def seconds_per_step(config: ConfigPiece) -> float:
+    """The cost estimate: 10 s per epoch at batch size 128, sqrt-faster for larger batches."""
+    pieces = dict(config)
+    batch = pieces["batch_size"].value(0) if "batch_size" in pieces else 128
+    return 10.0 * math.sqrt(128 / float(batch))
+
+
+def warmup(steps: int, then: dict[str, Any]) -> dict[str, Any]:
+    return {"schedule": "warmup", "warmup_steps": steps, "then": then}
+
+
+def lr_bs_space(quick: bool) -> tuple[list[dict[str, Any]], int]:
+    """TreeML Table 6.1's ResNet space: lr sequences x batch-size milestones, 120 epochs."""
+    max_steps = 120
+    lrs: list[dict[str, Any]] = []
+    for base in (0.1, 0.05) if not quick else (0.1,):
+        lrs += [
+            {"schedule": "multistep", "base": base, "milestones": [60, 90], "gamma": 0.1},
+            {"schedule": "multistep", "base": base, "milestones": [60, 100], "gamma": 0.1},
+            {"schedule": "multistep", "base": base, "milestones": [90], "gamma": 0.1},
+            warmup(5, {"schedule": "multistep", "base": base, "milestones": [55, 85]}),
+            warmup(5, {"schedule": "exponential", "base": base, "gamma": 0.97}),
+            warmup(5, {"schedule": "cosine", "base": base, "total_steps": 115}),
+            {"schedule": "cyclic", "low": base / 10, "high": base, "period": 20},
+        ]
+    sizes: list[dict[str, Any]] = [{"schedule": "constant", "value": 128, "integer": True}]
+    sizes += [
+        {"schedule": "multistep", "base": 128, "milestones": m, "gamma": 2, "integer": True}
+        for m in ([60], [90], [60, 90])
+    ]
+    configs = [{"lr": lr, "batch_size": bs} for lr, bs in itertools.product(lrs, sizes)]
+    return configs, max_steps
+
+
+def sequences_space(quick: bool) -> tuple[list[dict[str, Any]], int]:
+    """The thesis's Figure 1.1 space: every lr sequence of 3 stages of 100 steps."""
+    values = (0.1, 0.05, 0.02, 0.01) if not quick else (0.1, 0.01)
+    configs = [
+        {
+            "lr": {"schedule": "piecewise", "values": list(seq), "milestones": [100, 200]},
+            "batch_size": 128,
+        }
+        for seq in itertools.product(values, repeat=3)
+    ]
+    return configs, 300
+
+
+SPACES = {"lr-batch-size": lr_bs_space, "lr-sequences": sequences_space}
+
+
+def run_space(name: str, workers: list[int], load: float, quick: bool) -> dict[str, Any]:
+    """All figures for one space."""
+    configs, max_steps = SPACES[name](quick)
+    plan = plan_configs(configs, max_steps)
+    tree = build_stage_tree(plan)
+    per_trial = [
+        sum((st.end - st.start) * seconds_per_step(st.config) for st in trial_stages(c, max_steps))
+        for c in configs
+    ]
+    out: dict[str, Any] = {
+        "space": name,
+        "trials": len(plan.trials),
+        "max_steps": max_steps,
+        "total_steps": plan.total_steps(),
+        "unique_steps": plan.unique_steps(),
+        "merge_rate": plan.merge_rate(),
+        "stages": len(tree.stages),
+        "trees": len(tree.roots),
+        "load_seconds": load,
+        "workers": {},
+    }
+    for w in workers:
+        runs = {
+            "critical-path": simulate(
+                tree, Scheduler.CRITICAL_PATH, w, seconds_per_step, transition_seconds=load
+            ),
+            "critical-path-unbatched": simulate(
+                tree,
+                Scheduler.CRITICAL_PATH,
+                w,
+                seconds_per_step,
+                transition_seconds=load,
+                batch=False,
+            ),
+            "bfs": simulate(tree, Scheduler.BFS, w, seconds_per_step, transition_seconds=load),
+            "most-children": simulate(
+                tree, Scheduler.MOST_CHILDREN, w, seconds_per_step, transition_seconds=load
+            ),
+        }
+        trial_busy = sum(per_trial) + load * len(per_trial)
+        trial_span = trial_makespan([s + load for s in per_trial], w)
+        best = runs["critical-path"]
+        out["workers"][str(w)] = {
+            "makespan_s": {k: r.makespan for k, r in runs.items()} | {"trial-based": trial_span},
+            "ratio_to_critical_path": {k: r.makespan / best.makespan for k, r in runs.items()}
+            | {"trial-based": trial_span / best.makespan},
+            "gpu_seconds": {"trial-based": trial_busy, "stage-based": best.busy_seconds},
+            "gpu_saving": trial_busy / best.busy_seconds,
+            "loads": {k: r.loads for k, r in runs.items()},
+        }
+    return out
+
+
+def run_sha(
+    configs: list[dict[str, Any]],
+    max_steps: int,
+    scheduler: Scheduler,
+    workers: int,
+    load: float,
+    *,
+    shared: bool,
+    eta: int = 2,
+    min_steps: int = 15,
+    checkpoint_every: int | None = None,
+    whole_nodes: bool = False,
+    seed: int = 0,
+) -> tuple[Simulation, list[int]]:
+    """Synchronous successive halving over ``configs`` on a search plan, simulated.
+
+    Rungs ``min_steps * eta**k`` up to ``max_steps``; a trial's score is a seeded random draw
+    (the same in every run), the best ``1/eta`` of a rung go on once the rung is complete. With
+    ``shared = False`` every trial gets a parameter of its own (trial-based: nothing merges).
+    Returns the simulation and the trials that reached ``max_steps``.
+    """
+    rungs = [min_steps]
+    while rungs[-1] * eta < max_steps:
+        rungs.append(rungs[-1] * eta)
+    rungs.append(max_steps)
+    scores = np.random.default_rng(seed).random(len(configs))
+    stages = {
+        t: trial_stages(c if shared else {**c, "trial": t}, max_steps)
+        for t, c in enumerate(configs)
+    }
+    plan = SearchPlan()
+    members: list[list[int]] = [list(range(len(configs)))]
+    finished: list[set[int]] = [set()]
+
+    def on_answer(done: list[int], now: float) -> None:
+        for t in done:
+            r = rungs.index(plan.trials[t].end)
+            finished[r].add(t)
+            if len(finished[r]) < len(members[r]) or r + 1 == len(rungs):
+                continue
+            keep = max(1, len(members[r]) // eta)
+            best = sorted(members[r], key=lambda i: -scores[i])[:keep]
+            members.append(best)
+            finished.append(set())
+            answered_now = [i for i in best if plan.extend_trial(i, stages[i], rungs[r + 1])]
+            if answered_now:
+                on_answer(answered_now, now)
+
+    for t in members[0]:
+        plan.add_trial(t, stages[t], end=rungs[0])
+    sim, _ = simulate_plan(
+        plan,
+        scheduler,
+        workers,
+        seconds_per_step,
+        transition_seconds=load,
+        checkpoint_every=checkpoint_every,
+        claim_whole_nodes=whole_nodes,
+        on_answer=on_answer,
+    )
+    return sim, members[-1]
+
+
+def run_asha(
+    configs: list[dict[str, Any]],
+    max_steps: int,
+    scheduler: Scheduler,
+    workers: int,
+    load: float,
+    *,
+    shared: bool,
+    eta: int = 2,
+    min_steps: int = 15,
+    checkpoint_every: int | None = None,
+    whole_nodes: bool = False,
+    outstanding: int = 2,
+    seed: int = 0,
+) -> Simulation:
+    """Asynchronous successive halving over ``configs`` (in a seeded order) on a search plan.
+
+    ``outstanding * workers`` requests are outstanding: each answered request is replaced by a
+    promotion (ASHA's rule: the highest rung with a trial in its top ``1/eta`` not yet
+    promoted) or, if there is none, by a new trial, until the configurations run out.
+    """
+    rungs = [min_steps]
+    while rungs[-1] * eta < max_steps:
+        rungs.append(rungs[-1] * eta)
+    rungs.append(max_steps)
+    rng = np.random.default_rng(seed)
+    order = [int(i) for i in rng.permutation(len(configs))]
+    scores = rng.random(len(configs))
+    plan = SearchPlan()
+    results: list[list[int]] = [[] for _ in rungs]  # trials that finished each rung
+    promoted: list[set[int]] = [set() for _ in rungs]
+    stages: dict[int, Any] = {}
+    arrivals = iter(order)
+
+    def new_trial() -> bool:
+        t = next(arrivals, None)
+        if t is None:
+            return False
+        stages[t] = trial_stages(configs[t] if shared else {**configs[t], "trial": t}, max_steps)
+        if plan.add_trial(t, stages[t], end=rungs[0]):
+            on_answer([t], 0.0)
+        return True
+
+    def promote() -> int | None:
+        for r in reversed(range(len(rungs) - 1)):
+            top = sorted(results[r], key=lambda i: -scores[i])[: len(results[r]) // eta]
+            for t in top:
+                if t not in promoted[r]:
+                    promoted[r].add(t)
+                    return t
+        return None
+
+    def on_answer(done: list[int], now: float) -> None:
+        for t in done:
+            results[rungs.index(plan.trials[t].end)].append(t)
+        for _ in done:
+            t = promote()
+            if t is not None:
+                r = rungs.index(plan.trials[t].end)
+                if plan.extend_trial(t, stages[t], rungs[r + 1]):
+                    on_answer([t], now)
+            else:
+                new_trial()
+
+    for _ in range(outstanding * workers):
+        new_trial()
+    sim, _ = simulate_plan(
+        plan,
+        scheduler,
+        workers,
+        seconds_per_step,
+        transition_seconds=load,
+        checkpoint_every=checkpoint_every,
+        claim_whole_nodes=whole_nodes,
+        on_answer=on_answer,
+    )
+    return sim
+
+
+def _tuner_figures(run: Callable[..., Simulation], seeds: int) -> dict[str, Any]:
+    """Mean makespans and GPU time over seeds: each scheduler, trial-based, whole-node claims."""
+    span: dict[str, float] = {}
+    gpu: dict[str, float] = {}
+    whole: dict[str, float] = {}
+    for seed in range(seeds):
+        for sched in Scheduler:
+            sim = run(sched, shared=True, whole_nodes=False, seed=seed)
+            span[sched.value] = span.get(sched.value, 0.0) + sim.makespan / seeds
+            gpu[sched.value] = gpu.get(sched.value, 0.0) + sim.busy_seconds / seeds
+            hippo = run(sched, shared=True, whole_nodes=True, seed=seed)
+            whole[sched.value] = whole.get(sched.value, 0.0) + hippo.makespan / seeds
+        alone = run(Scheduler.CRITICAL_PATH, shared=False, whole_nodes=False, seed=seed)
+        span["trial-based"] = span.get("trial-based", 0.0) + alone.makespan / seeds
+        gpu["trial-based"] = gpu.get("trial-based", 0.0) + alone.busy_seconds / seeds
+    best = span["critical-path"]
+    return {
+        "makespan_s": span,
+        "ratio_to_critical_path": {k: v / best for k, v in span.items()},
+        "gpu_seconds": {"trial-based": gpu["trial-based"], "stage-based": gpu["critical-path"]},
+        "gpu_saving": gpu["trial-based"] / gpu["critical-path"],
+        "whole_node_claims_makespan_s": whole,
+    }
+
+
+def sha_figures(
+    name: str, workers: list[int], load: float, quick: bool, every: int | None, seeds: int
+) -> dict[str, Any]:
+    """SHA and ASHA, stage-based under each scheduler and trial-based, on one space."""
+    configs, max_steps = SPACES[name](quick)
+    out: dict[str, Any] = {
+        "space": name,
+        "trials": len(configs),
+        "checkpoint_every": every,
+        "seeds": seeds,
+        "sha": {},
+        "asha": {},
+    }
+    for w in workers:
+
+        def sha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
+            return run_sha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)[0]
+
+        def asha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
+            return run_asha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)
+
+        out["sha"][str(w)] = _tuner_figures(sha, seeds)
+        out["asha"][str(w)] = _tuner_figures(asha, seeds)
+    return out
+
+
+def format_sha(r: dict[str, Any]) -> str:
+    """A text block for SHA and ASHA on one space."""
+    lines = [
+        f"SHA and ASHA (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} trials, "
+        f"mean of {r['seeds']} seeds; "
+        "stage tree regenerated from the search plan at every decision; checkpoints "
+        + (f"every {r['checkpoint_every']} steps" if r["checkpoint_every"] else "at stage ends"),
+        f"  {'':4} {'W':>3} {'critical':>10} {'bfs':>10} {'most-ch.':>10} {'trials':>10} | "
+        f"{'bfs/cp':>6} {'thr/cp':>6} {'tr/cp':>6} | {'GPU saving':>10}",
+    ]
+    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
+        for w, f in block.items():
+            lines.append(f"  {label} {_sha_row(w, f)}")
+    lines.append("  with Hippo's whole-node claims (makespan s):")
+    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
+        for w, f in block.items():
+            m = f["whole_node_claims_makespan_s"]
+            lines.append(
+                f"  {label} {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} "
+                f"{m['most-children']:>10.0f}"
+            )
+    return "\n".join(lines)
+
+
+def _sha_row(w: str, f: dict[str, Any]) -> str:
+    m, q = f["makespan_s"], f["ratio_to_critical_path"]
+    return (
+        f"{w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} {m['most-children']:>10.0f} "
+        f"{m['trial-based']:>10.0f} | {q['bfs']:>6.2f} {q['most-children']:>6.2f} "
+        f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
+    )
+
+
+def format_space(r: dict[str, Any]) -> str:
+    """A text block for one space."""
+    lines = [
+        f"space {r['space']}: {r['trials']} trials x {r['max_steps']} steps; total "
+        f"{r['total_steps']} steps, unique {r['unique_steps']}, merge rate p = "
+        f"{r['merge_rate']:.2f}; {r['stages']} stages in {r['trees']} trees; load "
+        f"{r['load_seconds']:g} s per assignment",
+        f"  {'W':>3} {'critical':>10} {'unbatched':>10} {'bfs':>10} {'most-ch.':>10} "
+        f"{'trials':>10} | {'bfs/cp':>6} {'thr/cp':>6} {'unb/cp':>6} {'tr/cp':>6} | "
+        f"{'GPU saving':>10}",
+    ]
+    for w, f in r["workers"].items():
+        m, q = f["makespan_s"], f["ratio_to_critical_path"]
+        lines.append(
+            f"  {w:>3} {m['critical-path']:>10.0f} {m['critical-path-unbatched']:>10.0f} "
+            f"{m['bfs']:>10.0f} {m['most-children']:>10.0f} {m['trial-based']:>10.0f} | "
+            f"{q['bfs']:>6.2f} {q['most-children']:>6.2f} {q['critical-path-unbatched']:>6.2f} "
+            f"{q['trial-based']:>6.2f} | {f['gpu_saving']:>9.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--load", type=float, default=30.0, help="seconds per assignment")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=5,
+        help="SHA: workers also checkpoint every N steps inside stages (0: only at stage ends)",
+    )
+    parser.add_argument("--seeds", type=int, default=5, help="SHA/ASHA: scores and orders")
+    parser.add_argument("--json", action="store_true", help="print only one JSON object")
+    parser.add_argument("--quick", action="store_true", help="small spaces, W = 2 (CI smoke)")
+    args = parser.parse_args()
+    workers = [2] if args.quick else args.workers
+    results = [run_space(name, workers, args.load, args.quick) for name in SPACES]
+    every = args.checkpoint_every or None
+    seeds = 2 if args.quick else args.seeds
+    sha = [sha_figures(name, workers, args.load, args.quick, every, seeds) for name in SPACES]
+    if args.json:
+        print(json.dumps({"version": 1, "spaces": results, "sha": sha}))
+        return
+    for r in results:
+        print(format_space(r))
+    for r in sha:
+        print(format_sha(r))
+
+
+if __name__ == "__main__":
+    main()

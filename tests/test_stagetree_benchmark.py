@@ -1,0 +1,57 @@
+"""Smoke test of benchmarks/stagetree.py: it runs and its figures are consistent."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "stagetree.py"
+
+
+def test_quick_benchmark_reports_sharing_and_makespans() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [s["space"] for s in out["spaces"]] == ["lr-batch-size", "lr-sequences"]
+    for space in out["spaces"]:
+        assert space["total_steps"] == space["trials"] * space["max_steps"]
+        assert space["unique_steps"] < space["total_steps"]
+        assert math.isclose(space["merge_rate"], space["total_steps"] / space["unique_steps"])
+        figures = space["workers"]["2"]
+        spans = figures["makespan_s"]
+        assert set(spans) == {
+            "critical-path",
+            "critical-path-unbatched",
+            "bfs",
+            "most-children",
+            "trial-based",
+        }
+        for value in spans.values():
+            assert math.isfinite(value)
+            assert value > 0
+        # batching a path never loads more often than running its stages one by one
+        loads = figures["loads"]
+        assert loads["critical-path"] < loads["critical-path-unbatched"] == loads["bfs"]
+        assert spans["critical-path"] < spans["trial-based"]
+        assert figures["gpu_saving"] > 1
+        assert math.isclose(
+            figures["ratio_to_critical_path"]["bfs"], spans["bfs"] / spans["critical-path"]
+        )
+    for tuners in out["sha"]:
+        for tuner in ("sha", "asha"):
+            figures = tuners[tuner]["2"]
+            spans = figures["makespan_s"]
+            assert set(spans) == {"critical-path", "bfs", "most-children", "trial-based"}
+            assert set(figures["whole_node_claims_makespan_s"]) == set(spans) - {"trial-based"}
+            assert figures["gpu_saving"] > 1
+            assert spans["critical-path"] < spans["trial-based"]
