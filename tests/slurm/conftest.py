@@ -6,6 +6,7 @@ these fixtures never start it themselves and fail, rather than skip, when it is 
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from collections.abc import Callable, Iterator
@@ -110,3 +111,12 @@ def make_executor(
     )
     if job_ids:
         subprocess.run(["scancel", *job_ids], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def study_name(request: pytest.FixtureRequest, slurm_cluster: Any) -> Iterator[str]:
+    """A study name unique to the test; its Slurm jobs are cancelled at teardown."""
+    name = re.sub(r"[^A-Za-z0-9]", "", request.node.name)[-40:]
+    yield name
+    for job_name in (f"hpctune-{name}", f"hpctune-{name}-controller"):
+        subprocess.run(["scancel", "--name", job_name], capture_output=True, timeout=30)

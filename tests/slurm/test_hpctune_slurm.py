@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,6 @@ from tests.test_kill import SPACE
 pytestmark = pytest.mark.slurm
 BEHAVIOURS = WORKLOADS / "behaviours.py"
 FINAL = (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED)
-
-
-@pytest.fixture
-def study_name(request: pytest.FixtureRequest, slurm_cluster: Any) -> Iterator[str]:
-    """A study name unique to the test; its Slurm jobs are cancelled at teardown."""
-    name = re.sub(r"[^A-Za-z0-9]", "", request.node.name)[-40:]
-    yield name
-    for job_name in (f"hpctune-{name}", f"hpctune-{name}-controller"):
-        subprocess.run(["scancel", "--name", job_name], capture_output=True, timeout=30)
 
 
 def _controller_job(stdout: str) -> str:
