@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._common import require
 from hpctune.states import TrialStatus
 
 
@@ -36,8 +37,7 @@ class EarlyTermPolicy(Policy):
 
     def __init__(self, options: EarlyTermOptions | None = None) -> None:
         self.options = options or EarlyTermOptions()
-        if self.options.boundary < 1:
-            raise OptionError("boundary", f"must be >= 1, but got {self.options.boundary}")
+        require("boundary", self.options.boundary, 1)
         if not 0 < self.options.delta < 1:
             raise OptionError("delta", f"must be between 0 and 1, but got {self.options.delta}")
 

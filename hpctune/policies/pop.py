@@ -44,6 +44,7 @@ from hpctune.policies._base import (
     StudyView,
     TrialView,
 )
+from hpctune.policies._common import require
 from hpctune.states import TrialStatus
 
 if TYPE_CHECKING:
@@ -140,12 +141,10 @@ class PopPolicy(Policy):
     def __init__(self, options: PopOptions | None = None) -> None:
         self.options = options or PopOptions()
         o = self.options
-        if o.boundary < 1:
-            raise OptionError("boundary", f"must be >= 1, but got {o.boundary}")
+        require("boundary", o.boundary, 1)
         if not 0 < o.p_poor < 1:
             raise OptionError("p_poor", f"must be between 0 and 1, but got {o.p_poor}")
-        if o.k < 1:
-            raise OptionError("k", f"must be >= 1, but got {o.k}")
+        require("k", o.k, 1)
         if o.t_max is not None and o.t_max <= 0:
             raise OptionError("t_max", f"must be > 0 seconds, but got {o.t_max}")
         if o.dynamic_step <= 0:
