@@ -24,6 +24,34 @@ BEHAVIOURS = WORKLOADS / "behaviours.py"
 FINAL = (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED)
 
 
+def submit_preemptor(study_name: str, folder: Path) -> str:
+    """Submit a job wanting all four GPUs on the high partition, so that Slurm must preempt the
+    study's worker jobs for it; return its job id. Named after the study, so that the
+    ``study_name`` fixture cancels it."""
+    return subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "high",
+            "--gres=gpu:4",
+            "-c",
+            "1",
+            "-t",
+            "2",
+            f"--job-name=hpctune-{study_name}",
+            "-o",
+            str(folder / "preemptor.out"),
+            "--wrap",
+            "sleep 3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+
+
 def _controller_job(stdout: str) -> str:
     match = re.search(r"controller job: (\d+)", stdout)
     assert match, stdout
@@ -145,29 +173,7 @@ def test_preempted_worker_resumes_its_trial_from_the_checkpoint(
     study_dir = tmp_path / "study"
     run_hpctune("launch", str(spec), check=True)
     assert wait_for(lambda: _reports(study_dir) >= 6, 120, interval=0.2)
-    # all four GPUs on the high partition: Slurm must preempt the worker's job for them
-    preemptor = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "-p",
-            "high",
-            "--gres=gpu:4",
-            "-c",
-            "1",
-            "-t",
-            "2",
-            f"--job-name=hpctune-{study_name}",
-            "-o",
-            str(tmp_path / "preemptor.out"),
-            "--wrap",
-            "sleep 3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout.strip()
+    preemptor = submit_preemptor(study_name, tmp_path)
     study = _wait_final(study_dir, 240)
     assert study.record.state is StudyState.FINISHED
     _check_behaviour_curves(study, max_steps)

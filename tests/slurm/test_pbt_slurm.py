@@ -3,7 +3,6 @@ and carry on; no generation is lost and the lineage stays intact."""
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
-from tests.slurm.test_hpctune_slurm import _reports, _sacct, _wait_final
+from tests.slurm.test_hpctune_slurm import _reports, _sacct, _wait_final, submit_preemptor
 
 pytestmark = pytest.mark.slurm
 
@@ -36,28 +35,7 @@ def test_pbt_survives_preempted_workers(tmp_path: Path, study_name: str) -> None
     run_hpctune("launch", str(spec), check=True)
     # preempt in the middle of the study, once some children have been forked
     assert wait_for(lambda: _reports(study_dir) >= 10, 180, interval=0.2)
-    subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "-p",
-            "high",
-            "--gres=gpu:4",
-            "-c",
-            "1",
-            "-t",
-            "2",
-            f"--job-name=hpctune-{study_name}",
-            "-o",
-            str(tmp_path / "preemptor.out"),
-            "--wrap",
-            "sleep 3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    submit_preemptor(study_name, tmp_path)
     study = _wait_final(study_dir, 300)
     record = study.record
     assert record.state is StudyState.FINISHED
