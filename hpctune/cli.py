@@ -729,6 +729,68 @@ def fit_curves(
     return EXIT_OK
 
 
+@cli.command("stagetree")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+@click.option(
+    "--max-lines", type=int, default=60, show_default=True, help="Stage lines to print (0: all)."
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the stage tree, coloured by status, to this file (PNG).",
+)
+def stagetree_command(
+    study_dir: Path, as_json: bool, max_lines: int, plot_path: Path | None
+) -> int:
+    """Show the stage tree of STUDY_DIR (running or finished) with each stage's status: done,
+    running, pending or released (every trial through it ended first). Reads the journal only."""
+    from hpctune.journal.reader import open_study
+    from hpctune.stagetree.status import status_counts, study_stage_tree
+    from hpctune.stagetree.summary import format_stage_tree
+
+    study = open_study(_study_paths(str(study_dir)).root)
+    max_steps = int(study.record.spec.get("max_steps", 0))
+    try:
+        tree, statuses = study_stage_tree(study.record, max_steps)
+    except ValueError as exc:  # pragma: no cover - the spec checked the schedules
+        raise UsageError(f"{study_dir}: {exc}") from None
+    counts = status_counts(statuses)
+    if plot_path is not None:
+        from hpctune.stagetree.plots import plot_stage_tree
+
+        done = f"{counts['done']}/{len(statuses)} done"
+        unit = str(study.record.spec.get("step_unit", "step"))
+        title = f"{study.record.spec.get('name', '')}: {len(statuses)} stages, {done}"
+        plot_stage_tree(tree, plot_path, title=title, unit=unit, statuses=statuses)
+    if as_json:
+        stages = [
+            {
+                "id": s.id,
+                "node": s.node,
+                "start": s.start,
+                "end": s.end,
+                "parent": s.parent,
+                "trials": list(s.trials),
+                "status": statuses[s.id],
+            }
+            for s in tree.stages
+        ]
+        click.echo(json.dumps({"version": 1, "counts": counts, "stages": stages}))
+        return EXIT_OK
+    click.echo(
+        f"{len(statuses)} stages: "
+        + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    )
+    labels = [f"{s}" for s in statuses]
+    click.echo(format_stage_tree(tree, max_lines, labels=labels))
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
+    return EXIT_OK
+
+
 @cli.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option("--trial", "trials", type=int, multiple=True, help="Only these trials' lineages.")

@@ -84,7 +84,8 @@ class TrialContext:
 
     Attributes:
         trial_id: The trial's id.
-        seed: A seed fixed per trial (same across segments), for ``torch.manual_seed`` etc.
+        seed: A seed fixed per trial (same across segments), for ``torch.manual_seed`` etc.;
+            in a stage-tree study the same for every trial (see :meth:`step_seed`).
         start_step: The step training resumes from (0 on a fresh start).
         until_step: The last step of this segment (the trial's last step unless the policy
             trains it in slices).
@@ -141,6 +142,33 @@ class TrialContext:
         from hpctune.schedules import evaluate
 
         return {name: evaluate(value, step) for name, value in self._a.params.items()}
+
+    def changed(self, step: int) -> dict[str, Any]:
+        """The hyperparameters whose value at ``step`` differs from the step before (all of them
+        at :attr:`start_step`): what a training loop must apply before training ``step``."""
+        now = self.params_at(step)
+        if step <= self.start_step:
+            return now
+        before = self.params_at(step - 1)
+        return {name: v for name, v in now.items() if before[name] != v}
+
+    def step_seed(self, step: int) -> int:
+        """A seed for the randomness of training ``step`` (data order, dropout, augmentation):
+        it depends on :attr:`seed` and ``step`` only, so a run resumed from a checkpoint, or a
+        stage trained once for several trials, draws exactly what an uninterrupted run would."""
+        from hpctune.seeding import step_seed
+
+        return step_seed(self.seed, step)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """True when a checkpoint must be saved after ``step``: at a boundary, at the end of
+        this segment, and (stage trees) at the end of every stage, where other trials branch
+        off. Saving at every step is always allowed."""
+        return (
+            step % self._a.boundary == 0
+            or step >= self.until_step
+            or step in self._a.checkpoint_steps
+        )
 
     def value(self, name: str, step: float | None = None) -> Any:
         """One hyperparameter at ``step`` (default :attr:`step`)."""

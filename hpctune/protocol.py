@@ -45,6 +45,8 @@ class Assignment:
         checkpoint: The checkpoint to start from (path relative to the study directory), or None.
         checkpoint_sha256: Its checksum.
         decision_wait: Seconds to wait for the controller's decision at a boundary (0: never).
+        checkpoint_steps: Steps at which a checkpoint must be saved besides boundaries (stage
+            trees: the ends of the stages, where other trials branch off).
     """
 
     segment_id: int
@@ -61,6 +63,7 @@ class Assignment:
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None
     decision_wait: float = 0.0
+    checkpoint_steps: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -70,7 +73,9 @@ class Assignment:
     def from_dict(cls, data: dict[str, Any]) -> Assignment:
         """Build from the JSON form."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        fields["checkpoint_steps"] = tuple(int(s) for s in fields.get("checkpoint_steps", ()))
+        return cls(**fields)
 
 
 def write_assignment(path: Path, assignment: Assignment | None, reason: str = "") -> None:
@@ -150,4 +155,5 @@ class Heartbeat:
         if not isinstance(data, dict):
             return None
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        return cls(**fields)

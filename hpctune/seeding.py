@@ -62,4 +62,20 @@ def trial_seed(master_seed: int, trial_id: int) -> int:
     return int(seq.generate_state(1, np.uint32)[0]) & _MASK_31
 
 
-__all__ = ["component_seed", "index_rng", "trial_seed"]
+def stage_seed(master_seed: int) -> int:
+    """Return the seed of every trial of a stage-tree study: an int in ``[0, 2**31)``.
+
+    The same for all trials, so that trials sharing a prefix of hyperparameters train it alike
+    (a stage is trained once for all of them).
+    """
+    return component_seed(master_seed, "stages") & _MASK_31
+
+
+def step_seed(seed: int, step: int) -> int:
+    """Return a seed for the randomness of one step (data order, dropout) under ``seed``: an int
+    in ``[0, 2**31)`` that depends on ``(seed, step)`` only, not on how training got there."""
+    _check_seed("step", step)
+    return component_seed(seed, f"step-{step}") & _MASK_31
+
+
+__all__ = ["component_seed", "index_rng", "stage_seed", "step_seed", "trial_seed"]

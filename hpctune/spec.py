@@ -33,8 +33,18 @@ from hpctune.policies.generators import make_generator
 from hpctune.seeding import component_seed
 from hpctune.slurm.options import SlurmSpec, parse_slurm
 from hpctune.space import NoGridError, SearchSpace, parse_space
+from hpctune.stagetree.options import StagesSpec, parse_stages
 
-SECTIONS = ("study", "search_space", "generator", "policy", "resources", "slurm", "curves")
+SECTIONS = (
+    "study",
+    "search_space",
+    "generator",
+    "policy",
+    "resources",
+    "slurm",
+    "curves",
+    "stages",
+)
 STUDY_KEYS = (
     "name",
     "directory",
@@ -206,6 +216,7 @@ class StudySpec:
         resources: Workers and their sizes.
         slurm: What the workers and the controller ask Slurm for.
         curves: Where and how learning-curve fits run (``[curves]``).
+        stages: Whether the study runs as a stage tree (``[stages]``).
     """
 
     source: Path
@@ -229,6 +240,7 @@ class StudySpec:
     metric_bounds: tuple[float, float] = (0.0, 1.0)
     random_level: float | None = None
     curves: CurvesSpec = field(default_factory=CurvesSpec)
+    stages: StagesSpec = field(default_factory=StagesSpec)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -262,6 +274,7 @@ class StudySpec:
             "metric_bounds": list(self.metric_bounds),
             "random_level": self.random_level,
             "curves": self.curves.to_dict(),
+            "stages": self.stages.to_dict(),
         }
 
     @classmethod
@@ -303,6 +316,7 @@ class StudySpec:
                 metric_bounds=tuple(d.get("metric_bounds", (0.0, 1.0))),  # type: ignore[arg-type]
                 random_level=d.get("random_level"),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
+                stages=StagesSpec.from_dict(d.get("stages", {})),
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -523,6 +537,7 @@ def parse_spec(
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
+    stages = parse_stages(_table(data, "stages", source, False), source, policy.name)
     return StudySpec(
         source=source,
         name=name,
@@ -545,6 +560,7 @@ def parse_spec(
         resources=resources,
         slurm=slurm,
         curves=curves,
+        stages=stages,
     )
 
 

@@ -253,6 +253,8 @@ class Worker:
             a.until_step,
         )
         paths = self.paths
+        with contextlib.suppress(Exception):  # import the user's module before the segment
+            self._function(a.entry)  # starts (start-up, not training); errors show in _call
         with EventWriter(paths.event_file(a.segment_id)) as events:
             events.write(
                 {

@@ -213,3 +213,28 @@ def test_a_fresh_start_has_no_checkpoint(tmp_path: Path) -> None:
     assert ctx.load_checkpoint() is None
     with pytest.raises(HpctuneError, match="report the step first"):
         ctx.save_checkpoint({}, step=3)
+
+
+def test_changed_lists_the_values_that_change_at_a_step(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path, start_step=2)
+    assert ctx.changed(2) == {"lr": 0.5, "width": 8}  # the first step: everything
+    assert ctx.changed(3) == {}
+    assert ctx.changed(4) == {"lr": 0.25}
+
+
+def test_step_seeds_depend_on_the_seed_and_step_only(tmp_path: Path) -> None:
+    ctx, _ = _context(tmp_path)
+    other, _ = _context(tmp_path / "other", trial_id=9, start_step=4, segment_id=8)
+    assert [ctx.step_seed(s) for s in range(6)] == [other.step_seed(s) for s in range(6)]
+    assert len({ctx.step_seed(s) for s in range(100)}) == 100
+    reseeded, _ = _context(tmp_path / "third", seed=12)
+    assert reseeded.step_seed(0) != ctx.step_seed(0)
+    assert all(0 <= ctx.step_seed(s) < 2**31 for s in range(10))
+
+
+def test_checkpoints_are_due_at_boundaries_stage_ends_and_the_segment_end(
+    tmp_path: Path,
+) -> None:
+    ctx, _ = _context(tmp_path, until_step=9, checkpoint_steps=(3, 7))
+    due = [s for s in range(1, 11) if ctx.checkpoint_due(s)]
+    assert due == [2, 3, 4, 6, 7, 8, 9, 10]

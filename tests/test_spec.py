@@ -365,6 +365,22 @@ def test_non_utf8_file(tmp_path: Path) -> None:
             "study.entry_point",
             "relative to the study.toml's folder",
         ),
+        (lambda d: d.update(stages={"enable": True}), "stages.enable", "`enabled`?"),
+        (
+            lambda d: d.update(stages={"enabled": "yes"}),
+            "stages.enabled",
+            "must be true or false, but got 'yes'",
+        ),
+        (
+            lambda d: d.update(stages={"enabled": True, "scheduler": "dfs"}),
+            "stages.scheduler",
+            "'critical-path', 'bfs', 'most-children'",
+        ),
+        (
+            lambda d: d.update(stages={"enabled": True}, policy={"name": "asha"}),
+            "stages.enabled",
+            'not with \'asha\'; set [policy] name = "default"',
+        ),
     ],
 )
 def test_error_messages(mutate: Callable[[dict[str, Any]], Any], field: str, message: str) -> None:
@@ -621,6 +637,17 @@ def test_valid_specs_load_and_round_trip(doc: dict[str, Any]) -> None:
     again = StudySpec.from_dict(d)
     assert again == spec
     assert again.to_dict() == spec.to_dict()
+
+
+def test_stages_section_round_trips(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["stages"] = {"enabled": True, "scheduler": "bfs"}
+    doc["policy"] = {"name": "default"}
+    spec = load_spec(_write(tmp_path, doc), now=NOW)
+    assert (spec.stages.enabled, spec.stages.scheduler) == (True, "bfs")
+    again = StudySpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again.stages == spec.stages
+    assert not load_spec(_write(tmp_path, base_doc()), now=NOW).stages.enabled
 
 
 def test_from_dict_names_a_missing_key(tmp_path: Path) -> None:

@@ -135,6 +135,9 @@ class IngestingController(ControllerBase):
             path=ref.path,
         )
         self.state.add_checkpoint(ref)
+        if self.spec.stages.enabled:
+            self._dirty = True  # a branch point's children may be ready; stage GC deletes
+            return
         if previous is not None and not self._pinned(previous):
             self._delete_checkpoints([previous])
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.controller._base import EXIT_GRACE
-from hpctune.controller._curves import CurveFittingController
+from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
 from hpctune.files import read_json, write_json_atomic
 from hpctune.journal import state as st
@@ -51,7 +51,7 @@ from hpctune.states import Decision, StudyState, TrialStatus
 logger = logging.getLogger(__name__)
 
 
-class Controller(CurveFittingController):
+class Controller(StageTreeController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -266,8 +266,8 @@ class Controller(CurveFittingController):
         if rows:
             self._delete_checkpoints(rows)
 
-    def _fill_slots(self) -> None:
-        """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
+    def _idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
+        """The started workers without a segment (running ones first) and the free slots."""
         active = self.state.active_segments()
         busy = {s.worker_id for s in active}
         live = self._live_workers()
@@ -281,6 +281,15 @@ class Controller(CurveFittingController):
         )
         can_submit = max(self.spec.slurm.max_pending - pending, 0)
         free_slots = min(self.spec.resources.slots - len(busy), len(idle) + can_submit)
+        return idle, free_slots
+
+    def _fill_slots(self) -> None:
+        """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
+        if self.stages_enabled:
+            self._fill_stage_slots()
+            return
+        active = self.state.active_segments()
+        idle, free_slots = self._idle_workers()
         if free_slots <= 0:
             return
         view = self._view(free_slots)
@@ -304,6 +313,61 @@ class Controller(CurveFittingController):
             self._order_exit(worker, "no work for it")
         if not placed and not active:
             self._set_study(StudyState.FINISHED, "no trial left to run")
+
+    def _fill_stage_slots(self) -> None:
+        """Stage trees: admit every trial, give free workers paths of the stage tree, delete
+        checkpoints nothing needs; the study ends when every trial has ended."""
+        if self.state.generated < self.spec.num_trials:
+            self._admit_trials(self._view())
+        idle, free_slots = self._idle_workers()
+        work, plan = self._stage_work(max(free_slots, 0))
+        for item in work:
+            worker_id = idle.pop(0).worker_id if idle else self._new_worker()
+            self._assign_stages(item, worker_id)
+        if work:
+            plan = self._stage_plan()
+        self._collect_stage_checkpoints(plan)
+        active = self.state.active_segments()
+        live = [t for t in self.state.trials.values() if not t.status.is_final]
+        if live and active:
+            return  # the children of running paths' branch points come: keep the allocations
+        for worker in idle:
+            self._order_exit(worker, "no work for it")
+        if not live and not active:
+            self._set_study(StudyState.FINISHED, "every trial of the stage tree has ended")
+        elif live and not active and free_slots > 0:
+            self._set_study(
+                StudyState.STOPPING,
+                f"trials {sorted(t.trial_id for t in live)[:10]} wait for stages no worker "
+                "can run; see the controller log",
+                fail=True,
+            )
+
+    def _assign_stages(self, work: StageWork, worker_id: str) -> None:
+        trial = self.state.trials[work.trial_id]
+        self._lineage_for(trial, work)
+        segment_id = len(self.state.segments)
+        self._log(
+            st.SEGMENT_ASSIGNED,
+            trial=trial.trial_id,
+            segment=segment_id,
+            worker=worker_id,
+            start_step=work.start_step,
+            until_step=work.until_step,
+            checkpoint_row=work.checkpoint_row,
+            checkpoint_steps=list(work.checkpoint_steps),
+            stages=list(work.stages),
+        )
+        logger.info(
+            "segment %d: trial %d on worker %s, stages %s, steps %d-%d",
+            segment_id,
+            trial.trial_id,
+            worker_id,
+            list(work.stages),
+            work.start_step,
+            work.until_step,
+        )
+        self._outbox.append(self._assignment_writer(self.state.segments[segment_id]))
 
     def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
         self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
@@ -402,7 +466,7 @@ class Controller(CurveFittingController):
             segment_id=seg.segment_id,
             trial_id=seg.trial_id,
             params=trial.params,
-            seed=trial.seed,
+            seed=self.stage_seed() if self.stages_enabled else trial.seed,
             start_step=seg.start_step,
             until_step=seg.until_step,
             max_steps=self.spec.max_steps,
@@ -417,6 +481,7 @@ class Controller(CurveFittingController):
             checkpoint=ref.path if ref is not None else None,
             checkpoint_sha256=ref.sha256 if ref is not None else None,
             decision_wait=self.decision_wait if self.policy.boundary_decisions else 0.0,
+            checkpoint_steps=seg.checkpoint_steps,
         )
         path = self.paths.assignment(seg.worker_id)
 

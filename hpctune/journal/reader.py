@@ -21,6 +21,7 @@ from hpctune.journal.state import (
     StudyRecord,
     TrialRecord,
     decode_data,
+    inherit_prefix_curves,
     valid_rows,
 )
 from hpctune.journal.store import JournalReader
@@ -104,6 +105,7 @@ def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
         tr.curve_steps = metrics.step[rows].tolist()
         tr.curve_values = metrics.values(record.metric)[rows].tolist()
         tr.curve_times = metrics.time[rows].tolist()
+    inherit_prefix_curves(record)
     names = reader.metric_names if record.trials else []
     for trial_id in metrics.by_trial:
         tr = record.trials.get(trial_id)

@@ -30,6 +30,7 @@ POLICY_STATE = "policy_state"
 CHECKPOINT_DELETED = "checkpoint_deleted"
 CONTROLLER = "controller"
 PREDICTION = "prediction"
+LINEAGE = "lineage"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -44,6 +45,7 @@ LOG_KINDS = (
     CHECKPOINT_DELETED,
     CONTROLLER,
     PREDICTION,
+    LINEAGE,
 )
 
 
@@ -93,6 +95,7 @@ class SegmentRecord:
     decision: str = ""  # the last non-continue decision sent to it ("suspend" or "stop")
     decision_reason: str = ""
     decision_time: float | None = None
+    checkpoint_steps: tuple[int, ...] = ()  # stage trees: save a checkpoint at these steps
 
 
 @dataclass
@@ -111,6 +114,7 @@ class TrialRecord:
     end_step: int | None = None  # the step at which it is complete (None: max_steps)
     generation: int | None = None  # PBT
     initiator: int | None = None  # PBT: the trial whose reproduction created it
+    shares_prefix: bool = False  # stage trees: its steps up to parent_step are its parent's
     status: TrialStatus = TrialStatus.QUEUED
     history: list[StatusChange] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)
@@ -284,6 +288,7 @@ class StudyRecord:
             until_step=int(data["until_step"]),
             checkpoint_row=data.get("checkpoint_row"),
             assigned_time=time,
+            checkpoint_steps=tuple(int(s) for s in data.get("checkpoint_steps", ())),
         )
         self.segments[segment] = record
         tr = self.trials[trial]
@@ -370,6 +375,19 @@ class StudyRecord:
                 if tr is not None and tr.checkpoint_row == ref.row:
                     tr.checkpoint_row = None
 
+    def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
+        is the parent's (copied here; :func:`inherit_prefix_curves` does it for readers)."""
+        record = self.trials[trial]
+        parent = self.trials[int(data["parent_trial"])]
+        step = int(data["parent_step"])
+        record.parent_trial = parent.trial_id
+        record.parent_step = step
+        record.parent_checkpoint_row = data.get("parent_checkpoint_row")
+        record.shares_prefix = True
+        _copy_prefix(parent, record, step)
+        record.step = max(record.step, step) if record.status.is_final else step
+
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":
             self.controller_starts += 1
@@ -430,6 +448,44 @@ class StudyRecord:
         for trial in self.trials.values():
             result[trial.status.value] += 1
         return result
+
+
+def _copy_prefix(parent: TrialRecord, child: TrialRecord, step: int) -> None:
+    """Make ``child``'s curve the parent's up to ``step``, then its own points after it."""
+    keep = [i for i, s in enumerate(parent.curve_steps) if s <= step]
+    own = [i for i, s in enumerate(child.curve_steps) if s > step]
+    child.curve_steps, child.curve_values, child.curve_times = (
+        [parent.curve_steps[i] for i in keep] + [child.curve_steps[i] for i in own],
+        [parent.curve_values[i] for i in keep] + [child.curve_values[i] for i in own],
+        [parent.curve_times[i] for i in keep] + [child.curve_times[i] for i in own],
+    )
+
+
+def inherit_prefix_curves(record: StudyRecord) -> None:
+    """Give every stage-tree trial its parent's curve up to its branch step (parents first).
+
+    Readers build curves from each trial's own metric rows; a trial that went on from another
+    trial's checkpoint (a ``lineage`` record) trained only the steps after it.
+    """
+    trials = record.trials
+    done: set[int] = set()
+
+    def visit(trial: TrialRecord) -> None:
+        chain = []
+        while trial.trial_id not in done and trial.shares_prefix:
+            chain.append(trial)
+            parent = trials.get(trial.parent_trial)  # type: ignore[arg-type]
+            if parent is None or parent.trial_id in (t.trial_id for t in chain):
+                break
+            trial = parent
+        for t in reversed(chain):
+            parent = trials.get(t.parent_trial)  # type: ignore[arg-type]
+            if parent is not None:
+                _copy_prefix(parent, t, int(t.parent_step or 0))
+            done.add(t.trial_id)
+
+    for trial in list(trials.values()):
+        visit(trial)
 
 
 def decode_data(text: str) -> dict[str, Any]:

@@ -29,14 +29,28 @@ def _rows(tree: StageTree) -> list[float]:
     return row
 
 
+STATUS_COLOURS = {
+    "done": "tab:green",
+    "running": "tab:orange",
+    "pending": "0.7",
+    "released": "tab:red",
+}
+
+
 def plot_stage_tree(
-    tree: StageTree, path: Path | str, *, title: str = "", unit: str = "step"
+    tree: StageTree,
+    path: Path | str,
+    *,
+    title: str = "",
+    unit: str = "step",
+    statuses: list[str] | None = None,
 ) -> Path:
     """Draw the stage tree to ``path`` (PNG, or any format matplotlib infers from the suffix).
 
-    Each stage is a bar from its start to its end step, coloured by the trials it serves; a
-    vertical line joins it to its parent's end. Stages are labelled with the pieces that change
-    when there are at most 40 of them.
+    Each stage is a bar from its start to its end step, coloured by the trials it serves (or by
+    its status when ``statuses`` are given: done, running, pending, released); a vertical line
+    joins it to its parent's end. Stages are labelled with the pieces that change when there
+    are at most 40 of them.
 
     Raises:
         UsageError: matplotlib is not installed.
@@ -60,7 +74,11 @@ def plot_stage_tree(
     cmap = plt.get_cmap("viridis")
     for stage in tree.stages:
         y = row[stage.id]
-        colour = cmap(served[stage.id] / most)
+        colour = (
+            cmap(served[stage.id] / most)
+            if statuses is None
+            else STATUS_COLOURS[statuses[stage.id]]
+        )
         ax.plot([stage.start, stage.end], [y, y], color=colour, linewidth=4, solid_capstyle="butt")
         if stage.parent is not None:
             ax.plot([stage.start, stage.start], [row[stage.parent], y], color="0.6", linewidth=1)
@@ -82,8 +100,18 @@ def plot_stage_tree(
     ax.set_xlabel(unit)
     ax.set_yticks([])
     ax.invert_yaxis()
-    scale = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, most))
-    fig.colorbar(scale, ax=ax, label="trials served")
+    if statuses is None:
+        scale = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, most))
+        fig.colorbar(scale, ax=ax, label="trials served")
+    else:
+        from matplotlib.lines import Line2D
+
+        handles = [
+            Line2D([], [], color=c, linewidth=4, label=s)
+            for s, c in STATUS_COLOURS.items()
+            if s in statuses
+        ]
+        ax.legend(handles=handles, loc="lower right", fontsize=7)
     ax.set_title(title or f"stage tree: {len(tree.stages)} stages")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -89,11 +89,14 @@ def _subtree_trials(tree: StageTree) -> list[int]:
     return counts
 
 
-def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
+def format_stage_tree(
+    tree: StageTree, max_lines: int = 60, labels: list[str] | None = None
+) -> str:
     """Return the tree as indented lines: steps, trials served, the pieces that change.
 
     A root shows every parameter; a child only the parameters whose piece differs from its
-    parent's. At most ``max_lines`` stage lines are shown (``0``: all), then a count of the rest.
+    parent's. ``labels`` (e.g. statuses) go after each stage's steps. At most ``max_lines``
+    stage lines are shown (``0``: all), then a count of the rest.
     """
     lines: list[str] = []
     served = _subtree_trials(tree)
@@ -112,8 +115,9 @@ def format_stage_tree(tree: StageTree, max_lines: int = 60) -> str:
             changed = {n for n, p in stage.config if before.get(n) != p}
         what = describe_config(stage.config, changed) if changed != set() else "(continued)"
         n = served[sid]
+        label = f" {labels[sid]}" if labels is not None else ""
         lines.append(
-            f"{'  ' * depth}[{stage.id}] steps {stage.start}-{stage.end} "
+            f"{'  ' * depth}[{stage.id}] steps {stage.start}-{stage.end}{label} "
             f"({n} trial{'s' if n != 1 else ''}): {what}"
         )
         shown += 1

@@ -1,11 +1,13 @@
 """The digits MLP with hyperparameter sequences: learning rate and batch size change by epoch.
 
 Written so that trials whose sequences share a prefix train that prefix identically (what a
-stage tree shares): every trial starts from the same initial model (seed 0, not the trial's
-seed), each epoch's data order and dropout masks depend only on the epoch, and the checkpoint
-holds the model and the optimizer state. So the state after epoch e is a function of the
-hyperparameters in force during epochs 0..e-1 only, and a trial resumed from another trial's
-checkpoint at a shared epoch continues exactly as if it had trained that prefix itself.
+stage tree shares): the initial model comes from ``ctx.seed`` (the same for every trial of a
+stage-tree study), each epoch's data order and dropout masks from ``ctx.step_seed(epoch)`` (the
+epoch only), and the checkpoint holds the model and the optimizer state (momentum buffers). So
+the state after epoch e is a function of the hyperparameters in force during epochs 0..e-1 only,
+and a trial resumed from another trial's checkpoint at a shared epoch continues exactly as if it
+had trained that prefix itself. Checkpoints are saved when ``ctx.checkpoint_due`` says so
+(boundaries, the segment's end, and the ends of stages, where other trials branch off).
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from __future__ import annotations
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
-
-SEED = 0  # the same for every trial: shared prefixes must train identically
 
 
 def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -45,7 +45,7 @@ def train(ctx) -> None:
     torch.set_num_threads(1)
     p = ctx.params
     x_train, y_train, x_val, y_val = load_data()
-    torch.manual_seed(SEED)
+    torch.manual_seed(ctx.seed)
     model = make_model(p["hidden"], p["layers"], p["dropout"], p["activation"])
     optimizer = torch.optim.SGD(
         model.parameters(), lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"]
@@ -59,8 +59,8 @@ def train(ctx) -> None:
         for group in optimizer.param_groups:
             group["lr"] = ctx.value("lr", epoch)  # the sequences' values in this epoch
         batch_size = int(ctx.value("batch_size", epoch))
-        generator = torch.Generator().manual_seed(SEED * 1000 + epoch)
-        torch.manual_seed(SEED * 1000 + epoch)  # dropout masks
+        generator = torch.Generator().manual_seed(ctx.step_seed(epoch))
+        torch.manual_seed(ctx.step_seed(epoch))  # dropout masks
         model.train()
         order = torch.randperm(len(y_train), generator=generator)
         total = 0.0
@@ -82,7 +82,9 @@ def train(ctx) -> None:
             val_loss=val_loss,
             val_accuracy=val_accuracy,
         )
-        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+        if ctx.checkpoint_due(epoch + 1):
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            ctx.save_checkpoint(state)
         if result.should_stop:
             break
     print(f"trial {ctx.trial_id}: val_accuracy {val_accuracy:.4f} at step {ctx.step}")

@@ -1,0 +1,176 @@
+"""Stage-tree execution (Hippo): free workers get paths of stages, shared prefixes train once.
+
+With ``[stages] enabled = true`` every trial of the generator is admitted at once as a request of
+one search plan. At every decision the plan is rebuilt from the journal
+(:func:`~hpctune.stagetree.from_study.plan_from_study`), a stage tree is generated from it
+(Algorithm 1) and the scheduler (critical path by default) gives each free worker a path of
+stages. A path is run as a segment of one trial whose request ends at the path's last stage: it
+starts from the checkpoint the path's first stage loads (any trial's; a ``lineage`` record then
+says the trial goes on from there, and its curve up to that step is the other trial's), and it
+saves a checkpoint at the end of every stage, so the branch points' children become ready while
+the worker trains on. A trial whose request a checkpoint answers completes without training.
+Checkpoints no pending request can resume from are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from hpctune.controller._curves import CurveFittingController
+from hpctune.journal import state as st
+from hpctune.journal.state import TrialRecord
+from hpctune.policies import StudyView
+from hpctune.seeding import stage_seed, trial_seed
+from hpctune.stagetree.from_study import answered_trials, plan_from_study, profile_step_cost
+from hpctune.stagetree.plan import SearchPlan
+from hpctune.stagetree.schedulers import Scheduler, pick
+from hpctune.stagetree.tree import build_stage_tree, needed_checkpoints
+from hpctune.states import TrialStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """A path of stages for one worker, as a segment of ``trial_id``.
+
+    Attributes:
+        trial_id: The trial the segment belongs to (its request ends at the path's end).
+        start_step: The step the path starts from.
+        until_step: The path's last step.
+        checkpoint_row: The checkpoint it loads (``None``: a fresh model).
+        checkpoint_steps: The ends of the path's stages (branch points and request ends).
+        stages: The stage ids (for the log).
+    """
+
+    trial_id: int
+    start_step: int
+    until_step: int
+    checkpoint_row: int | None
+    checkpoint_steps: tuple[int, ...]
+    stages: tuple[int, ...]
+
+
+class StageTreeController(CurveFittingController):
+    """Admits the generator's trials to the search plan and picks the paths workers run."""
+
+    @property
+    def stages_enabled(self) -> bool:
+        """True when the study runs as a stage tree."""
+        return self.spec.stages.enabled
+
+    def stage_seed(self) -> int:
+        """The seed every trial of a stage-tree study gets (shared prefixes train alike)."""
+        return stage_seed(self.spec.seed)
+
+    def _admit_trials(self, view: StudyView) -> None:
+        """Create every trial the generator has left (Hippo: every trial is a request)."""
+        while self.state.generated < self.spec.num_trials:
+            index = self.state.generated
+            trial_id = len(self.state.trials)
+            params = self.generator.suggest(index, view)
+            self._log(
+                st.TRIAL_CREATED,
+                trial=trial_id,
+                params=params,
+                generator_index=index,
+                seed=trial_seed(self.spec.seed, trial_id),
+            )
+            logger.info("trial %d created: %s", trial_id, params)
+
+    def _stage_plan(self) -> SearchPlan:
+        return plan_from_study(self.state, self.spec.max_steps)
+
+    def _answer_trials(self, plan: SearchPlan) -> bool:
+        """Complete the trials whose request a checkpoint answers (no training needed);
+        return True if there were any."""
+        answered = answered_trials(self.state, plan)
+        for trial_id in answered:
+            path = plan.trials[trial_id]
+            row = int(plan.nodes[path.nodes[-1]].checkpoints[path.end])
+            ref = self.state.checkpoints[row]
+            if ref.trial_id != trial_id:
+                self._log(
+                    st.LINEAGE,
+                    trial=trial_id,
+                    parent_trial=ref.trial_id,
+                    parent_step=ref.step,
+                    parent_checkpoint_row=row,
+                )
+            self._set_trial(
+                self.state.trials[trial_id],
+                TrialStatus.COMPLETED,
+                f"answered by trial {ref.trial_id}'s checkpoint at step {ref.step}",
+            )
+        return bool(answered)
+
+    def _stage_work(self, count: int) -> tuple[list[StageWork], SearchPlan]:
+        """Up to ``count`` paths for free workers, from a stage tree generated now."""
+        plan = self._stage_plan()
+        if self._answer_trials(plan):
+            plan = self._stage_plan()
+        tree = build_stage_tree(plan)
+        scheduler = Scheduler(self.spec.stages.scheduler)
+        cost = profile_step_cost(self.state, plan)
+        taken: set[int] = set()
+        work: list[StageWork] = []
+        while len(work) < count:
+            path = pick(scheduler, tree, tree.roots, cost, taken)
+            if not path:
+                break
+            taken.update(path)
+            first, last = tree.stages[path[0]], tree.stages[path[-1]]
+            live = [t for t in last.trials if not self.state.trials[t].status.is_final]
+            if not live:  # pragma: no cover - a leaf stage always ends a live request
+                logger.warning("stage %d ends no live trial's request; skipped", last.id)
+                continue
+            source = first.source
+            row = None if source is None else int(plan.nodes[source.node].checkpoints[source.step])
+            work.append(
+                StageWork(
+                    trial_id=min(live),
+                    start_step=first.start,
+                    until_step=last.end,
+                    checkpoint_row=row,
+                    checkpoint_steps=tuple(tree.stages[s].end for s in path),
+                    stages=tuple(path),
+                )
+            )
+        return work, plan
+
+    def _lineage_for(self, trial: TrialRecord, work: StageWork) -> None:
+        """Record that ``trial`` goes on from another trial's checkpoint, if it does."""
+        if work.checkpoint_row is None:
+            return
+        ref = self.state.checkpoints[work.checkpoint_row]
+        if ref.trial_id != trial.trial_id:
+            self._log(
+                st.LINEAGE,
+                trial=trial.trial_id,
+                parent_trial=ref.trial_id,
+                parent_step=ref.step,
+                parent_checkpoint_row=ref.row,
+            )
+
+    def _collect_stage_checkpoints(self, plan: SearchPlan) -> None:
+        """Delete checkpoints nothing can resume from: not needed by a pending request
+        (:func:`needed_checkpoints`), not the start of an active segment, not a trial's last."""
+        needed = {int(plan.nodes[p.node].checkpoints[p.step]) for p in needed_checkpoints(plan)}
+        needed |= {
+            s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None
+        }
+        needed |= {
+            t.checkpoint_row for t in self.state.trials.values() if t.checkpoint_row is not None
+        }
+        active = {s.segment_id for s in self.state.active_segments()}
+        rows = [
+            ref.row
+            for ref in self.state.checkpoints.values()
+            if not ref.deleted and ref.row not in needed and ref.segment_id not in active
+        ]
+        if rows:
+            self._delete_checkpoints(rows)
+
+
+__all__ = ["StageTreeController", "StageWork"]

@@ -1,0 +1,154 @@
+"""A study's search plan, rebuilt from its journal state (pure: reads a ``StudyRecord``).
+
+The controller keeps no search plan of its own: at every decision it folds the journal's trials,
+checkpoints and active segments into a fresh :class:`~hpctune.stagetree.plan.SearchPlan`, so a
+restarted controller has exactly the plan the killed one had.
+
+- Trials, in id order, each trained to ``min(end_step, max_steps)``.
+- Checkpoints (not deleted), each attached to the node of its trial that trained its step; the
+  first one of a (node, step) wins. Checkpoint ids are journal rows as strings.
+- A request is done when a checkpoint exists at its end, or when all its trials have ended
+  (completed, terminated or failed: nothing is left to train for them).
+- Claims: each active segment claims, in every node of its trial's path, the steps from its
+  latest checkpoint (or its start) to its ``until_step``.
+
+:func:`profile_step_cost` is the scheduler's cost estimate: measured seconds per step of every
+configuration piece trained so far (Hippo §4.3's profiling), the mean of all measured steps for a
+piece not trained yet, and one second per step before anything was measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Mapping
+
+from hpctune.journal.state import StudyRecord
+from hpctune.stagetree.pieces import ConfigPiece, trial_stages
+from hpctune.stagetree.plan import RequestStatus, SearchPlan
+from hpctune.stagetree.schedulers import StepCost
+
+
+def trial_end(record: StudyRecord, trial_id: int, max_steps: int) -> int:
+    """The step a trial is trained to: its ``end_step`` (if any), at most ``max_steps``."""
+    end = record.trials[trial_id].end_step
+    return min(end or max_steps, max_steps)
+
+
+def node_at(plan: SearchPlan, trial_id: int, step: int) -> int | None:
+    """The node of a trial's path that trains ``step`` (the one with ``start < step <= the
+    next node's start``), ``None`` for step 0 or a step beyond the trial's end."""
+    path = plan.trials[trial_id]
+    if not 0 < step <= path.end:
+        return None
+    found = None
+    for node_id in path.nodes:
+        if plan.nodes[node_id].start < step:
+            found = node_id
+    return found
+
+
+def path_ranges(plan: SearchPlan, trial_id: int) -> list[tuple[int, int, int]]:
+    """``(node, start, end)`` for each node of a trial's path: the steps it trains there."""
+    path = plan.trials[trial_id]
+    starts = [plan.nodes[n].start for n in path.nodes]
+    ends = [*starts[1:], path.end]
+    return list(zip(path.nodes, starts, ends, strict=True))
+
+
+def plan_from_study(record: StudyRecord, max_steps: int) -> SearchPlan:
+    """Fold a study's trials, checkpoints and active segments into a search plan.
+
+    Raises:
+        ValueError: A trial's hyperparameters are not valid schedules (names the trial).
+    """
+    plan = SearchPlan()
+    for trial_id in sorted(record.trials):
+        trial = record.trials[trial_id]
+        try:
+            stages = trial_stages(trial.params, max_steps)
+        except ValueError as exc:
+            raise ValueError(f"trial {trial_id}: {exc}") from None
+        plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps))
+    for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
+        if ref.deleted or ref.trial_id not in plan.trials:
+            continue
+        node = node_at(plan, ref.trial_id, ref.step)
+        if node is not None and ref.step not in plan.nodes[node].checkpoints:
+            plan.add_checkpoint(node, ref.step, str(ref.row))
+    for plan_node in plan.nodes:
+        for request in plan_node.requests.values():
+            if all(record.trials[t].status.is_final for t in request.trials):
+                request.status = RequestStatus.DONE
+    for seg in record.active_segments():
+        if seg.trial_id not in plan.trials:
+            continue
+        since = seg.start_step
+        for ref in record.checkpoints.values():
+            if ref.segment_id == seg.segment_id and not ref.deleted:
+                since = max(since, ref.step)
+        for node, start, end in path_ranges(plan, seg.trial_id):
+            lo, hi = max(start, since), min(end, seg.until_step)
+            if lo < hi:
+                plan.claim(node, lo, hi)
+    return plan
+
+
+def answered_trials(record: StudyRecord, plan: SearchPlan) -> list[int]:
+    """Trials not ended and not running whose request a checkpoint answers: they need no
+    training (an identical trial trained it, or their own segment ended before it could say
+    so, e.g. its worker died right after the last checkpoint)."""
+    busy = {s.trial_id for s in record.active_segments()}
+    found = []
+    for trial_id, path in sorted(plan.trials.items()):
+        trial = record.trials[trial_id]
+        if trial.status.is_final or trial_id in busy:
+            continue
+        if path.end in plan.nodes[path.nodes[-1]].checkpoints:
+            found.append(trial_id)
+    return found
+
+
+def profile_step_cost(record: StudyRecord, plan: SearchPlan) -> StepCost:
+    """Seconds per step by configuration piece, measured from the trials' report times.
+
+    A step's time is the gap between two consecutive reports of one segment (the first report
+    of a segment also pays the start-up, so it is left out).
+    """
+    seconds: dict[ConfigPiece, list[float]] = defaultdict(list)
+    for seg in record.segments.values():
+        trial = record.trials.get(seg.trial_id)
+        if trial is None or seg.trial_id not in plan.trials:
+            continue
+        last = seg.end_step if seg.end_step is not None else trial.step
+        points = [
+            (s, t)
+            for s, t in zip(trial.curve_steps, trial.curve_times, strict=True)
+            if seg.start_step < s <= last
+        ]
+        for (s0, t0), (s1, t1) in itertools.pairwise(points):
+            node = node_at(plan, seg.trial_id, s1)
+            if node is not None and s1 > s0 and t1 >= t0:
+                seconds[plan.nodes[node].config].append((t1 - t0) / (s1 - s0))
+    return _cost_from(seconds)
+
+
+def _cost_from(seconds: Mapping[ConfigPiece, list[float]]) -> StepCost:
+    means = {c: sum(v) / len(v) for c, v in seconds.items() if v}
+    every = [x for v in seconds.values() for x in v]
+    default = sum(every) / len(every) if every else 1.0
+
+    def cost(config: ConfigPiece) -> float:
+        return means.get(config, default)
+
+    return cost
+
+
+__all__ = [
+    "answered_trials",
+    "node_at",
+    "path_ranges",
+    "plan_from_study",
+    "profile_step_cost",
+    "trial_end",
+]

@@ -1,0 +1,180 @@
+"""Stage-tree execution on the local executor with real PyTorch training (jobs/digits-stages).
+
+A grid of learning-rate sequences and batch-size milestones whose trials share prefixes runs
+with ``[stages] enabled = true``: every unique step is trained once, every trial completes with
+its whole curve, a trial run through shared stages has exactly the curve it has when run alone,
+checkpoints nothing needs are deleted, and a controller killed mid-study resumes the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hpctune.journal import open_study
+from hpctune.journal.reader import Study
+from hpctune.stagetree.summary import plan_configs
+from hpctune.states import StudyState, TrialStatus
+from tests.conftest import REPO, kill_workers, run_hpctune, start_hpctune, write_study
+
+TRAIN = REPO / "jobs" / "digits-stages" / "train.py"
+MAX_STEPS = 8
+LRS: list[Any] = [
+    {"schedule": "piecewise", "values": [0.1, 0.02], "milestones": [4]},
+    {"schedule": "piecewise", "values": [0.1, 0.05], "milestones": [4]},
+    {"schedule": "multistep", "base": 0.1, "milestones": [6], "gamma": 0.1},
+]
+BATCH_SIZES: list[Any] = [
+    {"schedule": "constant", "value": 32, "integer": True},
+    {"schedule": "multistep", "base": 32, "milestones": [5], "gamma": 2, "integer": True},
+]
+FIXED = {
+    "hidden": 32,
+    "layers": 1,
+    "dropout": 0.1,
+    "momentum": 0.9,
+    "weight_decay": 1e-4,
+    "activation": "relu",
+}
+
+
+def _spec(folder: Path, directory: Path, space: dict[str, Any], num_trials: int) -> Path:
+    path = write_study(
+        folder,
+        train=TRAIN,
+        metric="val_accuracy",
+        max_steps=MAX_STEPS,
+        num_trials=num_trials,
+        seed=5,
+        directory=str(directory),
+        space=space,
+        generator={"name": "grid"},
+    )
+    path.write_text(path.read_text() + "\n[stages]\nenabled = true\n")
+    return path
+
+
+def _grid_space() -> dict[str, Any]:
+    return {**FIXED, "lr": LRS, "batch_size": BATCH_SIZES}
+
+
+def _trained_steps(study: Study) -> int:
+    return sum((s.end_step or s.start_step) - s.start_step for s in study.record.segments.values())
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Study:
+    """The grid run once as a stage tree (the reference for the tests below)."""
+    folder = tmp_path_factory.mktemp("shared")
+    spec = _spec(folder, folder / "study", _grid_space(), 6)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    return open_study(folder / "study")
+
+
+def test_every_unique_step_is_trained_once(shared: Study) -> None:
+    record = shared.record
+    assert record.state is StudyState.FINISHED
+    configs = [t.params for t in shared.trials]
+    plan = plan_configs(configs, MAX_STEPS)
+    assert plan.unique_steps() < plan.total_steps() == 6 * MAX_STEPS
+    assert _trained_steps(shared) == plan.unique_steps()
+    for trial in shared.trials:
+        assert trial.status is TrialStatus.COMPLETED
+        curve = shared.curve(trial.trial_id)
+        assert curve.steps.tolist() == list(range(1, MAX_STEPS + 1))
+        assert np.isfinite(curve.values).all()
+
+
+def test_a_branching_trial_inherits_its_parents_curve(shared: Study) -> None:
+    forked = [t for t in shared.trials if t.shares_prefix]
+    assert forked, "no trial went on from another trial's checkpoint"
+    for trial in forked:
+        assert trial.parent_trial is not None
+        assert trial.parent_step is not None
+        mine, theirs = shared.curve(trial.trial_id), shared.curve(trial.parent_trial)
+        n = trial.parent_step
+        assert np.array_equal(mine.values[:n], theirs.values[:n])
+        own = [shared.record.segments[s].start_step for s in trial.segments]
+        assert own
+        assert min(own) >= n
+
+
+def test_checkpoints_nothing_needs_are_deleted(shared: Study) -> None:
+    kept = [c for c in shared.record.checkpoints.values() if not c.deleted]
+    assert len(shared.record.checkpoints) > len(kept) == len(shared.trials)
+    assert {c.step for c in kept} == {MAX_STEPS}
+    files = sorted((shared.directory / "checkpoints").rglob("*.pt"))
+    assert files == sorted(shared.directory / c.path for c in kept)
+
+
+def test_a_trial_through_shared_stages_has_its_curve_when_run_alone(
+    shared: Study, tmp_path: Path
+) -> None:
+    # the trial that branched off latest went through the most shared stages
+    trial = max((t for t in shared.trials if t.shares_prefix), key=lambda t: t.parent_step or 0)
+    alone = _spec(tmp_path, tmp_path / "alone", {**trial.params}, 1)
+    run_hpctune("launch", str(alone), "--local", check=True)
+    study = open_study(tmp_path / "alone")
+    assert _trained_steps(study) == MAX_STEPS
+    assert np.array_equal(study.curve(0).values, shared.curve(trial.trial_id).values), (
+        "resuming from another trial's checkpoint changed the curve"
+    )
+
+
+def _reports(study_dir: Path) -> int:
+    events = study_dir / "events"
+    if not events.exists():
+        return 0
+    return sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
+
+
+@pytest.mark.slow
+def test_a_killed_controller_resumes_the_stage_tree(shared: Study, tmp_path: Path) -> None:
+    study_dir = tmp_path / "killed"
+    spec = _spec(tmp_path, study_dir, _grid_space(), 6)
+    rng = random.Random(int(os.environ.get("HPCTUNE_KILL_SEED", "7")))
+    process = start_hpctune("launch", str(spec), "--local")
+    kills = 0
+    for round_ in range(3):
+        target = _reports(study_dir) + rng.randint(3, 10)
+        while process.poll() is None and _reports(study_dir) < target:
+            time.sleep(0.01)
+        if process.poll() is not None:
+            break
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        kills += 1
+        if round_ == 1:
+            kill_workers(study_dir)
+        process = start_hpctune("resume", str(study_dir), "--local")
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out
+    assert kills >= 2, "the study ended before the controller could be killed twice"
+    study = open_study(study_dir)
+    assert study.record.state is StudyState.FINISHED
+    assert len(study.trials) == 6
+    for trial in study.trials:
+        assert trial.status is TrialStatus.COMPLETED
+        assert [h.status for h in trial.history].count(TrialStatus.COMPLETED) == 1
+        assert np.array_equal(
+            study.curve(trial.trial_id).values, shared.curve(trial.trial_id).values
+        )
+
+
+def test_stagetree_command_shows_every_stage_done(shared: Study, tmp_path: Path) -> None:
+    result = run_hpctune("stagetree", str(shared.directory), "--json", check=True)
+    out = json.loads(result.stdout)
+    assert out["counts"]["done"] == len(out["stages"]) > 0
+    assert sum(s["end"] - s["start"] for s in out["stages"]) == _trained_steps(shared)
+    plot = tmp_path / "tree.png"
+    text = run_hpctune("stagetree", str(shared.directory), "--plot", str(plot), check=True)
+    assert f"{len(out['stages'])} stages: {len(out['stages'])} done" in text.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
