@@ -9,7 +9,13 @@ segments' time, the GPU-hours of a GPU cluster), worker-seconds allocated, end-t
 the best value; then the saving (trial-based / stage-based training time) against the merge
 rate p of ``hpctune plan`` (Hippo: savings match p for grid search).
 
-    python benchmarks/stagetree_run.py [--repeats 3] [--slots 2] [--hidden 1024] [--json]
+    python benchmarks/stagetree_run.py [--repeats 3] [--slots 2] [--hidden 1024]
+        [--policy default|sha] [--json]
+
+With ``--policy sha`` both runs use synchronous successive halving (eta 3, rungs 2, 6 and 20
+epochs): trial-based SHA trains each trial to its rungs; stage-based SHA asks the stage tree for
+the same rungs, so trials answered by a shared checkpoint train nothing (Hippo reports savings
+above the merge rate for SHA). The merge rate printed is the grid's (every trial to the end).
 
 Every worker's first segment pays one-off costs (PyTorch's lazy imports at the first optimizer,
 about 1 s here), and every segment a few milliseconds to build the model and load its
@@ -40,10 +46,11 @@ REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "jobs" / "digits-stages" / "study.toml"
 
 
-def write_variant(folder: Path, stages: bool, slots: int, hidden: int | None) -> Path:
-    """The study.toml with stages on or off, ``slots`` workers and ``hidden`` units (default:
-    the example's), next to its train.py."""
+def write_variant(folder: Path, stages: bool, slots: int, hidden: int | None, policy: str) -> Path:
+    """The study.toml with stages on or off, ``slots`` workers, ``hidden`` units (default: the
+    example's) and ``policy``, next to its train.py."""
     text = STUDY.read_text()
+    text = re.sub(r'^name = "default"', f'name = "{policy}"', text, count=1, flags=re.M)
     if hidden is not None:
         text = re.sub(r"^hidden = \d+", f"hidden = {hidden}", text, count=1, flags=re.M)
     text = re.sub(r"^enabled = \w+", f"enabled = {str(stages).lower()}", text, count=1, flags=re.M)
@@ -88,6 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--policy", choices=["default", "sha"], default="default")
     parser.add_argument(
         "--hidden", type=int, default=None, help="hidden units (longer epochs; default 128)"
     )
@@ -101,14 +109,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpctune-stages-") as tmp:
         folder = Path(tmp)
         variants = {
-            "trial-based": write_variant(folder, False, args.slots, args.hidden),
-            "stage-based": write_variant(folder, True, args.slots, args.hidden),
+            "trial-based": write_variant(folder, False, args.slots, args.hidden, args.policy),
+            "stage-based": write_variant(folder, True, args.slots, args.hidden, args.policy),
         }
         for i in range(args.repeats):
             for name, path in variants.items():
                 results[name].append(run(path, folder / f"{name}-{i}"))
     summary = {
-        name: {k: statistics.median(r[k] for r in runs) for k in ("training_s", "study_s")}
+        name: {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("training_s", "study_s", "steps_trained")
+        }
         for name, runs in results.items()
     }
     saving = summary["trial-based"]["training_s"] / summary["stage-based"]["training_s"]
@@ -120,6 +131,7 @@ def main() -> None:
         "merge_rate": plan.merge_rate(),
         "slots": args.slots,
         "hidden": args.hidden,
+        "policy": args.policy,
         "runs": results,
         "median": summary,
         "saving": saving,
@@ -132,7 +144,8 @@ def main() -> None:
     print(
         f"jobs/digits-stages: {out['trials']} trials, {out['total_steps']} total vs "
         f"{out['unique_steps']} unique steps, merge rate p = {out['merge_rate']:.2f}; "
-        f"{args.slots} workers, {args.repeats} repeats, hidden {args.hidden or 'as the example'}"
+        f"{args.slots} workers, {args.repeats} repeats, hidden {args.hidden or 'as the example'}, "
+        f"policy {args.policy}"
     )
     print(f"{'run':<14}{'steps':>7}{'train s':>9}{'alloc s':>9}{'study s':>9}{'best':>8}")
     for name, runs in results.items():
@@ -144,7 +157,9 @@ def main() -> None:
     print(
         f"median worker-seconds training: trial-based {summary['trial-based']['training_s']:.2f}"
         f", stage-based {summary['stage-based']['training_s']:.2f}: saving {saving:.2f}x = "
-        f"{out['saving_over_merge_rate']:.2f} x the merge rate; end to end {speedup:.2f}x"
+        f"{out['saving_over_merge_rate']:.2f} x the merge rate; end to end {speedup:.2f}x; "
+        f"median steps trained {summary['trial-based']['steps_trained']:g} vs "
+        f"{summary['stage-based']['steps_trained']:g}"
     )
 
 

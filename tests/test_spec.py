@@ -379,7 +379,7 @@ def test_non_utf8_file(tmp_path: Path) -> None:
         (
             lambda d: d.update(stages={"enabled": True}, policy={"name": "asha"}),
             "stages.enabled",
-            'not with \'asha\'; set [policy] name = "default"',
+            'not with \'asha\'; set [policy] name = "default" or "sha"',
         ),
     ],
 )

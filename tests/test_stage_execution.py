@@ -21,6 +21,8 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.journal.reader import Study
+from hpctune.stagetree.pieces import trial_stages
+from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.summary import plan_configs
 from hpctune.states import StudyState, TrialStatus
 from tests.conftest import REPO, kill_workers, run_hpctune, start_hpctune, write_study
@@ -178,3 +180,29 @@ def test_stagetree_command_shows_every_stage_done(shared: Study, tmp_path: Path)
     text = run_hpctune("stagetree", str(shared.directory), "--plot", str(plot), check=True)
     assert f"{len(out['stages'])} stages: {len(out['stages'])} done" in text.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_successive_halving_over_the_stage_tree(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, tmp_path / "sha", _grid_space(), 6)
+    text = spec.read_text().replace(
+        "[generator]",
+        '[policy]\nname = "sha"\nreduction_factor = 2\ngrace_period = 2\n\n[generator]',
+    )
+    spec.write_text(text)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(tmp_path / "sha")
+    record = study.record
+    assert record.state is StudyState.FINISHED
+    assert all(t.status.is_final for t in study.trials)
+    completed = [t for t in study.trials if t.status is TrialStatus.COMPLETED]
+    assert len(completed) == 2  # one per bracket (4 and 2 trials, rungs 2, 4, 8)
+    # trials reached their rungs from shared checkpoints: several trained nothing themselves
+    answered = [t for t in study.trials if t.shares_prefix and not t.segments]
+    assert answered
+    # every step any trial reached was trained once (the stage tree of the reached steps)
+    plan = SearchPlan()
+    for trial in study.trials:
+        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
+    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+    for trial in completed:
+        assert study.curve(trial.trial_id).steps.tolist() == list(range(1, MAX_STEPS + 1))

@@ -315,10 +315,14 @@ class Controller(StageTreeController):
             self._set_study(StudyState.FINISHED, "no trial left to run")
 
     def _fill_stage_slots(self) -> None:
-        """Stage trees: admit every trial, give free workers paths of the stage tree, delete
-        checkpoints nothing needs; the study ends when every trial has ended."""
-        if self.state.generated < self.spec.num_trials:
-            self._admit_trials(self._view())
+        """Stage trees: admit trials (all of them, or as the tuner asks), give free workers
+        paths of the stage tree, delete checkpoints nothing needs. The study ends when nothing
+        runs and nothing is requested."""
+        if self.spec.policy.name == "default":
+            if self.state.generated < self.spec.num_trials:
+                self._admit_trials(self._view())
+        else:
+            self._ask_stage_tuner()
         idle, free_slots = self._idle_workers()
         work, plan = self._stage_work(max(free_slots, 0))
         for item in work:
@@ -327,25 +331,55 @@ class Controller(StageTreeController):
         if work:
             plan = self._stage_plan()
         self._collect_stage_checkpoints(plan)
-        active = self.state.active_segments()
-        live = [t for t in self.state.trials.values() if not t.status.is_final]
-        if live and active:
+        if self.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
+        if self._dirty:
+            return  # trials reached their requests just now: ask the tuner again first
         for worker in idle:
             self._order_exit(worker, "no work for it")
-        if not live and not active:
-            self._set_study(StudyState.FINISHED, "every trial of the stage tree has ended")
-        elif live and not active and free_slots > 0:
+        queued = [t.trial_id for t in self.state.trials.values() if t.status is TrialStatus.QUEUED]
+        if not queued:
+            self._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
+        elif free_slots > 0:
             self._set_study(
                 StudyState.STOPPING,
-                f"trials {sorted(t.trial_id for t in live)[:10]} wait for stages no worker "
-                "can run; see the controller log",
+                f"trials {sorted(queued)[:10]} wait for stages no worker can run; see the "
+                "controller log",
                 fail=True,
             )
 
+    def _ask_stage_tuner(self) -> None:
+        """Let the tuner (SHA, Hyperband) start, promote and stop trials; in a stage tree a
+        trial holds no worker, so it is offered a slot for every trial of the study."""
+        slots = max(self.spec.num_trials, 1)
+        view = self._view(slots)
+        for action in self.policy.decide(view, Event.slot_free(slots), self._rng()):
+            if action.kind is ActionKind.START:
+                trial = self._trial_for(action, view)
+                if trial is not None:
+                    self._request(trial, action.until_step)
+            elif action.kind is ActionKind.RESUME:
+                trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
+                if trial is not None and trial.status in (
+                    TrialStatus.QUEUED,
+                    TrialStatus.SUSPENDED,
+                ):
+                    self._request(trial, action.until_step)
+            elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
+                self._apply(action, None)
+            else:
+                logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
+
+    def _request(self, trial: TrialRecord, until_step: int | None) -> None:
+        """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
+        if until_step != trial.request_step:
+            self._log(st.REQUEST, trial=trial.trial_id, until_step=until_step)
+        if trial.status is TrialStatus.SUSPENDED:
+            self._set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
+
     def _assign_stages(self, work: StageWork, worker_id: str) -> None:
         trial = self.state.trials[work.trial_id]
-        self._lineage_for(trial, work)
+        self._go_on_from(trial, work.checkpoint_row)
         segment_id = len(self.state.segments)
         self._log(
             st.SEGMENT_ASSIGNED,

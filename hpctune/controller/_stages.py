@@ -90,18 +90,13 @@ class StageTreeController(CurveFittingController):
             path = plan.trials[trial_id]
             row = int(plan.nodes[path.nodes[-1]].checkpoints[path.end])
             ref = self.state.checkpoints[row]
-            if ref.trial_id != trial_id:
-                self._log(
-                    st.LINEAGE,
-                    trial=trial_id,
-                    parent_trial=ref.trial_id,
-                    parent_step=ref.step,
-                    parent_checkpoint_row=row,
-                )
+            trial = self.state.trials[trial_id]
+            self._go_on_from(trial, row)
+            last = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
             self._set_trial(
-                self.state.trials[trial_id],
-                TrialStatus.COMPLETED,
-                f"answered by trial {ref.trial_id}'s checkpoint at step {ref.step}",
+                trial,
+                TrialStatus.COMPLETED if path.end >= last else TrialStatus.SUSPENDED,
+                f"reached step {path.end} (trial {ref.trial_id}'s checkpoint)",
             )
         return bool(answered)
 
@@ -139,12 +134,14 @@ class StageTreeController(CurveFittingController):
             )
         return work, plan
 
-    def _lineage_for(self, trial: TrialRecord, work: StageWork) -> None:
-        """Record that ``trial`` goes on from another trial's checkpoint, if it does."""
-        if work.checkpoint_row is None:
+    def _go_on_from(self, trial: TrialRecord, row: int | None) -> None:
+        """Record that ``trial`` goes on from checkpoint ``row`` if another trial wrote it (a
+        ``lineage`` record; nothing if it is its own or the same lineage is recorded)."""
+        if row is None:
             return
-        ref = self.state.checkpoints[work.checkpoint_row]
-        if ref.trial_id != trial.trial_id:
+        ref = self.state.checkpoints[row]
+        same = (trial.parent_trial, trial.parent_step) == (ref.trial_id, ref.step)
+        if ref.trial_id != trial.trial_id and not same:
             self._log(
                 st.LINEAGE,
                 trial=trial.trial_id,

@@ -31,6 +31,7 @@ CHECKPOINT_DELETED = "checkpoint_deleted"
 CONTROLLER = "controller"
 PREDICTION = "prediction"
 LINEAGE = "lineage"
+REQUEST = "request"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -46,6 +47,7 @@ LOG_KINDS = (
     CONTROLLER,
     PREDICTION,
     LINEAGE,
+    REQUEST,
 )
 
 
@@ -115,6 +117,7 @@ class TrialRecord:
     generation: int | None = None  # PBT
     initiator: int | None = None  # PBT: the trial whose reproduction created it
     shares_prefix: bool = False  # stage trees: its steps up to parent_step are its parent's
+    request_step: int | None = None  # stage trees: train it up to here for now (a rung)
     status: TrialStatus = TrialStatus.QUEUED
     history: list[StatusChange] = field(default_factory=list)
     segments: list[int] = field(default_factory=list)
@@ -387,6 +390,11 @@ class StudyRecord:
         record.shares_prefix = True
         _copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
+
+    def _on_request(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        """A stage-tree tuner asks for a trial to be trained up to ``until_step`` (a rung)."""
+        until = data.get("until_step")
+        self.trials[trial].request_step = None if until is None else int(until)
 
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":

@@ -4,7 +4,8 @@ The controller keeps no search plan of its own: at every decision it folds the j
 checkpoints and active segments into a fresh :class:`~hpctune.stagetree.plan.SearchPlan`, so a
 restarted controller has exactly the plan the killed one had.
 
-- Trials, in id order, each trained to ``min(end_step, max_steps)``.
+- Trials, in id order, each trained to its tuner's request (``request`` records: a rung of
+  SHA), else to ``min(end_step, max_steps)``.
 - Checkpoints (not deleted), each attached to the node of its trial that trained its step; the
   first one of a (node, step) wins. Checkpoint ids are journal rows as strings.
 - A request is done when a checkpoint exists at its end, or when all its trials have ended
@@ -27,12 +28,15 @@ from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
 from hpctune.stagetree.schedulers import StepCost
+from hpctune.states import TrialStatus
 
 
 def trial_end(record: StudyRecord, trial_id: int, max_steps: int) -> int:
-    """The step a trial is trained to: its ``end_step`` (if any), at most ``max_steps``."""
-    end = record.trials[trial_id].end_step
-    return min(end or max_steps, max_steps)
+    """The step a trial is trained to now: its tuner's request (a rung), else its
+    ``end_step``, at most ``max_steps``."""
+    trial = record.trials[trial_id]
+    end = min(trial.end_step or max_steps, max_steps)
+    return min(trial.request_step or end, end)
 
 
 def node_at(plan: SearchPlan, trial_id: int, step: int) -> int | None:
@@ -95,14 +99,13 @@ def plan_from_study(record: StudyRecord, max_steps: int) -> SearchPlan:
 
 
 def answered_trials(record: StudyRecord, plan: SearchPlan) -> list[int]:
-    """Trials not ended and not running whose request a checkpoint answers: they need no
+    """Queued trials (not running) whose request a checkpoint answers: they need no
     training (an identical trial trained it, or their own segment ended before it could say
     so, e.g. its worker died right after the last checkpoint)."""
     busy = {s.trial_id for s in record.active_segments()}
     found = []
     for trial_id, path in sorted(plan.trials.items()):
-        trial = record.trials[trial_id]
-        if trial.status.is_final or trial_id in busy:
+        if record.trials[trial_id].status is not TrialStatus.QUEUED or trial_id in busy:
             continue
         if path.end in plan.nodes[path.nodes[-1]].checkpoints:
             found.append(trial_id)

@@ -17,7 +17,7 @@ from hpctune.errors import StudySpecError
 
 STAGES_KEYS = ("enabled", "scheduler")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
-STAGE_POLICIES = ("default",)  # tuners that run over stage trees today
+STAGE_POLICIES = ("default", "sha", "hyperband")  # tuners that run over stage trees today
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ def parse_stages(table: Mapping[str, Any], path: Path, policy: str) -> StagesSpe
         raise StudySpecError(
             path,
             "stages.enabled",
-            f"stage trees run with the policies {', '.join(STAGE_POLICIES)} (every trial of "
-            f"the generator to its end, shared prefixes once), not with {policy!r}; set "
-            '[policy] name = "default" or stages.enabled = false',
+            f"stage trees run with the policies {', '.join(STAGE_POLICIES)} (tuners that ask "
+            "for trials trained to a step, not ones that decide at every boundary), not with "
+            f'{policy!r}; set [policy] name = "default" or "sha", or stages.enabled = false',
         )
     return StagesSpec(enabled=enabled, scheduler=scheduler)
 
