@@ -10,12 +10,17 @@ the best value; then the saving (trial-based / stage-based training time) agains
 rate p of ``hpctune plan`` (Hippo: savings match p for grid search).
 
     python benchmarks/stagetree_run.py [--repeats 3] [--slots 2] [--hidden 1024]
-        [--policy default|sha] [--json]
+        [--policy default|sha] [--two-studies] [--json]
 
 With ``--policy sha`` both runs use synchronous successive halving (eta 3, rungs 2, 6 and 20
 epochs): trial-based SHA trains each trial to its rungs; stage-based SHA asks the stage tree for
 the same rungs, so trials answered by a shared checkpoint train nothing (Hippo reports savings
 above the merge rate for SHA). The merge rate printed is the grid's (every trial to the end).
+
+With ``--two-studies`` the example grid runs with a stage store (``[stages] store``), then a
+follow-up study of the same model and code (4 learning-rate sequences x the same batch sizes)
+runs with that store and, for comparison, without it: the 2-wise merge rate and the follow-up's
+saving from reusing the first study's stages.
 
 Every worker's first segment pays one-off costs (PyTorch's lazy imports at the first optimizer,
 about 1 s here), and every segment a few milliseconds to build the model and load its
@@ -91,6 +96,102 @@ def run(spec_path: Path, study_dir: Path) -> dict[str, Any]:
     }
 
 
+def _warmup(then: dict[str, Any]) -> dict[str, Any]:
+    return {"schedule": "warmup", "warmup_steps": 3, "then": then}
+
+
+FOLLOW_UP_LRS: list[dict[str, Any]] = [
+    _warmup({"schedule": "cosine", "base": 0.1, "total_steps": 17}),
+    _warmup({"schedule": "exponential", "base": 0.1, "gamma": 0.9}),
+    _warmup({"schedule": "step", "base": 0.1, "step_size": 6, "gamma": 0.5}),
+    {"schedule": "multistep", "base": 0.1, "milestones": [12, 16], "gamma": 0.1},
+]
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML (numbers, strings, lists, inline tables)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def follow_up(text: str) -> str:
+    """A second study of the same model, data and code: four learning-rate sequences (one as
+    in the first study, two new decays after its warm-up, one later step decay) x the same
+    batch-size schedules."""
+    start = text.index("\nlr = [") + 1
+    end = text.index("\n]", start) + 2
+    lrs = "lr = [\n" + "".join(f"  {_toml(lr)},\n" for lr in FOLLOW_UP_LRS) + "]"
+    return text[:start] + lrs + text[end:]
+
+
+def two_studies(args: argparse.Namespace) -> dict[str, Any]:
+    """The first study (the example grid) fills a stage store; the follow-up study runs with
+    it (reusing the first one's stages), without it, and trial-based; figures of each run."""
+    from hpctune.stagetree.plan import SearchPlan
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="hpctune-two-studies-") as tmp:
+        folder = Path(tmp)
+        base = write_variant(folder, True, args.slots, args.hidden, "default").read_text()
+        store = f'store = "{folder / "store"}"\nfingerprint = "digits-mlp-benchmark"\n'
+        texts = {
+            "first": base.replace("[stages]\n", "[stages]\n" + store),
+            "follow-up with the store": follow_up(base).replace(
+                "[stages]\n", "[stages]\n" + store
+            ),
+            "follow-up alone": follow_up(base),
+            "follow-up trial-based": follow_up(base).replace("enabled = true", "enabled = false"),
+        }
+        specs = {}
+        for name, text in texts.items():
+            path = folder / f"{name.replace(' ', '-')}.toml"
+            path.write_text(text)
+            specs[name] = path
+        plans = {name: plan_configs(_grid(load_spec(p)), 20) for name, p in specs.items()}
+        both = SearchPlan()
+        plan_configs(_grid(load_spec(specs["first"])), 20, both)
+        plan_configs(_grid(load_spec(specs["follow-up alone"])), 20, both, first_id=100)
+        out["merge_rate"] = {
+            "first": plans["first"].merge_rate(),
+            "follow-up": plans["follow-up alone"].merge_rate(),
+            "two-wise": both.merge_rate(),
+            "follow-up unique steps": plans["follow-up alone"].unique_steps(),
+            "both unique steps": both.unique_steps(),
+            "first unique steps": plans["first"].unique_steps(),
+        }
+        for name, path in specs.items():
+            out[name] = run(path, folder / name.replace(" ", "-"))
+    return out
+
+
+def format_two_studies(result: dict[str, Any]) -> str:
+    """The two-study figures as text."""
+    rates = result["merge_rate"]
+    lines = [
+        f"merge rates: first {rates['first']:.2f}, follow-up {rates['follow-up']:.2f}, "
+        f"2-wise {rates['two-wise']:.2f}; unique steps: first {rates['first unique steps']}, "
+        f"follow-up {rates['follow-up unique steps']}, both {rates['both unique steps']}"
+    ]
+    for name in ("first", "follow-up trial-based", "follow-up alone", "follow-up with the store"):
+        r = result[name]
+        lines.append(
+            f"{name:<26} trials {r['trials']:>3} steps {r['steps_trained']:>4} "
+            f"train {r['training_s']:>7.2f} s study {r['study_s']:>6.2f} s best {r['best']:.4f}"
+        )
+    reused = result["follow-up with the store"]
+    for base in ("follow-up alone", "follow-up trial-based"):
+        seconds = result[base]["training_s"] / reused["training_s"]
+        steps = result[base]["steps_trained"] / max(reused["steps_trained"], 1)
+        lines.append(
+            f"follow-up with the store against {base}: {seconds:.2f}x fewer worker-seconds "
+            f"training, {steps:.2f}x fewer steps"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -99,9 +200,17 @@ def main() -> None:
     parser.add_argument(
         "--hidden", type=int, default=None, help="hidden units (longer epochs; default 128)"
     )
+    parser.add_argument(
+        "--two-studies",
+        action="store_true",
+        help="a first study fills a stage store, a follow-up study reuses it",
+    )
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     args = parser.parse_args()
-
+    if args.two_studies:
+        result = two_studies(args)
+        print(json.dumps(result, indent=1) if args.json else format_two_studies(result))
+        return
     spec = load_spec(STUDY)
     configs = [dict(c) for c in _grid(spec)]
     plan = plan_configs(configs, spec.max_steps)

@@ -101,6 +101,10 @@ class StudyPaths:
     def checkpoint_file(self, trial_id: int, step: int, segment_id: int) -> Path:
         return self.trial_checkpoints(trial_id) / f"step-{step:08d}-segment-{segment_id:06d}.pt"
 
+    def imported_checkpoint(self, trial_id: int, step: int, key: str) -> Path:
+        """A checkpoint taken from the stage store (``key``) for a trial."""
+        return self.trial_checkpoints(trial_id) / f"step-{step:08d}-store-{key}.pt"
+
     def worker_log(self, worker_id: str) -> Path:
         return self.logs / "workers" / f"{worker_id}.log"
 

@@ -537,7 +537,8 @@ def parse_spec(
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
-    stages = parse_stages(_table(data, "stages", source, False), source, policy.name)
+    code = entry.file.read_bytes() if entry.file is not None else str(entry.module).encode()
+    stages = parse_stages(_table(data, "stages", source, False), source, policy.name, code, metric)
     return StudySpec(
         source=source,
         name=name,

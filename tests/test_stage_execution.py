@@ -206,3 +206,37 @@ def test_successive_halving_over_the_stage_tree(tmp_path: Path) -> None:
     assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
     for trial in completed:
         assert study.curve(trial.trial_id).steps.tolist() == list(range(1, MAX_STEPS + 1))
+
+
+def test_a_second_study_reuses_the_first_ones_stages(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shared_store = f'\nstore = "{store}"\nfingerprint = "digits-mlp-test"\n'
+
+    def spec(name: str, lrs: list[Any]) -> Path:
+        space = {**FIXED, "lr": lrs, "batch_size": BATCH_SIZES[0]}
+        path = _spec(tmp_path / name, tmp_path / name / "study", space, len(lrs))
+        path.write_text(path.read_text() + shared_store)
+        return path
+
+    first = spec("a", LRS[:2])
+    second = spec("b", LRS[1:])
+    run_hpctune("launch", str(first), "--local", check=True)
+    assert len(list((store).glob("*/entries/*.json"))) == 3  # the branch point, two ends
+    run_hpctune("launch", str(second), "--local", check=True)
+    a, b = open_study(tmp_path / "a" / "study"), open_study(tmp_path / "b" / "study")
+    assert _trained_steps(a) == 4 + 2 * 4
+    # b's first trial is a's second: answered from the store without training; its second
+    # shares a's first four steps (lr 0.1) and trains only the last four
+    assert _trained_steps(b) == 4
+    assert not b.trial(0).segments
+    assert [s.start_step for s in (b.record.segments[i] for i in b.trial(1).segments)] == [4]
+    assert np.array_equal(b.curve(0).values, a.curve(1).values)
+    assert np.array_equal(b.curve(1).values[:4], a.curve(0).values[:4])
+    assert b.curve(1).steps.tolist() == list(range(1, MAX_STEPS + 1))
+    imported = [i for t in b.trials for i in t.info.get("imported", [])]
+    assert {(i["study"], i["step"]) for i in imported} == {("test", 8), ("test", 4)}
+    # a study whose training code differs shares nothing
+    changed = spec("c", LRS[1:2])
+    (changed.parent / "train.py").write_text(TRAIN.read_text() + "\n# changed\n")
+    run_hpctune("launch", str(changed), "--local", check=True)
+    assert _trained_steps(open_study(tmp_path / "c" / "study")) == MAX_STEPS

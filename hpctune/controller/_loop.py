@@ -330,6 +330,7 @@ class Controller(StageTreeController):
             self._assign_stages(item, worker_id)
         if work:
             plan = self._stage_plan()
+        self._publish_stages(plan)
         self._collect_stage_checkpoints(plan)
         if self.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
@@ -379,7 +380,8 @@ class Controller(StageTreeController):
 
     def _assign_stages(self, work: StageWork, worker_id: str) -> None:
         trial = self.state.trials[work.trial_id]
-        self._go_on_from(trial, work.checkpoint_row)
+        row = self._resolve_checkpoint(trial, work.checkpoint)
+        self._go_on_from(trial, row)
         segment_id = len(self.state.segments)
         self._log(
             st.SEGMENT_ASSIGNED,
@@ -388,7 +390,7 @@ class Controller(StageTreeController):
             worker=worker_id,
             start_step=work.start_step,
             until_step=work.until_step,
-            checkpoint_row=work.checkpoint_row,
+            checkpoint_row=row,
             checkpoint_steps=list(work.checkpoint_steps),
             stages=list(work.stages),
         )

@@ -15,20 +15,31 @@ Checkpoints no pending request can resume from are deleted.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 from hpctune.controller._curves import CurveFittingController
 from hpctune.journal import state as st
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.state import CheckpointRef, TrialRecord
 from hpctune.policies import StudyView
 from hpctune.seeding import stage_seed, trial_seed
-from hpctune.stagetree.from_study import answered_trials, plan_from_study, profile_step_cost
+from hpctune.stage_store import StageStore, StoreEntry, link_or_copy, point_key
+from hpctune.stagetree.from_study import (
+    answered_trials,
+    plan_from_study,
+    profile_step_cost,
+    stage_end_points,
+)
+from hpctune.stagetree.pieces import ConfigPiece, config_piece_from_json, config_piece_to_json
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.schedulers import Scheduler, pick
 from hpctune.stagetree.tree import build_stage_tree, needed_checkpoints
 from hpctune.states import TrialStatus
 
 logger = logging.getLogger(__name__)
+
+STORE_PREFIX = "store:"  # plan checkpoint ids of the stage store's checkpoints
+STORE_RELIST = 10.0  # seconds between listings of the stage store
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,8 @@ class StageWork:
         trial_id: The trial the segment belongs to (its request ends at the path's end).
         start_step: The step the path starts from.
         until_step: The path's last step.
-        checkpoint_row: The checkpoint it loads (``None``: a fresh model).
+        checkpoint: The checkpoint it loads: a journal row as a string, ``store:<key>`` for
+            one of the stage store, ``None`` for a fresh model.
         checkpoint_steps: The ends of the path's stages (branch points and request ends).
         stages: The stage ids (for the log).
     """
@@ -47,7 +59,7 @@ class StageWork:
     trial_id: int
     start_step: int
     until_step: int
-    checkpoint_row: int | None
+    checkpoint: str | None
     checkpoint_steps: tuple[int, ...]
     stages: tuple[int, ...]
 
@@ -80,7 +92,128 @@ class StageTreeController(CurveFittingController):
             logger.info("trial %d created: %s", trial_id, params)
 
     def _stage_plan(self) -> SearchPlan:
-        return plan_from_study(self.state, self.spec.max_steps)
+        return plan_from_study(self.state, self.spec.max_steps, self._stored_points())
+
+    # -- the stage store (other studies' checkpoints) ------------------------------------------
+
+    def _stage_store(self) -> StageStore | None:
+        spec = self.spec.stages
+        if not spec.store:
+            return None
+        if getattr(self, "_store", None) is None:
+            self._store = StageStore(spec.store, spec.digest)
+            self._store_entries: dict[str, StoreEntry] = {}
+            self._store_listed = -math.inf
+            self._published: set[str] = set()
+        return self._store
+
+    def _stored_points(self) -> list[tuple[list[tuple[int, ConfigPiece]], int, str]]:
+        """The store's checkpoints as (node path, step, ``store:<key>``); the store is listed
+        again at most every ``STORE_RELIST`` seconds."""
+        store = self._stage_store()
+        if store is None:
+            return []
+        now = self.clock.now()
+        if now - self._store_listed >= STORE_RELIST:
+            self._store_listed = now
+            self._store_entries = {e.key: e for e in store.entries()}
+        points = []
+        for entry in self._store_entries.values():
+            try:
+                path = [(int(start), config_piece_from_json(c)) for start, c in entry.path]
+            except (TypeError, ValueError):
+                continue
+            points.append((path, entry.step, f"{STORE_PREFIX}{entry.key}"))
+        return points
+
+    def _resolve_checkpoint(self, trial: TrialRecord, checkpoint: str | None) -> int | None:
+        """The journal row of a plan checkpoint for ``trial``: a store checkpoint is first
+        copied into the trial's folder with the study metric's curve up to its step."""
+        if checkpoint is None:
+            return None
+        if not checkpoint.startswith(STORE_PREFIX):
+            return int(checkpoint)
+        entry = self._store_entries[checkpoint[len(STORE_PREFIX) :]]
+        target = self.paths.imported_checkpoint(trial.trial_id, entry.step, entry.key)
+        link_or_copy(entry.file, target)
+        ref = CheckpointRef(
+            row=self.writer.next_index("checkpoints"),
+            trial_id=trial.trial_id,
+            segment_id=-1,
+            step=entry.step,
+            time=self.clock.now(),
+            nbytes=entry.nbytes,
+            sha256=entry.sha256,
+            path=self.paths.relative(target),
+        )
+        self.writer.append(
+            "checkpoints",
+            trial=ref.trial_id,
+            segment=ref.segment_id,
+            step=ref.step,
+            time=ref.time,
+            nbytes=ref.nbytes,
+            sha256=ref.sha256,
+            path=ref.path,
+        )
+        self.state.add_checkpoint(ref)
+        for step, t, value in entry.curve:
+            if trial.step < int(step) <= entry.step:
+                values = {self.spec.metric: float(value)}
+                self.writer.append_metrics(trial.trial_id, -1, int(step), float(t), values)
+                self.state.add_report(trial.trial_id, int(step), float(t), float(value), values)
+        self._log(
+            st.IMPORTED,
+            trial=trial.trial_id,
+            study=entry.study,
+            source_trial=entry.trial,
+            step=entry.step,
+            key=entry.key,
+            checkpoint_row=ref.row,
+        )
+        logger.info(
+            "trial %d: step %d from the stage store (study %s, trial %d)",
+            trial.trial_id,
+            entry.step,
+            entry.study,
+            entry.trial,
+        )
+        return ref.row
+
+    def _publish_stages(self, plan: SearchPlan) -> None:
+        """Copy the checkpoints at stage ends into the stage store (once each)."""
+        store = self._stage_store()
+        if store is None:
+            return
+        for node, step, checkpoint in stage_end_points(plan):
+            if checkpoint.startswith(STORE_PREFIX):
+                continue
+            ref = self.state.checkpoints[int(checkpoint)]
+            path = [[start, config_piece_to_json(c)] for start, c in plan.node_path(node)]
+            key = point_key(path, step)
+            if key in self._published:
+                continue
+            trial = self.state.trials[ref.trial_id]
+            curve = [
+                [s, t, v]
+                for s, t, v in zip(
+                    trial.curve_steps, trial.curve_times, trial.curve_values, strict=True
+                )
+                if s <= step
+            ]
+            try:
+                store.publish(
+                    path,
+                    step,
+                    self.paths.root / ref.path,
+                    study=self.spec.name,
+                    trial=ref.trial_id,
+                    curve=curve,
+                )
+            except OSError as exc:
+                logger.warning("could not publish %s to the stage store: %s", ref.path, exc)
+                continue
+            self._published.add(key)
 
     def _answer_trials(self, plan: SearchPlan) -> bool:
         """Complete the trials whose request a checkpoint answers (no training needed);
@@ -88,9 +221,10 @@ class StageTreeController(CurveFittingController):
         answered = answered_trials(self.state, plan)
         for trial_id in answered:
             path = plan.trials[trial_id]
-            row = int(plan.nodes[path.nodes[-1]].checkpoints[path.end])
-            ref = self.state.checkpoints[row]
             trial = self.state.trials[trial_id]
+            row = self._resolve_checkpoint(trial, plan.nodes[path.nodes[-1]].checkpoints[path.end])
+            assert row is not None
+            ref = self.state.checkpoints[row]
             self._go_on_from(trial, row)
             last = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
             self._set_trial(
@@ -121,13 +255,15 @@ class StageTreeController(CurveFittingController):
                 logger.warning("stage %d ends no live trial's request; skipped", last.id)
                 continue
             source = first.source
-            row = None if source is None else int(plan.nodes[source.node].checkpoints[source.step])
+            checkpoint = (
+                None if source is None else plan.nodes[source.node].checkpoints[source.step]
+            )
             work.append(
                 StageWork(
                     trial_id=min(live),
                     start_step=first.start,
                     until_step=last.end,
-                    checkpoint_row=row,
+                    checkpoint=checkpoint,
                     checkpoint_steps=tuple(tree.stages[s].end for s in path),
                     stages=tuple(path),
                 )
@@ -153,7 +289,8 @@ class StageTreeController(CurveFittingController):
     def _collect_stage_checkpoints(self, plan: SearchPlan) -> None:
         """Delete checkpoints nothing can resume from: not needed by a pending request
         (:func:`needed_checkpoints`), not the start of an active segment, not a trial's last."""
-        needed = {int(plan.nodes[p.node].checkpoints[p.step]) for p in needed_checkpoints(plan)}
+        ids = [plan.nodes[p.node].checkpoints[p.step] for p in needed_checkpoints(plan)]
+        needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
         needed |= {
             s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None
         }

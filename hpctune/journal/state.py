@@ -32,6 +32,7 @@ CONTROLLER = "controller"
 PREDICTION = "prediction"
 LINEAGE = "lineage"
 REQUEST = "request"
+IMPORTED = "imported"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -48,6 +49,7 @@ LOG_KINDS = (
     PREDICTION,
     LINEAGE,
     REQUEST,
+    IMPORTED,
 )
 
 
@@ -395,6 +397,12 @@ class StudyRecord:
         """A stage-tree tuner asks for a trial to be trained up to ``until_step`` (a rung)."""
         until = data.get("until_step")
         self.trials[trial].request_step = None if until is None else int(until)
+
+    def _on_imported(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        """A stage-tree trial starts from another study's checkpoint (the stage store)."""
+        self.trials[trial].info.setdefault("imported", []).append(
+            {k: data.get(k) for k in ("study", "source_trial", "step", "key")}
+        )
 
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":

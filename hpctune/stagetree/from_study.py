@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
@@ -60,8 +60,15 @@ def path_ranges(plan: SearchPlan, trial_id: int) -> list[tuple[int, int, int]]:
     return list(zip(path.nodes, starts, ends, strict=True))
 
 
-def plan_from_study(record: StudyRecord, max_steps: int) -> SearchPlan:
+def plan_from_study(
+    record: StudyRecord,
+    max_steps: int,
+    external: Iterable[tuple[list[tuple[int, ConfigPiece]], int, str]] = (),
+) -> SearchPlan:
     """Fold a study's trials, checkpoints and active segments into a search plan.
+
+    ``external`` checkpoints (``(node path, step, id)``, from the stage store of other studies)
+    are attached where the plan has that path and no checkpoint of its own at that step.
 
     Raises:
         ValueError: A trial's hyperparameters are not valid schedules (names the trial).
@@ -80,6 +87,13 @@ def plan_from_study(record: StudyRecord, max_steps: int) -> SearchPlan:
         node = node_at(plan, ref.trial_id, ref.step)
         if node is not None and ref.step not in plan.nodes[node].checkpoints:
             plan.add_checkpoint(node, ref.step, str(ref.row))
+    for path, step, checkpoint_id in external:
+        node = plan.find_node(path)
+        if node is not None and plan.nodes[node].start < step:
+            plan.nodes[node].checkpoints.setdefault(step, checkpoint_id)
+            request = plan.nodes[node].requests.get(step)
+            if request is not None:
+                request.status = RequestStatus.DONE
     for plan_node in plan.nodes:
         for request in plan_node.requests.values():
             if all(record.trials[t].status.is_final for t in request.trials):
@@ -96,6 +110,16 @@ def plan_from_study(record: StudyRecord, max_steps: int) -> SearchPlan:
             if lo < hi:
                 plan.claim(node, lo, hi)
     return plan
+
+
+def stage_end_points(plan: SearchPlan) -> list[tuple[int, int, str]]:
+    """``(node, step, checkpoint id)`` of the checkpoints at stage ends: where another node
+    branches off, or where a request ends (what the stage store keeps for other studies)."""
+    found = []
+    for node in plan.nodes:
+        ends = {plan.nodes[c].start for c in node.children} | set(node.requests)
+        found += [(node.id, s, node.checkpoints[s]) for s in sorted(ends & set(node.checkpoints))]
+    return found
 
 
 def answered_trials(record: StudyRecord, plan: SearchPlan) -> list[int]:
@@ -153,5 +177,6 @@ __all__ = [
     "path_ranges",
     "plan_from_study",
     "profile_step_cost",
+    "stage_end_points",
     "trial_end",
 ]

@@ -8,6 +8,8 @@ trial (:mod:`hpctune.controller._stages`).
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 from hpctune.errors import StudySpecError
 
-STAGES_KEYS = ("enabled", "scheduler")
+STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
 STAGE_POLICIES = ("default", "sha", "hyperband")  # tuners that run over stage trees today
 
@@ -28,10 +30,18 @@ class StagesSpec:
         enabled: Run the study as a stage tree (shared prefixes trained once).
         scheduler: Which ready stages a free worker gets: ``"critical-path"`` (Hippo §4.3: the
             longest path, whole), ``"bfs"`` or ``"most-children"`` (one stage at a time).
+        store: A directory shared by studies (absolute), or ``None``: stage checkpoints are
+            published there and reused by later studies with the same :attr:`digest`.
+        fingerprint: The user's name for the model, data and code version (with ``store``).
+        digest: The store's key for this study: a hash of :attr:`fingerprint`, the training
+            file's bytes (or module name) and the metric; studies share only with an equal one.
     """
 
     enabled: bool = False
     scheduler: str = "critical-path"
+    store: str | None = None
+    fingerprint: str = ""
+    digest: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -43,11 +53,17 @@ class StagesSpec:
         return cls(
             enabled=bool(data.get("enabled", False)),
             scheduler=str(data.get("scheduler", "critical-path")),
+            store=data.get("store"),
+            fingerprint=str(data.get("fingerprint", "")),
+            digest=str(data.get("digest", "")),
         )
 
 
-def parse_stages(table: Mapping[str, Any], path: Path, policy: str) -> StagesSpec:
-    """Check the ``[stages]`` table (``policy``: the study's policy name).
+def parse_stages(
+    table: Mapping[str, Any], path: Path, policy: str, code: bytes = b"", metric: str = ""
+) -> StagesSpec:
+    """Check the ``[stages]`` table (``policy``: the study's policy name; ``code`` and
+    ``metric``: what, besides ``fingerprint``, a store shares by).
 
     Raises:
         StudySpecError: naming ``stages.<key>``, with what must hold and what was given.
@@ -82,7 +98,34 @@ def parse_stages(table: Mapping[str, Any], path: Path, policy: str) -> StagesSpe
             "for trials trained to a step, not ones that decide at every boundary), not with "
             f'{policy!r}; set [policy] name = "default" or "sha", or stages.enabled = false',
         )
-    return StagesSpec(enabled=enabled, scheduler=scheduler)
+    store = table.get("store")
+    fingerprint = table.get("fingerprint", "")
+    if store is not None and (not isinstance(store, str) or not store):
+        raise StudySpecError(
+            path,
+            "stages.store",
+            f"`stages.store` must be a directory path (shared by the studies that reuse each "
+            f'other\'s stages, e.g. "../stage-store"), but got {store!r}',
+        )
+    if not isinstance(fingerprint, str) or (store is not None and not fingerprint.strip()):
+        raise StudySpecError(
+            path,
+            "stages.fingerprint",
+            "`stages.fingerprint` must name the model, data and code version the stored "
+            'checkpoints belong to (e.g. "resnet20-cifar10-v2") when `stages.store` is set, '
+            f"but got {fingerprint!r}",
+        )
+    digest = ""
+    if store is not None:
+        folder = Path(os.path.abspath(path.parent / Path(store).expanduser()))
+        store = str(folder)
+        h = hashlib.sha256()
+        for part in (fingerprint.encode(), code, metric.encode()):
+            h.update(len(part).to_bytes(8, "big") + part)
+        digest = h.hexdigest()[:16]
+    return StagesSpec(
+        enabled=enabled, scheduler=scheduler, store=store, fingerprint=fingerprint, digest=digest
+    )
 
 
 __all__ = ["SCHEDULERS", "STAGES_KEYS", "StagesSpec", "parse_stages"]

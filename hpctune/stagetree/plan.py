@@ -281,6 +281,26 @@ class SearchPlan:
             raise PlanError(f"node {node_id} has no claim ({start}, {end}); claims: {node.claims}")
         node.claims.remove((start, end))
 
+    def find_node(self, path: Iterable[tuple[int, ConfigPiece]]) -> int | None:
+        """The node reached from a root by ``(start, configuration piece)`` steps, or
+        ``None`` if the plan has no such path."""
+        node: int | None = None
+        for start, config in path:
+            node = self._index.get((node, start, config))
+            if node is None:
+                return None
+        return node
+
+    def node_path(self, node_id: int) -> list[tuple[int, ConfigPiece]]:
+        """``(start, configuration piece)`` of each node from the root to ``node_id``."""
+        out = []
+        current: int | None = node_id
+        while current is not None:
+            node = self.nodes[current]
+            out.append((node.start, node.config))
+            current = node.parent
+        return out[::-1]
+
     def trials_through(self, node_id: int) -> list[int]:
         """The live trials whose path passes through or ends in a node (``refs`` of them)."""
         return sorted(t for t, p in self.trials.items() if node_id in p.nodes)
