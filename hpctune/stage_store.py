@@ -159,6 +159,7 @@ def link_or_copy(source: Path, target: Path) -> None:
     except OSError:
         shutil.copyfile(source, tmp)
     os.replace(tmp, target)
+    tmp.unlink(missing_ok=True)  # rename does nothing when both are links to one file
 
 
 __all__ = ["StageStore", "StoreEntry", "link_or_copy", "point_key"]

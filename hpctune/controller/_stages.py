@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from hpctune.controller._curves import CurveFittingController
 from hpctune.journal import state as st
@@ -30,7 +31,12 @@ from hpctune.stagetree.from_study import (
     profile_step_cost,
     stage_end_points,
 )
-from hpctune.stagetree.pieces import ConfigPiece, config_piece_from_json, config_piece_to_json
+from hpctune.stagetree.pieces import (
+    ConfigPiece,
+    TrialStage,
+    config_piece_from_json,
+    config_piece_to_json,
+)
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.schedulers import Scheduler, pick
 from hpctune.stagetree.tree import build_stage_tree, needed_checkpoints
@@ -67,6 +73,16 @@ class StageWork:
 class StageTreeController(CurveFittingController):
     """Admits the generator's trials to the search plan and picks the paths workers run."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trial_stages: dict[int, list[TrialStage]] = {}  # a trial's stages never change
+        spec = self.spec.stages
+        self._store = StageStore(spec.store, spec.digest) if spec.store else None
+        self._store_entries: dict[str, StoreEntry] = {}
+        self._store_listed = -math.inf
+        self._store_points: list[tuple[list[tuple[int, ConfigPiece]], int, str]] = []
+        self._published: set[str] = set()  # keys known to be in the store
+
     @property
     def stages_enabled(self) -> bool:
         """True when the study runs as a stage tree."""
@@ -92,39 +108,29 @@ class StageTreeController(CurveFittingController):
             logger.info("trial %d created: %s", trial_id, params)
 
     def _stage_plan(self) -> SearchPlan:
-        return plan_from_study(self.state, self.spec.max_steps, self._stored_points())
+        return plan_from_study(
+            self.state, self.spec.max_steps, self._stored_points(), self._trial_stages
+        )
 
     # -- the stage store (other studies' checkpoints) ------------------------------------------
-
-    def _stage_store(self) -> StageStore | None:
-        spec = self.spec.stages
-        if not spec.store:
-            return None
-        if getattr(self, "_store", None) is None:
-            self._store = StageStore(spec.store, spec.digest)
-            self._store_entries: dict[str, StoreEntry] = {}
-            self._store_listed = -math.inf
-            self._published: set[str] = set()
-        return self._store
 
     def _stored_points(self) -> list[tuple[list[tuple[int, ConfigPiece]], int, str]]:
         """The store's checkpoints as (node path, step, ``store:<key>``); the store is listed
         again at most every ``STORE_RELIST`` seconds."""
-        store = self._stage_store()
-        if store is None:
+        if self._store is None:
             return []
         now = self.clock.now()
         if now - self._store_listed >= STORE_RELIST:
             self._store_listed = now
-            self._store_entries = {e.key: e for e in store.entries()}
-        points = []
-        for entry in self._store_entries.values():
-            try:
-                path = [(int(start), config_piece_from_json(c)) for start, c in entry.path]
-            except (TypeError, ValueError):
-                continue
-            points.append((path, entry.step, f"{STORE_PREFIX}{entry.key}"))
-        return points
+            self._store_entries = {e.key: e for e in self._store.entries()}
+            self._store_points = []
+            for entry in self._store_entries.values():
+                try:
+                    path = [(int(start), config_piece_from_json(c)) for start, c in entry.path]
+                except (KeyError, TypeError, ValueError):
+                    continue  # written by another hpctune version: not ours to use
+                self._store_points.append((path, entry.step, f"{STORE_PREFIX}{entry.key}"))
+        return self._store_points
 
     def _resolve_checkpoint(self, trial: TrialRecord, checkpoint: str | None) -> int | None:
         """The journal row of a plan checkpoint for ``trial``: a store checkpoint is first
@@ -182,7 +188,7 @@ class StageTreeController(CurveFittingController):
 
     def _publish_stages(self, plan: SearchPlan) -> None:
         """Copy the checkpoints at stage ends into the stage store (once each)."""
-        store = self._stage_store()
+        store = self._store
         if store is None:
             return
         for node, step, checkpoint in stage_end_points(plan):

@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from hpctune.journal.state import StudyRecord
-from hpctune.stagetree.pieces import ConfigPiece, trial_stages
+from hpctune.stagetree.pieces import ConfigPiece, TrialStage, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
 from hpctune.stagetree.schedulers import StepCost
 from hpctune.states import TrialStatus
@@ -64,22 +64,29 @@ def plan_from_study(
     record: StudyRecord,
     max_steps: int,
     external: Iterable[tuple[list[tuple[int, ConfigPiece]], int, str]] = (),
+    stages_cache: dict[int, list[TrialStage]] | None = None,
 ) -> SearchPlan:
     """Fold a study's trials, checkpoints and active segments into a search plan.
 
     ``external`` checkpoints (``(node path, step, id)``, from the stage store of other studies)
     are attached where the plan has that path and no checkpoint of its own at that step.
+    ``stages_cache`` keeps each trial's stages between calls (a trial's parameters never
+    change).
 
     Raises:
         ValueError: A trial's hyperparameters are not valid schedules (names the trial).
     """
     plan = SearchPlan()
     for trial_id in sorted(record.trials):
-        trial = record.trials[trial_id]
-        try:
-            stages = trial_stages(trial.params, max_steps)
-        except ValueError as exc:
-            raise ValueError(f"trial {trial_id}: {exc}") from None
+        cached = None if stages_cache is None else stages_cache.get(trial_id)
+        if cached is None:
+            try:
+                cached = trial_stages(record.trials[trial_id].params, max_steps)
+            except ValueError as exc:
+                raise ValueError(f"trial {trial_id}: {exc}") from None
+            if stages_cache is not None:
+                stages_cache[trial_id] = cached
+        stages = cached
         plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps))
     for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
         if ref.deleted or ref.trial_id not in plan.trials:
