@@ -1,0 +1,68 @@
+"""Stage trees on the real local Slurm cluster: a grid of learning-rate sequences whose trials
+share prefixes runs as a stage tree with worker jobs that are preempted mid-study; every unique
+step is trained once across the requeues and the curves equal the local run's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpctune.journal import open_study
+from hpctune.stagetree.summary import plan_configs
+from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from tests.conftest import run_hpctune, wait_for, write_study
+from tests.slurm.test_hpctune_slurm import _reports, _wait_final, submit_preemptor
+from tests.test_stage_execution import TRAIN, _grid_space, _trained_steps
+
+pytestmark = pytest.mark.slurm
+
+MAX_STEPS = 16  # with a wider model: about 10 s of training, long enough to preempt it
+
+
+def _spec(folder: Path, name: str, slurm: bool) -> Path:
+    path = write_study(
+        folder,
+        train=TRAIN,
+        name=name,
+        metric="val_accuracy",
+        max_steps=MAX_STEPS,
+        num_trials=6,
+        seed=5,
+        directory=str(folder / "study"),
+        space={**_grid_space(), "hidden": 1024, "layers": 2},
+        generator={"name": "grid"},
+        resources={"slots": 2, "gpus_per_worker": 1 if slurm else 0},
+        slurm={"partition": "debug", "time": 20, "controller": {"partition": "high"}}
+        if slurm
+        else None,
+    )
+    path.write_text(path.read_text() + "\n[stages]\nenabled = true\n")
+    return path
+
+
+def test_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) -> None:
+    local = _spec(tmp_path / "local", "local", slurm=False)
+    run_hpctune("launch", str(local), "--local", check=True)
+    reference = open_study(tmp_path / "local" / "study")
+
+    spec = _spec(tmp_path / "slurm", study_name, slurm=True)
+    study_dir = tmp_path / "slurm" / "study"
+    run_hpctune("launch", str(spec), check=True)
+    assert wait_for(lambda: _reports(study_dir) >= 3, 180, interval=0.1)
+    submit_preemptor(study_name, tmp_path)
+    study = _wait_final(study_dir, 300)
+    record = study.record
+    assert record.state is StudyState.FINISHED
+    assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
+    preempted = [s for s in record.segments.values() if "SIGUSR2" in s.reason]
+    assert preempted, "no segment was preempted"
+    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+    # checkpoints at every epoch: the requeued paths resume where they stopped
+    plan = plan_configs([t.params for t in study.trials], MAX_STEPS)
+    assert _trained_steps(study) == plan.unique_steps()
+    for trial in study.trials:
+        assert np.array_equal(
+            study.curve(trial.trial_id).values, reference.curve(trial.trial_id).values
+        )
