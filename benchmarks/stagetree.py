@@ -287,16 +287,20 @@ def run_asha(
     return sim
 
 
-def _tuner_figures(run: Callable[..., Simulation], seeds: int) -> dict[str, Any]:
-    """Mean makespans and GPU time over seeds: each scheduler, trial-based, whole-node claims."""
+def _tuner_figures(run: Callable[..., Simulation], seeds: int, workers: int) -> dict[str, Any]:
+    """Mean makespans, GPU time and worker utilisation (busy / (makespan x W)) over seeds:
+    each scheduler, trial-based, whole-node claims."""
     span: dict[str, float] = {}
     gpu: dict[str, float] = {}
     whole: dict[str, float] = {}
+    use: dict[str, float] = {}
     for seed in range(seeds):
         for sched in Scheduler:
             sim = run(sched, shared=True, whole_nodes=False, seed=seed)
             span[sched.value] = span.get(sched.value, 0.0) + sim.makespan / seeds
             gpu[sched.value] = gpu.get(sched.value, 0.0) + sim.busy_seconds / seeds
+            busy = sim.busy_seconds / (sim.makespan * workers) / seeds
+            use[sched.value] = use.get(sched.value, 0.0) + busy
             hippo = run(sched, shared=True, whole_nodes=True, seed=seed)
             whole[sched.value] = whole.get(sched.value, 0.0) + hippo.makespan / seeds
         alone = run(Scheduler.CRITICAL_PATH, shared=False, whole_nodes=False, seed=seed)
@@ -309,6 +313,7 @@ def _tuner_figures(run: Callable[..., Simulation], seeds: int) -> dict[str, Any]
         "gpu_seconds": {"trial-based": gpu["trial-based"], "stage-based": gpu["critical-path"]},
         "gpu_saving": gpu["trial-based"] / gpu["critical-path"],
         "whole_node_claims_makespan_s": whole,
+        "utilisation": use,
     }
 
 
@@ -333,8 +338,8 @@ def sha_figures(
         def asha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
             return run_asha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)
 
-        out["sha"][str(w)] = _tuner_figures(sha, seeds)
-        out["asha"][str(w)] = _tuner_figures(asha, seeds)
+        out["sha"][str(w)] = _tuner_figures(sha, seeds, w)
+        out["asha"][str(w)] = _tuner_figures(asha, seeds, w)
     return out
 
 
@@ -358,6 +363,14 @@ def format_sha(r: dict[str, Any]) -> str:
             lines.append(
                 f"  {label} {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} "
                 f"{m['most-children']:>10.0f}"
+            )
+    lines.append("  worker utilisation, busy / (makespan x W):")
+    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
+        for w, f in block.items():
+            u = f["utilisation"]
+            lines.append(
+                f"  {label} {w:>3} {u['critical-path']:>10.3f} {u['bfs']:>10.3f} "
+                f"{u['most-children']:>10.3f}"
             )
     return "\n".join(lines)
 
