@@ -67,10 +67,11 @@ def test_a_bad_spec_is_refused_with_its_field(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_trials_sharing_a_prefix_train_it_identically(
+def test_trials_sharing_a_prefix_share_every_metric_up_to_their_branch(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
-    """The example's workload is share-ready: equal prefixes give equal curves (trial-based)."""
+    """The example runs as a stage tree: two trials with the same lr sequence, one doubling its
+    batch size at epoch 10, train epochs 0-10 once and share every metric's curve there."""
     for name in ("study.toml", "train.py"):
         shutil.copy(EXAMPLE / name, tmp_path / name)
     toml = tmp_path / "study.toml"
@@ -80,11 +81,14 @@ def test_trials_sharing_a_prefix_train_it_identically(
     run_hpctune("launch", str(toml), "--local", "--study-dir", str(study_dir), check=True)
     study = open_study(study_dir)
     assert study.record.state is StudyState.FINISHED
-    # trial 0: constant batch size; trial 1: doubled at epoch 10; same lr sequence
-    a = study.curve(0, "val_loss").values.tolist()
-    b = study.curve(1, "val_loss").values.tolist()
-    assert a[:10] == b[:10]
-    assert a[10:] != b[10:]
+    trained = sum((s.end_step or 0) - s.start_step for s in study.record.segments.values())
+    assert trained == 20 + 10
+    for metric in ("val_loss", "train_loss", "val_accuracy"):
+        a = study.curve(0, metric)
+        b = study.curve(1, metric)
+        assert a.steps.tolist() == b.steps.tolist() == list(range(1, 21))
+        assert a.values.tolist()[:10] == b.values.tolist()[:10]
+        assert a.values.tolist()[10:] != b.values.tolist()[10:]
 
 
 def test_two_studies_share_one_plan_and_report_the_k_wise_merge_rate(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Stage-tree execution (Hippo): free workers get paths of stages, shared prefixes train once.
 
 With ``[stages] enabled = true`` every trial of the generator is admitted at once as a request of
-one search plan. At every decision the plan is rebuilt from the journal
+one search plan (the ``default`` policy), or as a tuner (SHA, Hyperband) starts and promotes
+trials, a rung being the request's end. At every decision the plan is rebuilt from the journal
 (:func:`~hpctune.stagetree.from_study.plan_from_study`), a stage tree is generated from it
 (Algorithm 1) and the scheduler (critical path by default) gives each free worker a path of
 stages. A path is run as a segment of one trial whose request ends at the path's last stage: it
@@ -9,7 +10,9 @@ starts from the checkpoint the path's first stage loads (any trial's; a ``lineag
 says the trial goes on from there, and its curve up to that step is the other trial's), and it
 saves a checkpoint at the end of every stage, so the branch points' children become ready while
 the worker trains on. A trial whose request a checkpoint answers completes without training.
-Checkpoints no pending request can resume from are deleted.
+Checkpoints no pending request can resume from are deleted. With a stage store, checkpoints at
+stage ends are published for later studies, and the store's checkpoints are attached to the
+plan where it has their path (:mod:`hpctune.stage_store`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from hpctune.journal import state as st
 from hpctune.journal.state import CheckpointRef, TrialRecord
 from hpctune.policies import StudyView
 from hpctune.seeding import stage_seed, trial_seed
-from hpctune.stage_store import StageStore, StoreEntry, link_or_copy, point_key
+from hpctune.stage_store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.from_study import (
     answered_trials,
     plan_from_study,
@@ -81,7 +84,7 @@ class StageTreeController(CurveFittingController):
         self._store_entries: dict[str, StoreEntry] = {}
         self._store_listed = -math.inf
         self._store_points: list[tuple[list[tuple[int, ConfigPiece]], int, str]] = []
-        self._published: set[str] = set()  # keys known to be in the store
+        self._published: set[tuple[int, int]] = set()  # plan points known to be in the store
 
     @property
     def stages_enabled(self) -> bool:
@@ -192,13 +195,10 @@ class StageTreeController(CurveFittingController):
         if store is None:
             return
         for node, step, checkpoint in stage_end_points(plan):
-            if checkpoint.startswith(STORE_PREFIX):
-                continue
+            if checkpoint.startswith(STORE_PREFIX) or (node, step) in self._published:
+                continue  # node ids are stable: trials are only ever added to the plan
             ref = self.state.checkpoints[int(checkpoint)]
             path = [[start, config_piece_to_json(c)] for start, c in plan.node_path(node)]
-            key = point_key(path, step)
-            if key in self._published:
-                continue
             trial = self.state.trials[ref.trial_id]
             curve = [
                 [s, t, v]
@@ -219,7 +219,7 @@ class StageTreeController(CurveFittingController):
             except OSError as exc:
                 logger.warning("could not publish %s to the stage store: %s", ref.path, exc)
                 continue
-            self._published.add(key)
+            self._published.add((node, step))
 
     def _answer_trials(self, plan: SearchPlan) -> bool:
         """Complete the trials whose request a checkpoint answers (no training needed);

@@ -185,11 +185,14 @@ class Study:
         return self._reader.metric_names
 
     def curve(self, trial_id: int, metric: str | None = None) -> Curve:
-        """Return the curve of ``metric`` (default: the study's) for one trial."""
-        self.trial(trial_id)
+        """Return the curve of ``metric`` (default: the study's) for one trial.
+
+        A stage-tree trial that went on from another trial's checkpoint has that trial's curve
+        up to the step it went on from (``lineage``), then its own.
+        """
+        tr = self.trial(trial_id)
         metric = metric or self.metric
         if metric == self.metric:
-            tr = self.record.trials[trial_id]
             return Curve(
                 np.asarray(tr.curve_steps, dtype=np.int64),
                 np.asarray(tr.curve_values, dtype=float),
@@ -197,7 +200,16 @@ class Study:
             )
         rows = self._metrics.curve_rows(trial_id, metric)
         m = self._metrics
-        return Curve(m.step[rows], m.values(metric)[rows], m.time[rows])
+        own = Curve(m.step[rows], m.values(metric)[rows], m.time[rows])
+        if not tr.shares_prefix or tr.parent_trial is None or tr.parent_trial == trial_id:
+            return own
+        parent, at = self.curve(tr.parent_trial, metric), int(tr.parent_step or 0)
+        keep, mine = parent.steps <= at, own.steps > at
+        return Curve(
+            np.concatenate([parent.steps[keep], own.steps[mine]]),
+            np.concatenate([parent.values[keep], own.values[mine]]),
+            np.concatenate([parent.times[keep], own.times[mine]]),
+        )
 
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached (NaN if none)."""
