@@ -196,7 +196,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--policy", choices=["default", "sha"], default="default")
+    parser.add_argument("--policy", choices=["default", "sha", "asha"], default="default")
     parser.add_argument(
         "--hidden", type=int, default=None, help="hidden units (longer epochs; default 128)"
     )

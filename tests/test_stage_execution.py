@@ -240,3 +240,25 @@ def test_a_second_study_reuses_the_first_ones_stages(tmp_path: Path) -> None:
     (changed.parent / "train.py").write_text(TRAIN.read_text() + "\n# changed\n")
     run_hpctune("launch", str(changed), "--local", check=True)
     assert _trained_steps(open_study(tmp_path / "c" / "study")) == MAX_STEPS
+
+
+def test_asha_judges_each_trial_at_its_rungs_over_the_stage_tree(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, tmp_path / "asha", _grid_space(), 6)
+    # the trials differ from step 4 on (the learning rates): one rung, at step 5
+    asha = '[policy]\nname = "asha"\nreduction_factor = 2\ngrace_period = 5\n\n'
+    spec.write_text(spec.read_text().replace("[generator]", asha + "[generator]"))
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(tmp_path / "asha")
+    assert study.record.state is StudyState.FINISHED
+    assert all(t.status.is_final for t in study.trials)
+    # judged at the rung: some stopped there, the others completed
+    stopped = [t for t in study.trials if t.status is TrialStatus.TERMINATED]
+    assert stopped
+    assert {t.step for t in stopped} == {5}
+    assert all(t.step == MAX_STEPS for t in study.trials if t not in stopped)
+    assert [t for t in study.trials if t.shares_prefix and not t.segments]
+    # no step trained twice, although trials arrived and were promoted over time
+    plan = SearchPlan()
+    for trial in study.trials:
+        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
+    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()

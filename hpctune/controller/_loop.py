@@ -331,7 +331,11 @@ class Controller(StageTreeController):
         if work:
             plan = self._stage_plan()
         self._publish_stages(plan)
-        self._collect_stage_checkpoints(plan)
+        milestones: list[int] = []
+        if self.spec.policy.name != "default":  # the tuner's rungs (no draw: any generator)
+            rng = np.random.default_rng(0)
+            milestones = self.policy.stage_milestones(self._view(), None, rng) or []
+        self._collect_stage_checkpoints(plan, milestones)
         if self.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
         if self._dirty:
@@ -350,16 +354,31 @@ class Controller(StageTreeController):
             )
 
     def _ask_stage_tuner(self) -> None:
-        """Let the tuner (SHA, Hyperband) start, promote and stop trials; in a stage tree a
-        trial holds no worker, so it is offered a slot for every trial of the study."""
-        slots = max(self.spec.num_trials, 1)
+        """Let the tuner start, promote and stop trials over the stage tree.
+
+        SHA and Hyperband ask for trials trained to a rung (``until_step``); a trial holds no
+        worker, so they are offered a slot for every trial of the study. Tuners that judge at
+        known steps (ASHA, :meth:`Policy.stage_milestones`) get a BOUNDARY event for each trial
+        that reached its milestone (continue: on to the next one; terminate), and as many new
+        trials as the study has slots beyond the trials queued or running.
+        """
+        judging = self.policy.boundary_decisions
+        if judging:
+            self._judge_at_milestones()
+            running = sum(t.status is TrialStatus.RUNNING for t in self.state.trials.values())
+            slots = max(self.spec.resources.slots - running, 0)  # less the queued: fill_slots
+        else:
+            slots = max(self.spec.num_trials, 1)
         view = self._view(slots)
         for action in self.policy.decide(view, Event.slot_free(slots), self._rng()):
             if action.kind is ActionKind.START:
                 trial = self._trial_for(action, view)
                 if trial is not None:
-                    self._request(trial, action.until_step)
-            elif action.kind is ActionKind.RESUME:
+                    until = action.until_step
+                    if judging:
+                        until = self._next_milestone(trial, 0)
+                    self._request(trial, until)
+            elif action.kind is ActionKind.RESUME and not judging:
                 trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
                 if trial is not None and trial.status in (
                     TrialStatus.QUEUED,
@@ -368,8 +387,30 @@ class Controller(StageTreeController):
                     self._request(trial, action.until_step)
             elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
                 self._apply(action, None)
-            else:
+            elif action.kind is not ActionKind.RESUME:
                 logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
+
+    def _next_milestone(self, trial: TrialRecord, step: int) -> int | None:
+        """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
+        view = self._view()
+        milestones = self.policy.stage_milestones(view, trial.trial_id, self._rng()) or []
+        later = [m for m in milestones if m > step and m < self.spec.max_steps]
+        return later[0] if later else None
+
+    def _judge_at_milestones(self) -> None:
+        """Give the tuner a BOUNDARY event for each trial suspended at its milestone."""
+        view = None
+        for trial in list(self.state.trials.values()):
+            step = trial.request_step
+            if trial.status is not TrialStatus.SUSPENDED or step is None or trial.step < step:
+                continue
+            view = view or self._view()  # the tuner judges each trial by its own values
+            actions = self.policy.decide(view, Event.boundary(trial.trial_id, step), self._rng())
+            if any(a.kind is ActionKind.TERMINATE for a in actions):
+                for action in actions:
+                    self._apply(action, None)
+            else:
+                self._request(trial, self._next_milestone(trial, step))
 
     def _request(self, trial: TrialRecord, until_step: int | None) -> None:
         """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""

@@ -30,6 +30,7 @@ from hpctune.seeding import stage_seed, trial_seed
 from hpctune.stage_store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.from_study import (
     answered_trials,
+    future_checkpoints,
     plan_from_study,
     profile_step_cost,
     stage_end_points,
@@ -79,6 +80,7 @@ class StageTreeController(CurveFittingController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trial_stages: dict[int, list[TrialStage]] = {}  # a trial's stages never change
+        self._future: dict[int, dict[str, Any]] = {}  # generator index -> configuration
         spec = self.spec.stages
         self._store = StageStore(spec.store, spec.digest) if spec.store else None
         self._store_entries: dict[str, StoreEntry] = {}
@@ -109,6 +111,15 @@ class StageTreeController(CurveFittingController):
                 seed=trial_seed(self.spec.seed, trial_id),
             )
             logger.info("trial %d created: %s", trial_id, params)
+
+    def _future_configs(self) -> list[dict[str, Any]]:
+        """The configurations the generator will give the trials not created yet (grid and
+        random generators draw by index, so they are known now)."""
+        first = self.state.generated
+        for index in range(first, self.spec.num_trials):
+            if index not in self._future:
+                self._future[index] = self.generator.suggest(index)
+        return [self._future[i] for i in range(first, self.spec.num_trials)]
 
     def _stage_plan(self) -> SearchPlan:
         return plan_from_study(
@@ -292,10 +303,23 @@ class StageTreeController(CurveFittingController):
                 parent_checkpoint_row=ref.row,
             )
 
-    def _collect_stage_checkpoints(self, plan: SearchPlan) -> None:
+    def _collect_stage_checkpoints(self, plan: SearchPlan, milestones: list[int]) -> None:
         """Delete checkpoints nothing can resume from: not needed by a pending request
-        (:func:`needed_checkpoints`), not the start of an active segment, not a trial's last."""
-        ids = [plan.nodes[p.node].checkpoints[p.step] for p in needed_checkpoints(plan)]
+        (:func:`needed_checkpoints`) or, under a tuner, by a live or future trial asked for
+        more steps later (:func:`future_checkpoints`, ``milestones``: the tuner's rungs), not
+        the start of an active segment, not a trial's
+        last."""
+        ids = {plan.nodes[p.node].checkpoints[p.step] for p in needed_checkpoints(plan)}
+        if self.spec.policy.name != "default":  # tuners ask for more steps, and add trials
+            full = plan_from_study(
+                self.state,
+                self.spec.max_steps,
+                self._stored_points(),
+                self._trial_stages,
+                full_paths=True,
+                future=self._future_configs(),
+            )
+            ids |= future_checkpoints(self.state, full, milestones)
         needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
         needed |= {
             s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None

@@ -370,6 +370,19 @@ class Policy(abc.ABC):
         """
         return None
 
+    def stage_milestones(
+        self, view: StudyView, trial_id: int | None, rng: np.random.Generator
+    ) -> list[int] | None:
+        """The steps at which the policy judges a trial, ascending, for stage trees
+        (``trial_id`` ``None``: every step it may judge any trial at).
+
+        A policy that decides at boundaries runs over a stage tree only if it judges trials at
+        known steps (ASHA's rungs): each trial is then trained up to its next milestone as a
+        request of the stage tree, and judged there with a BOUNDARY event; the checkpoints at
+        milestones are kept for trials still to come. ``None`` (the default): no milestones.
+        """
+        return None
+
     def holds_idle_workers(self, view: StudyView) -> bool:
         """True to keep idle workers waiting when the policy has no work for them right now.
 

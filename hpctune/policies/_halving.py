@@ -298,6 +298,13 @@ class SyncHalvingPolicy(Policy):
             placing.append(Action.start(until_step=milestone))
         return actions + placing
 
+    def stage_milestones(
+        self, view: StudyView, trial_id: int | None, rng: np.random.Generator
+    ) -> list[int] | None:
+        """Every milestone of the brackets (the rungs trials are asked to reach)."""
+        self._ensure(view)
+        return sorted({m for shape in self._cycle for m in shape.milestones})
+
     def state_dict(self) -> dict[str, Any]:
         """``max_t``, the position in the cycle of shapes and every bracket (JSON-able)."""
         if self._max_t is None:

@@ -192,6 +192,15 @@ class AshaPolicy(Policy):
             ]
         return [Action.continue_(tid)]
 
+    def stage_milestones(
+        self, view: StudyView, trial_id: int | None, rng: np.random.Generator
+    ) -> list[int] | None:
+        """The rungs of the trial's bracket (of every bracket for ``None``), then ``max_t``."""
+        max_t = self._ensure(view)
+        brackets = self.brackets if trial_id is None else [self._bracket_of(trial_id, rng)]
+        rungs = sorted({m for b in brackets for m, _ in b.rungs} | {max_t})
+        return rungs
+
     def state_dict(self) -> dict[str, Any]:
         """Brackets, recorded values and bracket assignments (JSON-able)."""
         if self._max_t is None:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.pieces import ConfigPiece, TrialStage, trial_stages
@@ -31,12 +32,12 @@ from hpctune.stagetree.schedulers import StepCost
 from hpctune.states import TrialStatus
 
 
-def trial_end(record: StudyRecord, trial_id: int, max_steps: int) -> int:
-    """The step a trial is trained to now: its tuner's request (a rung), else its
-    ``end_step``, at most ``max_steps``."""
+def trial_end(record: StudyRecord, trial_id: int, max_steps: int, *, full: bool = False) -> int:
+    """The step a trial is trained to now: its tuner's request (a rung), else (or with
+    ``full``) its ``end_step``, at most ``max_steps``."""
     trial = record.trials[trial_id]
     end = min(trial.end_step or max_steps, max_steps)
-    return min(trial.request_step or end, end)
+    return end if full else min(trial.request_step or end, end)
 
 
 def node_at(plan: SearchPlan, trial_id: int, step: int) -> int | None:
@@ -65,13 +66,17 @@ def plan_from_study(
     max_steps: int,
     external: Iterable[tuple[list[tuple[int, ConfigPiece]], int, str]] = (),
     stages_cache: dict[int, list[TrialStage]] | None = None,
+    *,
+    full_paths: bool = False,
+    future: Sequence[Mapping[str, Any]] = (),
 ) -> SearchPlan:
     """Fold a study's trials, checkpoints and active segments into a search plan.
 
     ``external`` checkpoints (``(node path, step, id)``, from the stage store of other studies)
     are attached where the plan has that path and no checkpoint of its own at that step.
     ``stages_cache`` keeps each trial's stages between calls (a trial's parameters never
-    change).
+    change). With ``full_paths`` every trial is planned to its end, whatever its tuner asked
+    for so far (the paths it may still be trained along).
 
     Raises:
         ValueError: A trial's hyperparameters are not valid schedules (names the trial).
@@ -87,7 +92,9 @@ def plan_from_study(
             if stages_cache is not None:
                 stages_cache[trial_id] = cached
         stages = cached
-        plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps))
+        plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps, full=full_paths))
+    for offset, config in enumerate(future):
+        plan.add_trial(len(record.trials) + offset, trial_stages(config, max_steps))
     for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
         if ref.deleted or ref.trial_id not in plan.trials:
             continue
@@ -103,7 +110,9 @@ def plan_from_study(
                 request.status = RequestStatus.DONE
     for plan_node in plan.nodes:
         for request in plan_node.requests.values():
-            if all(record.trials[t].status.is_final for t in request.trials):
+            if all(
+                t in record.trials and record.trials[t].status.is_final for t in request.trials
+            ):
                 request.status = RequestStatus.DONE
     for seg in record.active_segments():
         if seg.trial_id not in plan.trials:
@@ -127,6 +136,28 @@ def stage_end_points(plan: SearchPlan) -> list[tuple[int, int, str]]:
         ends = {plan.nodes[c].start for c in node.children} | set(node.requests)
         found += [(node.id, s, node.checkpoints[s]) for s in sorted(ends & set(node.checkpoints))]
     return found
+
+
+def future_checkpoints(
+    record: StudyRecord, full_plan: SearchPlan, milestones: Iterable[int] = ()
+) -> set[str]:
+    """Checkpoints a live or future trial may resume from when its tuner asks for more steps:
+    in every node of its whole path (``full_plan``, from :func:`plan_from_study` with
+    ``full_paths`` and the ``future`` trials), the latest checkpoint at or before the step
+    where it leaves the node and at or before each of the tuner's ``milestones`` (rungs) in
+    the node."""
+    keep: set[str] = set()
+    cuts = sorted(set(milestones))
+    for trial_id in full_plan.trials:
+        if trial_id in record.trials and record.trials[trial_id].status.is_final:
+            continue
+        for node_id, start, end in path_ranges(full_plan, trial_id):
+            steps = sorted(s for s in full_plan.nodes[node_id].checkpoints if start < s <= end)
+            for cut in [*(m for m in cuts if start < m < end), end]:
+                before = [s for s in steps if s <= cut]
+                if before:
+                    keep.add(full_plan.nodes[node_id].checkpoints[before[-1]])
+    return keep
 
 
 def answered_trials(record: StudyRecord, plan: SearchPlan) -> list[int]:
@@ -180,6 +211,7 @@ def _cost_from(seconds: Mapping[ConfigPiece, list[float]]) -> StepCost:
 
 __all__ = [
     "answered_trials",
+    "future_checkpoints",
     "node_at",
     "path_ranges",
     "plan_from_study",

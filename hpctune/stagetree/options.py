@@ -19,7 +19,7 @@ from hpctune.errors import StudySpecError
 
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
-STAGE_POLICIES = ("default", "sha", "hyperband")  # tuners that run over stage trees today
+STAGE_POLICIES = ("default", "sha", "hyperband", "asha")  # tuners that run over stage trees
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class StagesSpec:
     """How a study uses stage trees.
 
     Attributes:
-        enabled: Run the study as a stage tree (shared prefixes trained once).
+        enabled: Run the study as a stage tree (shared prefixes trained once); policies
+            ``default``, ``sha``, ``hyperband`` and ``asha``.
         scheduler: Which ready stages a free worker gets: ``"critical-path"`` (Hippo §4.3: the
             longest path, whole), ``"bfs"`` or ``"most-children"`` (one stage at a time).
         store: A directory shared by studies (absolute), or ``None``: stage checkpoints are
@@ -95,7 +96,8 @@ def parse_stages(
             path,
             "stages.enabled",
             f"stage trees run with the policies {', '.join(STAGE_POLICIES)} (tuners that ask "
-            "for trials trained to a step, not ones that decide at every boundary), not with "
+            "for trials trained to a step or judge them at known rungs, not ones that decide at "
+            "every boundary), not with "
             f'{policy!r}; set [policy] name = "default" or "sha", or stages.enabled = false',
         )
     store = table.get("store")
