@@ -377,9 +377,9 @@ def test_non_utf8_file(tmp_path: Path) -> None:
             "'critical-path', 'bfs', 'most-children'",
         ),
         (
-            lambda d: d.update(stages={"enabled": True}, policy={"name": "asha"}),
+            lambda d: d.update(stages={"enabled": True}, policy={"name": "median"}),
             "stages.enabled",
-            'not with \'asha\'; set [policy] name = "default" or "sha"',
+            'not with \'median\'; set [policy] name = "default" or "sha"',
         ),
     ],
 )
