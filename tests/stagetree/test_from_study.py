@@ -128,3 +128,48 @@ def test_stage_statuses_follow_the_study() -> None:
     record.apply(st.TRIAL_STATUS, 1, -1, 9.0, {"status": "terminated"})
     tree, statuses = study_stage_tree(record, 6)
     assert status_counts(statuses) == {"done": 1, "running": 1, "pending": 0, "released": 1}
+
+
+def test_checkpoints_at_rungs_and_branch_points_are_kept_for_trials_to_come() -> None:
+    from hpctune.stagetree.from_study import future_checkpoints
+
+    record = record_with_two_trials()
+    for step in range(1, 7):
+        checkpoint(record, 0, 0, step)  # rows 0..5 at steps 1..6
+    record.apply(st.SEGMENT_ENDED, 0, 0, 7.0, {"status": "completed", "step": 6})
+    record.apply(st.TRIAL_STATUS, 0, -1, 7.0, {"status": "completed"})
+    record.apply(st.TRIAL_STATUS, 1, -1, 7.0, {"status": "terminated"})
+    # nothing live: nothing to keep, though trial 0's path has a branch point at step 3
+    full = plan_from_study(record, 6, full_paths=True)
+    assert future_checkpoints(record, full, [2]) == set()
+    # a trial still to come with trial 1's lr: it branches off at step 3; a rung at step 2
+    future = [{"lr": lr(0.05)}]
+    full = plan_from_study(record, 6, full_paths=True, future=future)
+    assert future_checkpoints(record, full) == {"2"}  # the branch point (row 2: step 3)
+    assert future_checkpoints(record, full, [2]) == {"1", "2"}  # and the rung (step 2)
+
+
+def test_asha_names_its_rungs_for_stage_trees() -> None:
+    import numpy as np
+
+    from hpctune.policies import make_policy
+    from hpctune.policies._base import StudyView
+
+    view = StudyView(
+        metric="m",
+        mode="max",
+        max_steps=20,
+        boundary=1,
+        now=0.0,
+        trials={},
+        free_slots=0,
+        total_slots=2,
+        trials_remaining=0,
+    )
+    asha = make_policy("asha", {"grace_period": 1, "reduction_factor": 4})
+    rng = np.random.default_rng(0)
+    assert asha.stage_milestones(view, None, rng) == [1, 4, 16, 20]
+    assert asha.stage_milestones(view, 3, rng) == [1, 4, 16, 20]
+    sha = make_policy("sha", {})
+    assert sha.stage_milestones(view, None, rng) == [2, 6, 20]
+    assert make_policy("median", {}).stage_milestones(view, None, rng) is None
