@@ -557,7 +557,10 @@ class Controller(StageTreeController):
             },
             checkpoint=ref.path if ref is not None else None,
             checkpoint_sha256=ref.sha256 if ref is not None else None,
-            decision_wait=self.decision_wait if self.policy.boundary_decisions else 0.0,
+            # over a stage tree a tuner judges at segment ends (requests), never mid-segment
+            decision_wait=self.decision_wait
+            if self.policy.boundary_decisions and not self.stages_enabled
+            else 0.0,
             checkpoint_steps=seg.checkpoint_steps,
         )
         path = self.paths.assignment(seg.worker_id)
