@@ -7,7 +7,10 @@ Every error a user can act on is an :class:`HpctuneError`. The CLI catches it, p
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 class HpctuneError(Exception):
@@ -35,6 +38,26 @@ class StudySpecError(HpctuneError):
         if field:
             where += f": field '{field}'"
         super().__init__(f"{where}: {message}")
+
+
+def check_table_keys(
+    table: Mapping[str, Any], valid: tuple[str, ...], name: str, path: Path | None
+) -> None:
+    """Reject a key of the study.toml table ``[name]`` that is not in ``valid``, naming the
+    closest valid key and listing them all.
+
+    Raises:
+        StudySpecError: naming ``<name>.<key>``.
+    """
+    for key in table:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise StudySpecError(
+                path,
+                f"{name}.{key}",
+                f"unknown key in [{name}]; {hint}valid keys: {', '.join(valid)}",
+            )
 
 
 class UsageError(HpctuneError):

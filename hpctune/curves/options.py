@@ -6,14 +6,13 @@ checked and otherwise ignored.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hpctune.errors import StudySpecError
+from hpctune.errors import StudySpecError, check_table_keys
 
 Backend = Literal["auto", "pool", "slurm"]
 BACKENDS: tuple[Backend, ...] = ("auto", "pool", "slurm")
@@ -63,15 +62,7 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
     Raises:
         StudySpecError: naming ``curves.<key>``, with what must hold and what was given.
     """
-    for key in table:
-        if key not in CURVES_KEYS:
-            close = difflib.get_close_matches(key, CURVES_KEYS, n=1)
-            hint = f"did you mean `{close[0]}`? " if close else ""
-            raise StudySpecError(
-                path,
-                f"curves.{key}",
-                f"unknown key in [curves]; {hint}valid keys: {', '.join(CURVES_KEYS)}",
-            )
+    check_table_keys(table, CURVES_KEYS, "curves", path)
     default = CurvesSpec()
     backend = table.get("backend", default.backend)
     if backend not in BACKENDS:

@@ -6,7 +6,6 @@ never runs on Slurm needs no ``[slurm]`` section).
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -14,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpctune.errors import StudySpecError
+from hpctune.errors import StudySpecError, check_table_keys
 
 _TIME_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
@@ -112,7 +111,7 @@ def parse_slurm(table: Mapping[str, Any], path: Path) -> SlurmSpec:
     Raises:
         StudySpecError: naming ``slurm.<key>`` or ``slurm.controller.<key>``.
     """
-    _check_keys(table, SLURM_KEYS, "slurm", path)
+    check_table_keys(table, SLURM_KEYS, "slurm", path)
     controller_table = table.get("controller", {})
     if not isinstance(controller_table, Mapping):
         raise StudySpecError(
@@ -120,7 +119,7 @@ def parse_slurm(table: Mapping[str, Any], path: Path) -> SlurmSpec:
             "slurm.controller",
             f"must be a table ([slurm.controller]), but got {controller_table!r}",
         )
-    _check_keys(controller_table, CONTROLLER_KEYS, "slurm.controller", path)
+    check_table_keys(controller_table, CONTROLLER_KEYS, "slurm.controller", path)
     defaults = SlurmSpec()
     return SlurmSpec(
         worker=_job(table, "slurm", path, defaults.worker),
@@ -131,18 +130,6 @@ def parse_slurm(table: Mapping[str, Any], path: Path) -> SlurmSpec:
             table, "controller_timeout_s", defaults.controller_timeout_s, 10, path
         ),
     )
-
-
-def _check_keys(table: Mapping[str, Any], valid: tuple[str, ...], name: str, path: Path) -> None:
-    for key in table:
-        if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f"did you mean `{close[0]}`? " if close else ""
-            raise StudySpecError(
-                path,
-                f"{name}.{key}",
-                f"unknown key in [{name}]; {hint}valid keys: {', '.join(valid)}",
-            )
 
 
 def _job(table: Mapping[str, Any], name: str, path: Path, default: JobOptions) -> JobOptions:

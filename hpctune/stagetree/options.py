@@ -7,7 +7,6 @@ trial (:mod:`hpctune.controller._stages`).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 from collections.abc import Mapping
@@ -15,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.errors import StudySpecError
+from hpctune.errors import StudySpecError, check_table_keys
 
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
@@ -69,15 +68,7 @@ def parse_stages(
     Raises:
         StudySpecError: naming ``stages.<key>``, with what must hold and what was given.
     """
-    for key in table:
-        if key not in STAGES_KEYS:
-            close = difflib.get_close_matches(key, STAGES_KEYS, n=1)
-            hint = f"did you mean `{close[0]}`? " if close else ""
-            raise StudySpecError(
-                path,
-                f"stages.{key}",
-                f"unknown key in [stages]; {hint}valid keys: {', '.join(STAGES_KEYS)}",
-            )
+    check_table_keys(table, STAGES_KEYS, "stages", path)
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise StudySpecError(
