@@ -112,17 +112,26 @@ class IngestingController(ControllerBase):
                 at=t,
             )
 
-    def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
-        previous = self.state.trials[seg.trial_id].checkpoint_row
+    def _add_checkpoint(
+        self,
+        trial_id: int,
+        segment_id: int,
+        step: int,
+        t: float,
+        nbytes: int,
+        sha256: str,
+        path: str,
+    ) -> CheckpointRef:
+        """Append a row to the journal's ``checkpoints`` table; it becomes the trial's latest."""
         ref = CheckpointRef(
-            row=self.writer.next_index("checkpoints"),
-            trial_id=seg.trial_id,
-            segment_id=seg.segment_id,
-            step=int(record["step"]),
-            time=t,
-            nbytes=int(record.get("nbytes", 0)),
-            sha256=str(record.get("sha256", "")),
-            path=str(record["path"]),
+            self.writer.next_index("checkpoints"),
+            trial_id,
+            segment_id,
+            step,
+            t,
+            nbytes,
+            sha256,
+            path,
         )
         self.writer.append(
             "checkpoints",
@@ -135,6 +144,19 @@ class IngestingController(ControllerBase):
             path=ref.path,
         )
         self.state.add_checkpoint(ref)
+        return ref
+
+    def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
+        previous = self.state.trials[seg.trial_id].checkpoint_row
+        self._add_checkpoint(
+            seg.trial_id,
+            seg.segment_id,
+            int(record["step"]),
+            t,
+            int(record.get("nbytes", 0)),
+            str(record.get("sha256", "")),
+            str(record["path"]),
+        )
         if self.spec.stages.enabled:
             self._dirty = True  # a branch point's children may be ready; stage GC deletes
             return

@@ -423,28 +423,24 @@ class Controller(StageTreeController):
         trial = self.state.trials[work.trial_id]
         row = self._resolve_checkpoint(trial, work.checkpoint)
         self._go_on_from(trial, row)
-        segment_id = len(self.state.segments)
-        self._log(
-            st.SEGMENT_ASSIGNED,
-            trial=trial.trial_id,
-            segment=segment_id,
-            worker=worker_id,
-            start_step=work.start_step,
-            until_step=work.until_step,
-            checkpoint_row=row,
+        seg = self._new_segment(
+            trial,
+            worker_id,
+            work.start_step,
+            work.until_step,
+            row,
             checkpoint_steps=list(work.checkpoint_steps),
             stages=list(work.stages),
         )
         logger.info(
             "segment %d: trial %d on worker %s, stages %s, steps %d-%d",
-            segment_id,
+            seg.segment_id,
             trial.trial_id,
             worker_id,
             list(work.stages),
             work.start_step,
             work.until_step,
         )
-        self._outbox.append(self._assignment_writer(self.state.segments[segment_id]))
 
     def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
         self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
@@ -511,6 +507,25 @@ class Controller(StageTreeController):
         if start >= end:
             self._set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at its last step")
             return
+        seg = self._new_segment(trial, worker_id, start, max(until, start + 1), row)
+        logger.info(
+            "segment %d: trial %d on worker %s from step %d",
+            seg.segment_id,
+            trial.trial_id,
+            worker_id,
+            start,
+        )
+
+    def _new_segment(
+        self,
+        trial: TrialRecord,
+        worker_id: str,
+        start: int,
+        until: int,
+        row: int | None,
+        **extra: Any,
+    ) -> SegmentRecord:
+        """Journal a segment of ``trial`` on ``worker_id`` and queue its assignment file."""
         segment_id = len(self.state.segments)
         self._log(
             st.SEGMENT_ASSIGNED,
@@ -518,18 +533,13 @@ class Controller(StageTreeController):
             segment=segment_id,
             worker=worker_id,
             start_step=start,
-            until_step=max(until, start + 1),
+            until_step=until,
             checkpoint_row=row,
+            **extra,
         )
         seg = self.state.segments[segment_id]
-        logger.info(
-            "segment %d: trial %d on worker %s from step %d",
-            segment_id,
-            trial.trial_id,
-            worker_id,
-            start,
-        )
         self._outbox.append(self._assignment_writer(seg))
+        return seg
 
     def _assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
         trial = self.state.trials[seg.trial_id]

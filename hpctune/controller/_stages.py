@@ -24,7 +24,7 @@ from typing import Any
 
 from hpctune.controller._curves import CurveFittingController
 from hpctune.journal import state as st
-from hpctune.journal.state import CheckpointRef, TrialRecord
+from hpctune.journal.state import TrialRecord
 from hpctune.policies import StudyView
 from hpctune.seeding import stage_seed, trial_seed
 from hpctune.stage_store import StageStore, StoreEntry, link_or_copy
@@ -121,9 +121,16 @@ class StageTreeController(CurveFittingController):
                 self._future[index] = self.generator.suggest(index)
         return [self._future[i] for i in range(first, self.spec.num_trials)]
 
-    def _stage_plan(self) -> SearchPlan:
+    def _stage_plan(self, *, full_paths: bool = False) -> SearchPlan:
+        """The search plan now; with ``full_paths`` every trial to its end and the trials the
+        generator will still create (what a tuner may yet ask for)."""
         return plan_from_study(
-            self.state, self.spec.max_steps, self._stored_points(), self._trial_stages
+            self.state,
+            self.spec.max_steps,
+            self._stored_points(),
+            self._trial_stages,
+            full_paths=full_paths,
+            future=self._future_configs() if full_paths else (),
         )
 
     # -- the stage store (other studies' checkpoints) ------------------------------------------
@@ -156,27 +163,15 @@ class StageTreeController(CurveFittingController):
         entry = self._store_entries[checkpoint[len(STORE_PREFIX) :]]
         target = self.paths.imported_checkpoint(trial.trial_id, entry.step, entry.key)
         link_or_copy(entry.file, target)
-        ref = CheckpointRef(
-            row=self.writer.next_index("checkpoints"),
-            trial_id=trial.trial_id,
-            segment_id=-1,
-            step=entry.step,
-            time=self.clock.now(),
-            nbytes=entry.nbytes,
-            sha256=entry.sha256,
-            path=self.paths.relative(target),
+        ref = self._add_checkpoint(
+            trial.trial_id,
+            -1,
+            entry.step,
+            self.clock.now(),
+            entry.nbytes,
+            entry.sha256,
+            self.paths.relative(target),
         )
-        self.writer.append(
-            "checkpoints",
-            trial=ref.trial_id,
-            segment=ref.segment_id,
-            step=ref.step,
-            time=ref.time,
-            nbytes=ref.nbytes,
-            sha256=ref.sha256,
-            path=ref.path,
-        )
-        self.state.add_checkpoint(ref)
         for step, t, value in entry.curve:
             if trial.step < int(step) <= entry.step:
                 values = {self.spec.metric: float(value)}
@@ -311,15 +306,7 @@ class StageTreeController(CurveFittingController):
         last."""
         ids = {plan.nodes[p.node].checkpoints[p.step] for p in needed_checkpoints(plan)}
         if self.spec.policy.name != "default":  # tuners ask for more steps, and add trials
-            full = plan_from_study(
-                self.state,
-                self.spec.max_steps,
-                self._stored_points(),
-                self._trial_stages,
-                full_paths=True,
-                future=self._future_configs(),
-            )
-            ids |= future_checkpoints(self.state, full, milestones)
+            ids |= future_checkpoints(self.state, self._stage_plan(full_paths=True), milestones)
         needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
         needed |= {
             s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None
