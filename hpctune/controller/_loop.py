@@ -376,7 +376,7 @@ class Controller(StageTreeController):
                 if trial is not None:
                     until = action.until_step
                     if judging:
-                        until = self._next_milestone(trial, 0)
+                        until = self._next_milestone(trial, 0, view)
                     self._request(trial, until)
             elif action.kind is ActionKind.RESUME and not judging:
                 trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
@@ -390,9 +390,8 @@ class Controller(StageTreeController):
             elif action.kind is not ActionKind.RESUME:
                 logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
 
-    def _next_milestone(self, trial: TrialRecord, step: int) -> int | None:
+    def _next_milestone(self, trial: TrialRecord, step: int, view: StudyView) -> int | None:
         """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
-        view = self._view()
         milestones = self.policy.stage_milestones(view, trial.trial_id, self._rng()) or []
         later = [m for m in milestones if m > step and m < self.spec.max_steps]
         return later[0] if later else None
@@ -410,7 +409,7 @@ class Controller(StageTreeController):
                 for action in actions:
                     self._apply(action, None)
             else:
-                self._request(trial, self._next_milestone(trial, step))
+                self._request(trial, self._next_milestone(trial, step, view))
 
     def _request(self, trial: TrialRecord, until_step: int | None) -> None:
         """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
