@@ -1,13 +1,13 @@
 """A character-level language model on Python's standard library sources (no download).
 
 The text is the standard library's top-level modules (``*.py`` next to ``os.py``) in name order,
-concatenated: the first 1 MiB trains, the next 64 KiB validates. Characters outside printable
-ASCII map to one "other" symbol (97 symbols). The model is Bengio et al.'s neural language model
-(2003): the previous ``context`` characters are embedded, concatenated, passed through one
-hidden layer and a softmax over the next character. Plain SGD with momentum and a constant
-learning rate (``lr`` may also be a schedule in study.toml), as a user would start: too small a
-rate barely leaves the character frequencies in 60 steps, too large a one diverges or stalls on a
-plateau, and the best models still improve at the last step.
+concatenated (so the text depends on the Python version): the first 1 MiB trains, the next 64 KiB
+validates. Characters outside printable ASCII map to one "other" symbol (97 symbols). The model is
+Bengio et al.'s neural language model (2003): the previous ``context`` characters are embedded,
+concatenated, passed through one hidden layer and a softmax over the next character. Plain SGD with
+momentum and a constant learning rate (``lr`` may also be a schedule in study.toml), as a user
+would start: too small a rate barely leaves the character frequencies in 60 steps, too large a one
+diverges or stalls on a plateau, and the best models still improve at the last step.
 
 One step ("chunk") trains on 16,384 windows drawn from the training text and then reports the
 validation cross-entropy (nats per character) on 16,384 fixed validation positions. A model
@@ -111,7 +111,7 @@ def train(ctx) -> None:
             loss = loss_fn(model(x_train[batch]), y_train[batch])
             loss.backward()
             optimizer.step()
-            total += float(loss) * batch_size
+            total += loss.item() * batch_size
         model.eval()
         with torch.no_grad():
             val_loss = float(loss_fn(model(x_val), y_val))
