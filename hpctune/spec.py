@@ -539,6 +539,14 @@ def parse_spec(
     curves = parse_curves(_table(data, "curves", source, False), source)
     code = entry.file.read_bytes() if entry.file is not None else str(entry.module).encode()
     stages = parse_stages(_table(data, "stages", source, False), source, policy.name, code, metric)
+    if stages.enabled and policy.name == "median" and policy.options.get("hard_stop") is False:
+        raise StudySpecError(
+            source,
+            "policy.hard_stop",
+            "over a stage tree (`stages.enabled = true`) the median rule terminates the trials "
+            "it stops (a trial holds no worker to yield); remove `policy.hard_stop = false` or "
+            "set stages.enabled = false",
+        )
     return StudySpec(
         source=source,
         name=name,

@@ -377,9 +377,16 @@ def test_non_utf8_file(tmp_path: Path) -> None:
             "'critical-path', 'bfs', 'most-children'",
         ),
         (
-            lambda d: d.update(stages={"enabled": True}, policy={"name": "median"}),
+            lambda d: d.update(stages={"enabled": True}, policy={"name": "bandit"}),
             "stages.enabled",
-            'not with \'median\'; set [policy] name = "default" or "sha"',
+            'not with \'bandit\'; set [policy] name = "default" or "sha"',
+        ),
+        (
+            lambda d: d.update(
+                stages={"enabled": True}, policy={"name": "median", "hard_stop": False}
+            ),
+            "policy.hard_stop",
+            "remove `policy.hard_stop = false` or set stages.enabled = false",
         ),
     ],
 )

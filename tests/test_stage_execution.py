@@ -262,3 +262,33 @@ def test_asha_judges_each_trial_at_its_rungs_over_the_stage_tree(tmp_path: Path)
     for trial in study.trials:
         plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
     assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+
+
+def test_median_stopping_judges_trials_at_each_boundary_over_the_stage_tree(
+    tmp_path: Path,
+) -> None:
+    # a learning rate too small to learn in 8 epochs: its two trials (sharing all but the last
+    # 3 steps) run last on the one worker, and are stopped at the first boundary
+    slow = {"schedule": "constant", "value": 0.0005}
+    spec = _spec(tmp_path, tmp_path / "median", {**_grid_space(), "lr": [*LRS[:2], slow]}, 6)
+    median = '[policy]\nname = "median"\ngrace_period = 2\nmin_samples_required = 2\n\n'
+    text = spec.read_text().replace("[generator]", median + "[generator]")
+    text = text.replace("max_steps = 8", "max_steps = 8\nboundary = 2")
+    spec.write_text(text.replace("slots = 2", "slots = 1"))
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(tmp_path / "median")
+    assert study.record.state is StudyState.FINISHED
+    assert all(t.status.is_final for t in study.trials)
+    # judged at the milestones 2, 4, 6 (every boundary from the grace period): stopped ones
+    # end at one, with the rule's reason; the others completed
+    stopped = [t for t in study.trials if t.status is TrialStatus.TERMINATED]
+    assert [(t.trial_id, t.step) for t in stopped] == [(4, 2), (5, 2)]
+    for trial in stopped:
+        assert trial.reason.startswith("median: best"), trial.reason
+    assert all(t.step == MAX_STEPS for t in study.trials if t not in stopped)
+    # segments end at boundaries (requests), and no step was trained twice
+    assert {s.until_step for s in study.record.segments.values()} <= {2, 4, 6, MAX_STEPS}
+    plan = SearchPlan()
+    for trial in study.trials:
+        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
+    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()

@@ -324,17 +324,14 @@ class Controller(StageTreeController):
         else:
             self._ask_stage_tuner()
         idle, free_slots = self._idle_workers()
-        work, plan = self._stage_work(max(free_slots, 0))
+        milestones = self._tuner_milestones()
+        work, plan = self._stage_work(max(free_slots, 0), milestones)
         for item in work:
             worker_id = idle.pop(0).worker_id if idle else self._new_worker()
             self._assign_stages(item, worker_id)
         if work:
             plan = self._stage_plan()
         self._publish_stages(plan)
-        milestones: list[int] = []
-        if self.spec.policy.name != "default":  # the tuner's rungs (no draw: any generator)
-            rng = np.random.default_rng(0)
-            milestones = self.policy.stage_milestones(self._view(), None, rng) or []
         self._collect_stage_checkpoints(plan, milestones)
         if self.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
@@ -352,6 +349,13 @@ class Controller(StageTreeController):
                 "controller log",
                 fail=True,
             )
+
+    def _tuner_milestones(self) -> list[int]:
+        """Every step the tuner may judge a trial at (its rungs; none for grid and random)."""
+        if self.spec.policy.name == "default":
+            return []
+        rng = np.random.default_rng(0)  # no draw: the rungs of every bracket
+        return self.policy.stage_milestones(self._view(), None, rng) or []
 
     def _ask_stage_tuner(self) -> None:
         """Let the tuner start, promote and stop trials over the stage tree.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpctune.controller._curves import CurveFittingController
@@ -31,6 +31,7 @@ from hpctune.stage_store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.from_study import (
     answered_trials,
     future_checkpoints,
+    later_stage_ends,
     plan_from_study,
     profile_step_cost,
     stage_end_points,
@@ -246,8 +247,10 @@ class StageTreeController(CurveFittingController):
             )
         return bool(answered)
 
-    def _stage_work(self, count: int) -> tuple[list[StageWork], SearchPlan]:
-        """Up to ``count`` paths for free workers, from a stage tree generated now."""
+    def _stage_work(self, count: int, milestones: list[int]) -> tuple[list[StageWork], SearchPlan]:
+        """Up to ``count`` paths for free workers, from a stage tree generated now (under a
+        tuner, saving checkpoints also where trials may branch off later and at its
+        ``milestones``)."""
         plan = self._stage_plan()
         if self._answer_trials(plan):
             plan = self._stage_plan()
@@ -280,6 +283,22 @@ class StageTreeController(CurveFittingController):
                     stages=tuple(path),
                 )
             )
+        if work and self.spec.policy.name != "default":  # trials a tuner may ask for later
+            full = self._stage_plan(full_paths=True)
+            work = [
+                replace(
+                    item,
+                    checkpoint_steps=tuple(
+                        sorted(
+                            set(item.checkpoint_steps)
+                            | later_stage_ends(
+                                full, item.trial_id, item.start_step, item.until_step, milestones
+                            )
+                        )
+                    ),
+                )
+                for item in work
+            ]
         return work, plan
 
     def _go_on_from(self, trial: TrialRecord, row: int | None) -> None:

@@ -134,6 +134,16 @@ class MedianStoppingPolicy(Policy):
             return Action.suspend(tid, reason=reason)
         return Action.continue_(tid)
 
+    def stage_milestones(
+        self, view: StudyView, trial_id: int | None, rng: np.random.Generator
+    ) -> list[int] | None:
+        """Over a stage tree: every evaluation boundary from ``grace_period`` on, then
+        ``max_steps`` (Hippo's milestones). A trial is trained from one to the next and judged
+        there; the yield of the rule does not apply (trials hold no slot between requests)."""
+        start = max(self.options.grace_period, 1)
+        first = -(-start // view.boundary) * view.boundary  # the first boundary >= start
+        return [*range(first, view.max_steps, view.boundary), view.max_steps]
+
     def _fifo(self, view: StudyView, free_slots: int) -> list[Action]:
         """Queued trials, then new ones, then suspended ones, each by id (Ray's FIFO order)."""
         actions = [

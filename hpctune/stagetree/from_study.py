@@ -160,6 +160,24 @@ def future_checkpoints(
     return keep
 
 
+def later_stage_ends(
+    full_plan: SearchPlan, trial_id: int, lo: int, hi: int, milestones: Iterable[int] = ()
+) -> set[int]:
+    """Steps in ``(lo, hi)`` where a segment of ``trial_id`` should save a checkpoint for
+    trials a tuner may ask for later: where the trial's whole path (``full_plan``, with
+    ``full_paths`` and the ``future`` trials) branches off, and the tuner's ``milestones``."""
+    path = full_plan.trials.get(trial_id)
+    if path is None:
+        return set()
+    steps = {m for m in milestones if lo < m < hi}
+    for node_id in path.nodes:
+        for child in full_plan.nodes[node_id].children:
+            start = full_plan.nodes[child].start
+            if lo < start < hi:
+                steps.add(start)
+    return steps
+
+
 def answered_trials(record: StudyRecord, plan: SearchPlan) -> list[int]:
     """Queued trials (not running) whose request a checkpoint answers: they need no
     training (an identical trial trained it, or their own segment ended before it could say

@@ -18,7 +18,8 @@ from hpctune.errors import StudySpecError, check_table_keys
 
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
-STAGE_POLICIES = ("default", "sha", "hyperband", "asha")  # tuners that run over stage trees
+# tuners that run over stage trees
+STAGE_POLICIES = ("default", "sha", "hyperband", "asha", "median")
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class StagesSpec:
 
     Attributes:
         enabled: Run the study as a stage tree (shared prefixes trained once); policies
-            ``default``, ``sha``, ``hyperband`` and ``asha``.
+            ``default``, ``sha``, ``hyperband``, ``asha`` and ``median``.
         scheduler: Which ready stages a free worker gets: ``"critical-path"`` (Hippo §4.3: the
             longest path, whole), ``"bfs"`` or ``"most-children"`` (one stage at a time).
         store: A directory shared by studies (absolute), or ``None``: stage checkpoints are

@@ -7,6 +7,7 @@ trains from step 0 on a worker; until its checkpoint at the branch point (step 3
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -149,7 +150,7 @@ def test_checkpoints_at_rungs_and_branch_points_are_kept_for_trials_to_come() ->
     assert future_checkpoints(record, full, [2]) == {"1", "2"}  # and the rung (step 2)
 
 
-def test_asha_names_its_rungs_for_stage_trees() -> None:
+def test_tuners_name_their_milestones_for_stage_trees() -> None:
     import numpy as np
 
     from hpctune.policies import make_policy
@@ -172,4 +173,26 @@ def test_asha_names_its_rungs_for_stage_trees() -> None:
     assert asha.stage_milestones(view, 3, rng) == [1, 4, 16, 20]
     sha = make_policy("sha", {})
     assert sha.stage_milestones(view, None, rng) == [2, 6, 20]
-    assert make_policy("median", {}).stage_milestones(view, None, rng) is None
+    # median stopping: every boundary from the grace period on, then max_steps
+    assert make_policy("median", {}).stage_milestones(view, None, rng) == list(range(1, 21))
+    median = make_policy("median", {"grace_period": 3})
+    assert median.stage_milestones(replace(view, boundary=5), None, rng) == [5, 10, 15, 20]
+    assert median.stage_milestones(replace(view, boundary=2), 0, rng) == list(range(4, 21, 2))
+    assert make_policy("bandit", {}).stage_milestones(view, None, rng) is None
+
+
+def test_later_stage_ends_are_branch_points_and_milestones_inside_the_segment() -> None:
+    from hpctune.stagetree.from_study import later_stage_ends
+    from hpctune.stagetree.pieces import trial_stages
+    from hpctune.stagetree.plan import SearchPlan
+
+    plan = SearchPlan()
+    lr = {"schedule": "piecewise", "values": [0.1, 0.01], "milestones": [6]}
+    other = {"schedule": "piecewise", "values": [0.1, 0.05], "milestones": [3]}
+    plan.add_trial(0, trial_stages({"lr": lr}, 10))
+    plan.add_trial(1, trial_stages({"lr": other}, 10))  # leaves trial 0's path at step 3
+    plan.add_trial(2, trial_stages({"lr": {**lr, "values": [0.1, 0.02]}}, 10))  # at step 6
+    assert later_stage_ends(plan, 0, 0, 10) == {3, 6}
+    assert later_stage_ends(plan, 0, 3, 10) == {6}  # the segment's own ends are excluded
+    assert later_stage_ends(plan, 0, 0, 6, [2, 6, 8]) == {2, 3}
+    assert later_stage_ends(plan, 7, 0, 10) == set()  # not in the plan
