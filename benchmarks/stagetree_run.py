@@ -10,15 +10,17 @@ the best value; then the saving (trial-based / stage-based training time) agains
 rate p of ``hpctune plan`` (Hippo: savings match p for grid search).
 
     python benchmarks/stagetree_run.py [--repeats 3] [--slots 2] [--hidden 1024]
-        [--policy default|sha|asha] [--two-studies] [--json]
+        [--policy default|sha|asha|median] [--two-studies] [--json]
 
 With ``--policy sha`` both runs use synchronous successive halving (eta 3, rungs 2, 6 and 20
 epochs): trial-based SHA trains each trial to its rungs; stage-based SHA asks the stage tree for
 the same rungs, so trials answered by a shared checkpoint train nothing (Hippo reports savings
 above the merge rate for SHA). ``--policy asha`` (grace period 1, reduction factor 4: rungs 1,
 4 and 16 epochs): trial-based ASHA decides at the rungs of running trials; stage-based ASHA
-trains each trial rung by rung over the stage tree. The merge rate printed is the grid's (every
-trial to the end).
+trains each trial rung by rung over the stage tree. ``--policy median`` (the median stopping
+rule's defaults: judged at every epoch from the first): trial-based, workers wait for a decision
+at every epoch; stage-based, each trial is trained epoch by epoch over the stage tree and judged
+at each. The merge rate printed is the grid's (every trial to the end).
 
 With ``--two-studies`` the example grid runs with a stage store (``[stages] store``), then a
 follow-up study of the same model and code (4 learning-rate sequences x the same batch sizes)
@@ -199,7 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--policy", choices=["default", "sha", "asha"], default="default")
+    parser.add_argument("--policy", choices=["default", "sha", "asha", "median"], default="default")
     parser.add_argument(
         "--hidden", type=int, default=None, help="hidden units (longer epochs; default 128)"
     )

@@ -21,6 +21,7 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.journal.reader import Study
+from hpctune.stagetree.from_study import plan_from_study
 from hpctune.stagetree.pieces import trial_stages
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.summary import plan_configs
@@ -292,3 +293,67 @@ def test_median_stopping_judges_trials_at_each_boundary_over_the_stage_tree(
     for trial in study.trials:
         plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
     assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+
+
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_pbt_over_the_stage_tree_trains_identical_children_once(
+    tmp_path: Path, keep_last: bool
+) -> None:
+    # two learning rates: generation 0 has identical trials (4 of 2 values), and mutation
+    # moves a child to the other value, so children of one parent are identical too
+    space = {**FIXED, "lr": [0.05, 0.1], "batch_size": 32}
+    spec = write_study(
+        tmp_path,
+        train=TRAIN,
+        metric="val_accuracy",
+        max_steps=MAX_STEPS,
+        num_trials=4,
+        seed=5,
+        directory=str(tmp_path / "pbt"),
+        space=space,
+        generator={"name": "random"},
+        policy={
+            "name": "pbt",
+            "population_size": 4,
+            "steps_per_generation": 2,
+            "keep_last_checkpoints": keep_last,  # True: a late identical child finds its twin's
+        },
+    )
+    spec.write_text(spec.read_text() + "\n[stages]\nenabled = true\n")
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(tmp_path / "pbt")
+    assert study.record.state is StudyState.FINISHED
+    trials = study.trials
+    assert all(t.status is TrialStatus.COMPLETED for t in trials)
+    assert sorted(t.generation for t in trials) == [g for g in range(4) for _ in range(4)]
+    by_id = {t.trial_id: t for t in trials}
+    for trial in trials:
+        assert trial.end_step == 2 * ((trial.generation or 0) + 1)
+        curve = study.curve(trial.trial_id)
+        assert curve.steps[-1] == trial.end_step
+        assert np.isfinite(curve.values).all()
+        if trial.parent_trial is None:
+            continue
+        parent = by_id[trial.parent_trial]
+        theirs = study.curve(parent.trial_id)
+        if trial.shares_prefix:  # answered by an identical trial's checkpoint at its end
+            assert trial.parent_step == parent.end_step == trial.end_step
+            assert (trial.params, trial.generation) == (parent.params, parent.generation)
+            assert np.array_equal(curve.values, theirs.values)
+        else:  # a child goes on from its parent's end with the other learning rate
+            assert trial.parent_step == parent.end_step == trial.end_step - 2
+            assert trial.params["lr"] != parent.params["lr"]
+            assert curve.steps.tolist() == [trial.end_step - 1, trial.end_step]
+    # the paths: a child's is its parent's up to the fork; identical ones are trained once
+    plan = plan_from_study(study.record, MAX_STEPS)
+    assert [t for t in trials if not t.segments], "no trial was answered by a twin"
+    kept = {c.row for c in study.record.checkpoints.values() if not c.deleted}
+    if keep_last:  # nothing identical is trained twice
+        assert _trained_steps(study) == plan.unique_steps() < 2 * len(trials)
+        assert kept == {t.checkpoint_row for t in trials}
+    else:  # PBT's garbage collection: in the end only the fittest trial's checkpoint is left
+        assert plan.unique_steps() <= _trained_steps(study) < 2 * len(trials)
+        last = {t.trial_id: study.curve(t.trial_id).values[-1] for t in trials}
+        fittest = {t.checkpoint_row for t in trials if last[t.trial_id] == max(last.values())}
+        assert len(kept) == 1
+        assert kept <= fittest

@@ -103,7 +103,7 @@ class Controller(StageTreeController):
         self._enforce_grace()
         self._update_curves()
         self._schedule()
-        if self.writer.has_pending:
+        if self.writer.has_pending and not self.stages_enabled:  # stage trees: in _schedule
             self._collect_checkpoints()
         self._manage_pool()
         self._commit()
@@ -332,7 +332,10 @@ class Controller(StageTreeController):
         if work:
             plan = self._stage_plan()
         self._publish_stages(plan)
-        self._collect_stage_checkpoints(plan, milestones)
+        keep = None
+        if self.policy.makes_configurations:  # PBT: the ended trials that may still be parents
+            keep = self.policy.needed_checkpoints(self._view())
+        self._collect_stage_checkpoints(plan, milestones, keep)
         if self.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
         if self._dirty:
@@ -362,20 +365,23 @@ class Controller(StageTreeController):
 
         SHA and Hyperband ask for trials trained to a rung (``until_step``); a trial holds no
         worker, so they are offered a slot for every trial of the study. Tuners that judge at
-        known steps (ASHA, :meth:`Policy.stage_milestones`) get a BOUNDARY event for each trial
-        that reached its milestone (continue: on to the next one; terminate), and as many new
-        trials as the study has slots beyond the trials queued or running.
+        known steps (ASHA, median stopping: :meth:`Policy.stage_milestones`) get a BOUNDARY
+        event for each trial that reached its milestone (continue: on to the next one;
+        terminate), and as many new trials as the study has slots beyond the trials queued or
+        running; so does PBT, whose children fork from their parents' checkpoints (their paths
+        go on from the parent's, and identical children are one stage).
         """
         judging = self.policy.boundary_decisions
         if judging:
             self._judge_at_milestones()
+        if judging or self.policy.makes_configurations:  # one new trial per free worker
             running = sum(t.status is TrialStatus.RUNNING for t in self.state.trials.values())
             slots = max(self.spec.resources.slots - running, 0)  # less the queued: fill_slots
         else:
             slots = max(self.spec.num_trials, 1)
         view = self._view(slots)
         for action in self.policy.decide(view, Event.slot_free(slots), self._rng()):
-            if action.kind is ActionKind.START:
+            if action.kind in (ActionKind.START, ActionKind.FORK):
                 trial = self._trial_for(action, view)
                 if trial is not None:
                     until = action.until_step
@@ -471,6 +477,9 @@ class Controller(StageTreeController):
         if action.kind is ActionKind.FORK:
             parent = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
             row = self._checkpoint_row(action.trial_id, action.step)
+            own = None if parent is None else parent.checkpoint_row
+            if row is None and own is not None and self.state.checkpoints[own].step == action.step:
+                row = own  # stage trees: another trial's checkpoint answered the parent
             if parent is None or row is None:
                 logger.warning(
                     "cannot fork trial %s at step %s; ignored", action.trial_id, action.step

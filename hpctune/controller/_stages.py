@@ -308,6 +308,8 @@ class StageTreeController(CurveFittingController):
             return
         ref = self.state.checkpoints[row]
         same = (trial.parent_trial, trial.parent_step) == (ref.trial_id, ref.step)
+        if trial.initiator is not None and ref.step == trial.parent_step:
+            same = True  # a PBT child starts at its fork, whoever wrote the parent's checkpoint
         if ref.trial_id != trial.trial_id and not same:
             self._log(
                 st.LINEAGE,
@@ -317,13 +319,28 @@ class StageTreeController(CurveFittingController):
                 parent_checkpoint_row=ref.row,
             )
 
-    def _collect_stage_checkpoints(self, plan: SearchPlan, milestones: list[int]) -> None:
+    def _collect_stage_checkpoints(
+        self, plan: SearchPlan, milestones: list[int], keep: set[int] | None = None
+    ) -> None:
         """Delete checkpoints nothing can resume from: not needed by a pending request
         (:func:`needed_checkpoints`) or, under a tuner, by a live or future trial asked for
         more steps later (:func:`future_checkpoints`, ``milestones``: the tuner's rungs), not
-        the start of an active segment, not a trial's
-        last."""
-        ids = {plan.nodes[p.node].checkpoints[p.step] for p in needed_checkpoints(plan)}
+        the start of an active segment, not a trial's last (with ``keep``, PBT's
+        :meth:`~hpctune.policies.Policy.needed_checkpoints`: only of the trials not ended and
+        of those it names)."""
+        points = needed_checkpoints(plan)
+        if keep is not None:  # the results of ended trials: only those PBT names
+            trials = self.state.trials
+            points = {
+                p
+                for p in points
+                if p.step not in plan.nodes[p.node].requests
+                or any(
+                    not trials[t].status.is_final or t in keep
+                    for t in plan.nodes[p.node].requests[p.step].trials
+                )
+            }
+        ids = {plan.nodes[p.node].checkpoints[p.step] for p in points}
         if self.spec.policy.name != "default":  # tuners ask for more steps, and add trials
             ids |= future_checkpoints(self.state, self._stage_plan(full_paths=True), milestones)
         needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
@@ -331,7 +348,10 @@ class StageTreeController(CurveFittingController):
             s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None
         }
         needed |= {
-            t.checkpoint_row for t in self.state.trials.values() if t.checkpoint_row is not None
+            t.checkpoint_row
+            for t in self.state.trials.values()
+            if t.checkpoint_row is not None
+            and (keep is None or not t.status.is_final or t.trial_id in keep)
         }
         active = {s.segment_id for s in self.state.active_segments()}
         rows = [

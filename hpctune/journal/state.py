@@ -372,13 +372,14 @@ class StudyRecord:
     def _on_checkpoint_deleted(
         self, trial: int, segment: int, time: float, data: dict[str, Any]
     ) -> None:
-        for row in data["rows"]:
-            ref = self.checkpoints.get(int(row))
+        rows = {int(row) for row in data["rows"]}
+        for row in rows:
+            ref = self.checkpoints.get(row)
             if ref is not None:
                 ref.deleted = True
-                tr = self.trials.get(ref.trial_id)
-                if tr is not None and tr.checkpoint_row == ref.row:
-                    tr.checkpoint_row = None
+        for tr in self.trials.values():  # its own or (stage trees) one it went on from
+            if tr.checkpoint_row in rows:
+                tr.checkpoint_row = None
 
     def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
@@ -390,6 +391,10 @@ class StudyRecord:
         record.parent_step = step
         record.parent_checkpoint_row = data.get("parent_checkpoint_row")
         record.shares_prefix = True
+        row = record.parent_checkpoint_row
+        current = self.checkpoints.get(record.checkpoint_row)  # type: ignore[arg-type]
+        if row in self.checkpoints and (current is None or current.step <= step):
+            record.checkpoint_row = int(row)  # its latest checkpoint until it writes its own
         _copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
 

@@ -5,7 +5,8 @@ checkpoints and active segments into a fresh :class:`~hpctune.stagetree.plan.Sea
 restarted controller has exactly the plan the killed one had.
 
 - Trials, in id order, each trained to its tuner's request (``request`` records: a rung of
-  SHA), else to ``min(end_step, max_steps)``.
+  SHA), else to ``min(end_step, max_steps)``. A PBT child's path is its parent's up to the fork
+  step, then its own configuration (:func:`forked_stages`).
 - Checkpoints (not deleted), each attached to the node of its trial that trained its step; the
   first one of a (node, step) wins. Checkpoint ids are journal rows as strings.
 - A request is done when a checkpoint exists at its end, or when all its trials have ended
@@ -61,6 +62,39 @@ def path_ranges(plan: SearchPlan, trial_id: int) -> list[tuple[int, int, int]]:
     return list(zip(path.nodes, starts, ends, strict=True))
 
 
+def forked_stages(
+    parent: Sequence[TrialStage], step: int, own: Sequence[TrialStage]
+) -> list[TrialStage]:
+    """The stages of a trial forked at ``step`` from a parent (PBT): the parent's up to
+    ``step``, then the trial's own configuration from there."""
+    before = [TrialStage(s.start, min(s.end, step), s.config) for s in parent if s.start < step]
+    after = [TrialStage(max(s.start, step), s.end, s.config) for s in own if s.end > step]
+    return before + after
+
+
+def _stages_of(
+    record: StudyRecord, trial_id: int, max_steps: int, cache: dict[int, list[TrialStage]]
+) -> list[TrialStage]:
+    """A trial's stages from step 0: its configuration's, or for a trial forked from another
+    (PBT: it has an ``initiator`` and a parent) its parent's up to the fork step, then its own.
+
+    A ``lineage`` record may name another parent later (an identical twin's checkpoint); the
+    path up to that step is the same, so the stages kept in ``cache`` stay right.
+    """
+    if trial_id in cache:
+        return cache[trial_id]
+    trial = record.trials[trial_id]
+    try:
+        own = trial_stages(trial.params, max_steps)
+    except ValueError as exc:
+        raise ValueError(f"trial {trial_id}: {exc}") from None
+    parent, step = trial.parent_trial, trial.parent_step
+    if trial.initiator is not None and parent is not None and step and parent in record.trials:
+        own = forked_stages(_stages_of(record, parent, max_steps, cache), step, own)
+    cache[trial_id] = own
+    return own
+
+
 def plan_from_study(
     record: StudyRecord,
     max_steps: int,
@@ -82,16 +116,9 @@ def plan_from_study(
         ValueError: A trial's hyperparameters are not valid schedules (names the trial).
     """
     plan = SearchPlan()
+    cache = {} if stages_cache is None else stages_cache
     for trial_id in sorted(record.trials):
-        cached = None if stages_cache is None else stages_cache.get(trial_id)
-        if cached is None:
-            try:
-                cached = trial_stages(record.trials[trial_id].params, max_steps)
-            except ValueError as exc:
-                raise ValueError(f"trial {trial_id}: {exc}") from None
-            if stages_cache is not None:
-                stages_cache[trial_id] = cached
-        stages = cached
+        stages = _stages_of(record, trial_id, max_steps, cache)
         plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps, full=full_paths))
     for offset, config in enumerate(future):
         plan.add_trial(len(record.trials) + offset, trial_stages(config, max_steps))

@@ -19,7 +19,7 @@ from hpctune.errors import StudySpecError, check_table_keys
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
 # tuners that run over stage trees
-STAGE_POLICIES = ("default", "sha", "hyperband", "asha", "median")
+STAGE_POLICIES = ("default", "sha", "hyperband", "asha", "median", "pbt")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class StagesSpec:
 
     Attributes:
         enabled: Run the study as a stage tree (shared prefixes trained once); policies
-            ``default``, ``sha``, ``hyperband``, ``asha`` and ``median``.
+            ``default``, ``sha``, ``hyperband``, ``asha``, ``median`` and ``pbt``.
         scheduler: Which ready stages a free worker gets: ``"critical-path"`` (Hippo §4.3: the
             longest path, whole), ``"bfs"`` or ``"most-children"`` (one stage at a time).
         store: A directory shared by studies (absolute), or ``None``: stage checkpoints are
