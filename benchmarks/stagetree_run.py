@@ -10,7 +10,7 @@ the best value; then the saving (trial-based / stage-based training time) agains
 rate p of ``hpctune plan`` (Hippo: savings match p for grid search).
 
     python benchmarks/stagetree_run.py [--repeats 3] [--slots 2] [--hidden 1024]
-        [--policy default|sha|asha|median] [--two-studies] [--json]
+        [--policy default|sha|asha|median] [--two-studies] [--pbt] [--json]
 
 With ``--policy sha`` both runs use synchronous successive halving (eta 3, rungs 2, 6 and 20
 epochs): trial-based SHA trains each trial to its rungs; stage-based SHA asks the stage tree for
@@ -26,6 +26,11 @@ With ``--two-studies`` the example grid runs with a stage store (``[stages] stor
 follow-up study of the same model and code (4 learning-rate sequences x the same batch sizes)
 runs with that store and, for comparison, without it: the 2-wise merge rate and the follow-up's
 saving from reusing the first study's stages.
+
+With ``--pbt`` PBT (population 8, 4 epochs per generation, 20 epochs) runs over five learning
+rates and two batch sizes, trial-based and stage-based: a child forks from its parent's
+checkpoint either way; over the stage tree, a trial identical to another (the same parent,
+fork step and mutated values, or the same values in generation 0) trains nothing.
 
 Every worker's first segment pays one-off costs (PyTorch's lazy imports at the first optimizer,
 about 1 s here), and every segment a few milliseconds to build the model and load its
@@ -197,11 +202,97 @@ def format_two_studies(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PBT_SPACE = """[search_space]
+hidden = {hidden}
+layers = 2
+dropout = 0.1
+momentum = 0.9
+weight_decay = 1e-4
+activation = "relu"
+lr = [0.01, 0.02, 0.05, 0.1, 0.2]
+batch_size = [32, 64]
+
+[generator]
+name = "random"
+
+[policy]
+name = "pbt"
+population_size = 8
+steps_per_generation = 4
+"""
+
+
+def pbt_variant(folder: Path, stages: bool, slots: int, hidden: int | None) -> Path:
+    """PBT (population 8, 4 epochs per generation, 20 epochs) over discrete learning rates and
+    batch sizes (mutation moves a value to a neighbour), stages on or off."""
+    text = write_variant(folder, stages, slots, hidden, "default").read_text()
+    text = text.replace("\nseed = 0\n", "\nseed = 0\nnum_trials = 8\n", 1)
+    start, end = text.index("\n[search_space]") + 1, text.index("\n[stages]") + 1
+    text = text[:start] + PBT_SPACE.format(hidden=hidden or 128) + "\n" + text[end:]
+    path = folder / f"pbt-{'stage' if stages else 'trial'}-based.toml"
+    path.write_text(text)
+    return path
+
+
+def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
+    """PBT trial-based and stage-based (children identical to another trial are answered by
+    its checkpoint); figures of each run, and how many trials trained nothing."""
+    out: dict[str, Any] = {"trial-based": [], "stage-based": []}
+    with tempfile.TemporaryDirectory(prefix="hpctune-pbt-stages-") as tmp:
+        folder = Path(tmp)
+        for i in range(args.repeats):
+            for name in ("trial-based", "stage-based"):
+                path = pbt_variant(folder, name == "stage-based", args.slots, args.hidden)
+                study_dir = folder / f"{name}-{i}"
+                result = run(path, study_dir)
+                record = open_study(study_dir).record
+                result["answered"] = sum(not t.segments for t in record.trials.values())
+                result["own_steps"] = sum(
+                    (t.end_step or 0) - (t.parent_step or 0)
+                    if t.initiator is not None
+                    else (t.end_step or 0)
+                    for t in record.trials.values()
+                )
+                out[name].append(result)
+    return out
+
+
+def format_pbt(result: dict[str, Any]) -> str:
+    """The PBT figures as text."""
+    lines = [
+        f"{'run':<14}{'trials':>7}{'answered':>9}{'steps':>7}{'train s':>9}{'study s':>9}"
+        f"{'best':>8}"
+    ]
+    for name in ("trial-based", "stage-based"):
+        for r in result[name]:
+            lines.append(
+                f"{name:<14}{r['trials']:>7}{r['answered']:>9}{r['steps_trained']:>7}"
+                f"{r['training_s']:>9.2f}{r['study_s']:>9.2f}{r['best']:>8.4f}"
+            )
+    median = {
+        name: {
+            k: statistics.median(r[k] for r in result[name])
+            for k in ("training_s", "steps_trained")
+        }
+        for name in ("trial-based", "stage-based")
+    }
+    lines.append(
+        f"median worker-seconds training: trial-based {median['trial-based']['training_s']:.2f}, "
+        f"stage-based {median['stage-based']['training_s']:.2f} "
+        f"({median['trial-based']['training_s'] / median['stage-based']['training_s']:.2f}x); "
+        f"steps {median['trial-based']['steps_trained']:g} vs "
+        f"{median['stage-based']['steps_trained']:g}"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--policy", choices=["default", "sha", "asha", "median"], default="default")
+    parser.add_argument(
+        "--policy", choices=["default", "sha", "asha", "median"], default="default"
+    )
     parser.add_argument(
         "--hidden", type=int, default=None, help="hidden units (longer epochs; default 128)"
     )
@@ -210,8 +301,17 @@ def main() -> None:
         action="store_true",
         help="a first study fills a stage store, a follow-up study reuses it",
     )
+    parser.add_argument(
+        "--pbt",
+        action="store_true",
+        help="PBT over discrete values, trial-based against stage-based",
+    )
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     args = parser.parse_args()
+    if args.pbt:
+        result = pbt_runs(args)
+        print(json.dumps(result, indent=1) if args.json else format_pbt(result))
+        return
     if args.two_studies:
         result = two_studies(args)
         print(json.dumps(result, indent=1) if args.json else format_two_studies(result))
