@@ -178,17 +178,27 @@ def plan_command(
     hyperparameter's function changes and merges shared prefixes (Hippo's search plan): prints
     the number of trials, total (trial-based) and unique (stage-based) training steps, the merge
     rate p = total / unique and the stage tree. With several studies (of the same model, data
-    and code) their trials share one plan and the k-wise merge rate is shown. Creates nothing.
+    and code: equal training files, metrics and `stages.fingerprint`, else refused) their
+    trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
     from hpctune.policies.generators import make_generator
     from hpctune.seeding import component_seed
     from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
+    from hpctune.stagetree.options import share_digest
     from hpctune.stagetree.summary import format_stage_tree, plan_configs, plan_summary
 
     plan = SearchPlan()
     studies: list[dict[str, Any]] = []
     specs = [load_spec(path) for path in study_tomls]
+    keys = [share_digest(s.stages.fingerprint, s.entry.code(), s.metric) for s in specs]
+    for other, key in zip(specs[1:], keys[1:], strict=True):
+        if key != keys[0]:
+            raise UsageError(
+                f"{other.source} cannot share stages with {specs[0].source}: their training "
+                "files, metrics or `stages.fingerprint` differ (studies share stages only when "
+                "all three are equal); plan them separately"
+            )
     for spec in specs:
         generator = make_generator(
             spec.generator.name,

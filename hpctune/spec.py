@@ -86,6 +86,10 @@ class EntryPoint:
         """Return the entry point as written, with the file's absolute path."""
         return f"{self.file if self.file is not None else self.module}:{self.function}"
 
+    def code(self) -> bytes:
+        """The training file's bytes (a module: its name), what stage sharing must match."""
+        return self.file.read_bytes() if self.file is not None else str(self.module).encode()
+
     def load(self) -> Callable[..., Any]:
         """Import the file or module and return the function.
 
@@ -537,8 +541,9 @@ def parse_spec(
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
-    code = entry.file.read_bytes() if entry.file is not None else str(entry.module).encode()
-    stages = parse_stages(_table(data, "stages", source, False), source, policy.name, code, metric)
+    stages = parse_stages(
+        _table(data, "stages", source, False), source, policy.name, entry.code(), metric
+    )
     if stages.enabled and policy.name == "median" and policy.options.get("hard_stop") is False:
         raise StudySpecError(
             source,

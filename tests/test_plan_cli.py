@@ -114,3 +114,16 @@ def test_two_studies_share_one_plan_and_report_the_k_wise_merge_rate(tmp_path: P
     text = run_hpctune("plan", *map(str, tomls), check=True).stdout
     assert "2-wise merge rate m_2 = 1.67" in text
     assert "trials 2-2 below" in text
+
+
+def test_studies_that_cannot_share_stages_are_not_planned_together(tmp_path: Path) -> None:
+    tomls = []
+    for name, code in (("a", "def train(ctx):\n    pass\n"), ("b", "def train(ctx):\n    1\n")):
+        space = {"lr": [WARMUP_COSINE], "momentum": 0.9}
+        fields = {"name": name, "max_steps": 10, "num_trials": 1}
+        tomls.append(write_study(tmp_path / name, train=code, space=space, **fields))
+    result = run_hpctune("plan", *map(str, tomls))
+    assert result.returncode == 2
+    assert f"{tomls[1]} cannot share stages with {tomls[0]}" in result.stderr
+    assert "plan them separately" in result.stderr
+    assert not result.stdout

@@ -60,6 +60,15 @@ class StagesSpec:
         )
 
 
+def share_digest(fingerprint: str, code: bytes, metric: str) -> str:
+    """What studies must have in common to share stages: a hash of the fingerprint, the
+    training file's bytes (or module name) and the metric."""
+    h = hashlib.sha256()
+    for part in (fingerprint.encode(), code, metric.encode()):
+        h.update(len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()[:16]
+
+
 def parse_stages(
     table: Mapping[str, Any], path: Path, policy: str, code: bytes = b"", metric: str = ""
 ) -> StagesSpec:
@@ -111,15 +120,11 @@ def parse_stages(
         )
     digest = ""
     if store is not None:
-        folder = Path(os.path.abspath(path.parent / Path(store).expanduser()))
-        store = str(folder)
-        h = hashlib.sha256()
-        for part in (fingerprint.encode(), code, metric.encode()):
-            h.update(len(part).to_bytes(8, "big") + part)
-        digest = h.hexdigest()[:16]
+        store = str(Path(os.path.abspath(path.parent / Path(store).expanduser())))
+        digest = share_digest(fingerprint, code, metric)
     return StagesSpec(
         enabled=enabled, scheduler=scheduler, store=store, fingerprint=fingerprint, digest=digest
     )
 
 
-__all__ = ["SCHEDULERS", "STAGES_KEYS", "StagesSpec", "parse_stages"]
+__all__ = ["SCHEDULERS", "STAGES_KEYS", "StagesSpec", "parse_stages", "share_digest"]
