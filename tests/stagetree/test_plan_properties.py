@@ -191,3 +191,29 @@ def test_a_late_branch_inside_a_trained_stretch_retrains_without_in_stage_checkp
 
         sim, _ = simulate_plan(plan, Scheduler.BFS, 1, checkpoint_every=every, on_answer=late)
         assert sim.train_seconds == trained
+
+
+@settings(max_examples=60, deadline=None)
+@given(trials(), trials(), st.integers(1, MAX - 1))
+def test_a_forked_trial_has_its_parents_configuration_before_the_fork_and_its_own_after(
+    parent: tuple[dict[str, Any], int], child: tuple[dict[str, Any], int], fork: int
+) -> None:
+    from hpctune.stagetree.from_study import forked_stages
+
+    stages = forked_stages(trial_stages(parent[0], MAX), fork, trial_stages(child[0], MAX))
+    assert (stages[0].start, stages[-1].end) == (0, MAX)
+    assert all(a.end == b.start for a, b in itertools.pairwise(stages))  # they tile [0, MAX)
+    for stage in stages:
+        assert stage.start < stage.end
+        for step in range(stage.start, stage.end):
+            source = parent[0] if step < fork else child[0]
+            assert stage.config == config_at(source, step)
+    # in a plan the fork shares the parent's path up to the fork step, and no further unless
+    # the configurations agree there
+    plan = SearchPlan()
+    plan.add_trial(0, trial_stages(parent[0], MAX))
+    plan.add_trial(1, stages)
+    shared = sum(
+        plan.nodes[n].refs > 1 for n in plan.trials[0].nodes if plan.nodes[n].start < fork
+    )
+    assert shared == sum(1 for n in plan.trials[0].nodes if plan.nodes[n].start < fork)
