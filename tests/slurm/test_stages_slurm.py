@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hpctune.journal import open_study
+from hpctune.stagetree.from_study import plan_from_study
 from hpctune.stagetree.summary import plan_configs
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import run_hpctune, wait_for, write_study
@@ -66,3 +67,47 @@ def test_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) 
         assert np.array_equal(
             study.curve(trial.trial_id).values, reference.curve(trial.trial_id).values
         )
+
+
+def test_pbt_over_a_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) -> None:
+    # two learning rates: identical generation-0 trials and identical children are one stage
+    path = write_study(
+        tmp_path,
+        train=TRAIN,
+        name=study_name,
+        metric="val_accuracy",
+        max_steps=MAX_STEPS,
+        num_trials=4,
+        seed=5,
+        directory=str(tmp_path / "study"),
+        space={**_grid_space(), "hidden": 1024, "layers": 2, "lr": [0.05, 0.1], "batch_size": 32},
+        generator={"name": "random"},
+        policy={
+            "name": "pbt",
+            "population_size": 4,
+            "steps_per_generation": 4,
+            "keep_last_checkpoints": True,
+        },
+        resources={"slots": 2, "gpus_per_worker": 1},
+        slurm={"partition": "debug", "time": 20, "controller": {"partition": "high"}},
+    )
+    path.write_text(path.read_text() + "\n[stages]\nenabled = true\n")
+    study_dir = tmp_path / "study"
+    run_hpctune("launch", str(path), check=True)
+    assert wait_for(lambda: _reports(study_dir) >= 3, 180, interval=0.1)
+    submit_preemptor(study_name, tmp_path)
+    study = _wait_final(study_dir, 300)
+    record = study.record
+    assert record.state is StudyState.FINISHED
+    trials = study.trials
+    assert all(t.status is TrialStatus.COMPLETED for t in trials)
+    assert sorted(t.generation for t in trials) == [g for g in range(4) for _ in range(4)]
+    preempted = [s for s in record.segments.values() if "SIGUSR2" in s.reason]
+    assert preempted, "no segment was preempted"
+    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+    # every unique step once across the requeues; identical trials trained nothing
+    plan = plan_from_study(record, MAX_STEPS)
+    assert _trained_steps(study) == plan.unique_steps() < 4 * len(trials)
+    assert [t for t in trials if not t.segments]
+    for trial in trials:
+        assert study.curve(trial.trial_id).steps[-1] == trial.end_step
