@@ -236,7 +236,8 @@ def pbt_variant(folder: Path, stages: bool, slots: int, hidden: int | None) -> P
 
 def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
     """PBT trial-based and stage-based (children identical to another trial are answered by
-    its checkpoint); figures of each run, and how many trials trained nothing."""
+    its checkpoint); figures of each run, how many trials trained nothing, and the steps the
+    trials span from their start or fork (``own_steps``: what trial-based PBT trains)."""
     out: dict[str, Any] = {"trial-based": [], "stage-based": []}
     with tempfile.TemporaryDirectory(prefix="hpctune-pbt-stages-") as tmp:
         folder = Path(tmp)
@@ -260,13 +261,14 @@ def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
 def format_pbt(result: dict[str, Any]) -> str:
     """The PBT figures as text."""
     lines = [
-        f"{'run':<14}{'trials':>7}{'answered':>9}{'steps':>7}{'train s':>9}{'study s':>9}"
-        f"{'best':>8}"
+        f"{'run':<14}{'trials':>7}{'answered':>9}{'spanned':>8}{'steps':>7}{'train s':>9}"
+        f"{'study s':>9}{'best':>8}"
     ]
     for name in ("trial-based", "stage-based"):
         for r in result[name]:
             lines.append(
-                f"{name:<14}{r['trials']:>7}{r['answered']:>9}{r['steps_trained']:>7}"
+                f"{name:<14}{r['trials']:>7}{r['answered']:>9}{r['own_steps']:>8}"
+                f"{r['steps_trained']:>7}"
                 f"{r['training_s']:>9.2f}{r['study_s']:>9.2f}{r['best']:>8.4f}"
             )
     median = {

@@ -55,3 +55,25 @@ def test_quick_benchmark_reports_sharing_and_makespans() -> None:
             assert set(figures["whole_node_claims_makespan_s"]) == set(spans) - {"trial-based"}
             assert figures["gpu_saving"] > 1
             assert spans["critical-path"] < spans["trial-based"]
+
+
+def test_the_real_training_benchmark_writes_valid_studies(tmp_path: Path) -> None:
+    """benchmarks/stagetree_run.py's study variants load with the policy, stages and space."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import stagetree_run
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from hpctune.spec import load_spec
+
+    for stages in (True, False):
+        spec = load_spec(stagetree_run.pbt_variant(tmp_path, stages, 2, 1024))
+        assert (spec.policy.name, spec.stages.enabled, spec.num_trials) == ("pbt", stages, 8)
+        assert spec.policy.options["population_size"] == 8
+        assert spec.space.params["hidden"].value == 1024  # type: ignore[attr-defined]
+        median = load_spec(stagetree_run.write_variant(tmp_path, stages, 3, None, "median"))
+        assert (median.policy.name, median.stages.enabled, median.resources.slots) == (
+            "median",
+            stages,
+            3,
+        )
