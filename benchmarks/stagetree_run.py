@@ -236,8 +236,7 @@ def pbt_variant(folder: Path, stages: bool, slots: int, hidden: int | None) -> P
 
 def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
     """PBT trial-based and stage-based (children identical to another trial are answered by
-    its checkpoint); figures of each run, how many trials trained nothing, and the steps the
-    trials span from their start or fork (``own_steps``: what trial-based PBT trains)."""
+    its checkpoint); figures of each run, and how many trials trained nothing."""
     out: dict[str, Any] = {"trial-based": [], "stage-based": []}
     with tempfile.TemporaryDirectory(prefix="hpctune-pbt-stages-") as tmp:
         folder = Path(tmp)
@@ -248,12 +247,6 @@ def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
                 result = run(path, study_dir)
                 record = open_study(study_dir).record
                 result["answered"] = sum(not t.segments for t in record.trials.values())
-                result["own_steps"] = sum(
-                    (t.end_step or 0) - (t.parent_step or 0)
-                    if t.initiator is not None
-                    else (t.end_step or 0)
-                    for t in record.trials.values()
-                )
                 out[name].append(result)
     return out
 
@@ -261,14 +254,13 @@ def pbt_runs(args: argparse.Namespace) -> dict[str, Any]:
 def format_pbt(result: dict[str, Any]) -> str:
     """The PBT figures as text."""
     lines = [
-        f"{'run':<14}{'trials':>7}{'answered':>9}{'spanned':>8}{'steps':>7}{'train s':>9}"
-        f"{'study s':>9}{'best':>8}"
+        f"{'run':<14}{'trials':>7}{'answered':>9}{'steps':>7}{'train s':>9}{'study s':>9}"
+        f"{'best':>8}"
     ]
     for name in ("trial-based", "stage-based"):
         for r in result[name]:
             lines.append(
-                f"{name:<14}{r['trials']:>7}{r['answered']:>9}{r['own_steps']:>8}"
-                f"{r['steps_trained']:>7}"
+                f"{name:<14}{r['trials']:>7}{r['answered']:>9}{r['steps_trained']:>7}"
                 f"{r['training_s']:>9.2f}{r['study_s']:>9.2f}{r['best']:>8.4f}"
             )
     median = {
