@@ -73,6 +73,45 @@ def _trained_steps(study: Study) -> int:
     return sum((s.end_step or s.start_step) - s.start_step for s in study.record.segments.values())
 
 
+def _assert_reached_steps_trained_once(study: Study) -> None:
+    """Trials stopped and promoted over time: each step some trial reached was trained once,
+    and fewer steps than trial by trial."""
+    plan = SearchPlan()
+    for trial in study.trials:
+        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
+    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+
+
+def _pbt_spec(
+    folder: Path,
+    directory: Path,
+    steps_per_generation: int,
+    *,
+    keep_last: bool,
+    space: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Path:
+    """PBT (population 4) over two learning rates as a stage tree: generation 0 has identical
+    trials (4 of 2 values), and mutation moves a child to the other value, so children of one
+    parent are identical too. ``space`` overrides the fixed parameters."""
+    study = {"metric": "val_accuracy", "max_steps": MAX_STEPS, "num_trials": 4, "seed": 5}
+    path = write_study(
+        folder,
+        train=TRAIN,
+        **{**study, "directory": str(directory), **fields},
+        space={**FIXED, **(space or {}), "lr": [0.05, 0.1], "batch_size": 32},
+        generator={"name": "random"},
+        policy={
+            "name": "pbt",
+            "population_size": 4,
+            "steps_per_generation": steps_per_generation,
+            "keep_last_checkpoints": keep_last,  # True: a late identical child finds its twin's
+        },
+    )
+    path.write_text(path.read_text() + "\n[stages]\nenabled = true\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Study:
     """The grid run once as a stage tree (the reference for the tests below)."""
@@ -259,10 +298,7 @@ def test_asha_judges_each_trial_at_its_rungs_over_the_stage_tree(tmp_path: Path)
     assert all(t.step == MAX_STEPS for t in study.trials if t not in stopped)
     assert [t for t in study.trials if t.shares_prefix and not t.segments]
     # no step trained twice, although trials arrived and were promoted over time
-    plan = SearchPlan()
-    for trial in study.trials:
-        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
-    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+    _assert_reached_steps_trained_once(study)
 
 
 def test_median_stopping_judges_trials_at_each_boundary_over_the_stage_tree(
@@ -289,37 +325,14 @@ def test_median_stopping_judges_trials_at_each_boundary_over_the_stage_tree(
     assert all(t.step == MAX_STEPS for t in study.trials if t not in stopped)
     # segments end at boundaries (requests), and no step was trained twice
     assert {s.until_step for s in study.record.segments.values()} <= {2, 4, 6, MAX_STEPS}
-    plan = SearchPlan()
-    for trial in study.trials:
-        plan.add_trial(trial.trial_id, trial_stages(trial.params, MAX_STEPS), trial.step)
-    assert _trained_steps(study) == plan.unique_steps() < plan.total_steps()
+    _assert_reached_steps_trained_once(study)
 
 
 @pytest.mark.parametrize("keep_last", [True, False])
 def test_pbt_over_the_stage_tree_trains_identical_children_once(
     tmp_path: Path, keep_last: bool
 ) -> None:
-    # two learning rates: generation 0 has identical trials (4 of 2 values), and mutation
-    # moves a child to the other value, so children of one parent are identical too
-    space = {**FIXED, "lr": [0.05, 0.1], "batch_size": 32}
-    spec = write_study(
-        tmp_path,
-        train=TRAIN,
-        metric="val_accuracy",
-        max_steps=MAX_STEPS,
-        num_trials=4,
-        seed=5,
-        directory=str(tmp_path / "pbt"),
-        space=space,
-        generator={"name": "random"},
-        policy={
-            "name": "pbt",
-            "population_size": 4,
-            "steps_per_generation": 2,
-            "keep_last_checkpoints": keep_last,  # True: a late identical child finds its twin's
-        },
-    )
-    spec.write_text(spec.read_text() + "\n[stages]\nenabled = true\n")
+    spec = _pbt_spec(tmp_path, tmp_path / "pbt", 2, keep_last=keep_last)
     run_hpctune("launch", str(spec), "--local", check=True)
     study = open_study(tmp_path / "pbt")
     assert study.record.state is StudyState.FINISHED

@@ -52,6 +52,14 @@ def submit_preemptor(study_name: str, folder: Path) -> str:
     ).stdout.strip()
 
 
+def assert_preemptions_suspended(study: Study) -> None:
+    """Some segment was preempted (SIGUSR2), and every preempted one ended suspended (to be
+    resumed from its checkpoint), not failed."""
+    preempted = [s for s in study.record.segments.values() if "SIGUSR2" in s.reason]
+    assert preempted, "no segment was preempted"
+    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+
+
 def _controller_job(stdout: str) -> str:
     match = re.search(r"controller job: (\d+)", stdout)
     assert match, stdout

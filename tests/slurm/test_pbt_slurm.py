@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.states import StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
-from tests.slurm.test_hpctune_slurm import _reports, _sacct, _wait_final, submit_preemptor
+from tests.slurm.test_hpctune_slurm import (
+    _reports,
+    _sacct,
+    _wait_final,
+    assert_preemptions_suspended,
+    submit_preemptor,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -43,9 +49,7 @@ def test_pbt_survives_preempted_workers(tmp_path: Path, study_name: str) -> None
     assert all(t.status is TrialStatus.COMPLETED for t in trials.values())
 
     # the preemption reached a running segment, which was suspended and carried on
-    preempted = [s for s in record.segments.values() if "SIGUSR2" in s.reason]
-    assert preempted
-    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+    assert_preemptions_suspended(study)
     jobs = {w.info["job_id"] for w in record.workers.values()}
     states = [row[1] for job in jobs for row in _sacct("-D", "-X", "-j", job, "-o", "JobID,State")]
     assert any(state.startswith(("PREEMPTED", "REQUEUED")) for state in states), states

@@ -12,10 +12,15 @@ import pytest
 from hpctune.journal import open_study
 from hpctune.stagetree.from_study import plan_from_study
 from hpctune.stagetree.summary import plan_configs
-from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, wait_for, write_study
-from tests.slurm.test_hpctune_slurm import _reports, _wait_final, submit_preemptor
-from tests.test_stage_execution import TRAIN, _grid_space, _trained_steps
+from tests.slurm.test_hpctune_slurm import (
+    _reports,
+    _wait_final,
+    assert_preemptions_suspended,
+    submit_preemptor,
+)
+from tests.test_stage_execution import TRAIN, _grid_space, _pbt_spec, _trained_steps
 
 pytestmark = pytest.mark.slurm
 
@@ -57,9 +62,7 @@ def test_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) 
     record = study.record
     assert record.state is StudyState.FINISHED
     assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
-    preempted = [s for s in record.segments.values() if "SIGUSR2" in s.reason]
-    assert preempted, "no segment was preempted"
-    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+    assert_preemptions_suspended(study)
     # checkpoints at every epoch: the requeued paths resume where they stopped
     plan = plan_configs([t.params for t in study.trials], MAX_STEPS)
     assert _trained_steps(study) == plan.unique_steps()
@@ -71,27 +74,17 @@ def test_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) 
 
 def test_pbt_over_a_stage_tree_survives_preempted_workers(tmp_path: Path, study_name: str) -> None:
     # two learning rates: identical generation-0 trials and identical children are one stage
-    path = write_study(
+    path = _pbt_spec(
         tmp_path,
-        train=TRAIN,
+        tmp_path / "study",
+        4,
+        keep_last=True,
+        space={"hidden": 1024, "layers": 2},
         name=study_name,
-        metric="val_accuracy",
         max_steps=MAX_STEPS,
-        num_trials=4,
-        seed=5,
-        directory=str(tmp_path / "study"),
-        space={**_grid_space(), "hidden": 1024, "layers": 2, "lr": [0.05, 0.1], "batch_size": 32},
-        generator={"name": "random"},
-        policy={
-            "name": "pbt",
-            "population_size": 4,
-            "steps_per_generation": 4,
-            "keep_last_checkpoints": True,
-        },
         resources={"slots": 2, "gpus_per_worker": 1},
         slurm={"partition": "debug", "time": 20, "controller": {"partition": "high"}},
     )
-    path.write_text(path.read_text() + "\n[stages]\nenabled = true\n")
     study_dir = tmp_path / "study"
     run_hpctune("launch", str(path), check=True)
     assert wait_for(lambda: _reports(study_dir) >= 3, 180, interval=0.1)
@@ -102,9 +95,7 @@ def test_pbt_over_a_stage_tree_survives_preempted_workers(tmp_path: Path, study_
     trials = study.trials
     assert all(t.status is TrialStatus.COMPLETED for t in trials)
     assert sorted(t.generation for t in trials) == [g for g in range(4) for _ in range(4)]
-    preempted = [s for s in record.segments.values() if "SIGUSR2" in s.reason]
-    assert preempted, "no segment was preempted"
-    assert all(s.status is SegmentStatus.SUSPENDED for s in preempted)
+    assert_preemptions_suspended(study)
     # every unique step once across the requeues; identical trials trained nothing
     plan = plan_from_study(record, MAX_STEPS)
     assert _trained_steps(study) == plan.unique_steps() < 4 * len(trials)
