@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 bad input (a malformed study.toml, a missing study, a b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import click
 
-from hpctune.errors import HpctuneError, UsageError
+from hpctune.errors import AccessError, HpctuneError, UsageError
 from hpctune.files import write_json_atomic
 from hpctune.layout import StudyPaths
 from hpctune.states import StudyState
@@ -27,12 +28,36 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
 def _study_paths(directory: str) -> StudyPaths:
     paths = StudyPaths.of(directory)
+    try:
+        os.listdir(paths.root)
+    except PermissionError as exc:
+        raise AccessError(
+            paths.root,
+            f"{paths.root} cannot be read: {exc.strerror}; it belongs to "
+            f"{_owner(paths.root)}, who must share it (`[study] share_with_group = true`) or "
+            "give you a copy",
+        ) from exc
+    except OSError:
+        pass  # missing: said below
     if not paths.journal.exists():
         raise UsageError(
             f"{paths.root} is not a study directory (no journal.zarr in it); give the directory "
             "that `hpctune launch` printed"
         )
     return paths
+
+
+def _owner(path: Path) -> str:
+    import pwd
+
+    try:
+        uid = path.stat().st_uid
+    except OSError:
+        return "another user"
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _exit_code(state: StudyState) -> int:
@@ -59,8 +84,6 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
     """
     ctx.obj = {"debug": debug}
     if log_level:
-        import os
-
         os.environ["HPCTUNE_LOG_LEVEL"] = log_level.upper()
 
 
@@ -292,29 +315,42 @@ def plan_command(
     is_flag=True,
     help="Run the controller here with local workers (the default without sbatch).",
 )
-def resume(study_dir: Path, local: bool) -> int:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Take over even if another controller seems alive: it is fenced (it stops at its "
+    "next commit without committing).",
+)
+def resume(study_dir: Path, local: bool, force: bool) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
-    controller are adopted.
+    controller are adopted. Refused while another controller holds the study's lease (the
+    message names it); --force takes the study over from it.
     """
-    from hpctune.launch import ensure_no_controller, run_local
+    from hpctune.launch import ensure_no_controller, prepare_study_dir, run_local
 
     paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
     if local or shutil.which("sbatch") is None:
         click.echo(f"resuming {paths.root}")
-        return _exit_code(run_local(paths))
+        return _exit_code(run_local(paths, force=force))
     from hpctune.journal.reader import open_study
+    from hpctune.lease import fence
     from hpctune.slurm.controller_job import queued_controller
     from hpctune.spec import StudySpec
 
-    ensure_no_controller(paths)
-    queued = queued_controller(paths)
-    if queued is not None:
-        raise UsageError(
-            f"the controller job {queued} of {paths.root} is still queued or "
-            f"running; cancel it with `scancel {queued}` first"
-        )
+    if force:
+        epoch = fence(paths.root)
+        click.echo(f"fenced the study's controllers (epoch {epoch}); submitting a new one")
+    else:
+        ensure_no_controller(paths)
+        queued = queued_controller(paths)
+        if queued is not None:
+            raise UsageError(
+                f"the controller job {queued} of {paths.root} is still queued or "
+                f"running; cancel it with `scancel {queued}` first (or use --force)"
+            )
     spec = StudySpec.from_dict(open_study(paths.root).spec)
     return _submit_controller(paths, spec)
 
@@ -392,7 +428,10 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
 
     The command drops a file in the study's inbox and returns; the controller carries it out.
     """
+    from hpctune.launch import prepare_study_dir
+
     paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
     if trial_id is None:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
@@ -884,6 +923,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         click.echo(f"error: {exc}", err=True)
         return exc.exit_code
+    except (PermissionError, NotADirectoryError, IsADirectoryError) as exc:
+        if debug:
+            traceback.print_exc()
+        where = exc.filename if exc.filename is not None else "a file"
+        click.echo(f"error: {where}: {exc.strerror}; check the path and its permissions", err=True)
+        return EXIT_BAD_INPUT
     return int(result) if isinstance(result, int) else EXIT_OK
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ class TrialContext:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         interrupted: Callable[[], str] = lambda: "",
+        highest_epoch: Callable[[], int] = lambda: 0,
     ) -> None:
         self._a = assignment
         self._events = events
@@ -113,6 +115,8 @@ class TrialContext:
         self._clock = clock
         self._sleep = sleep
         self._interrupted = interrupted
+        self._highest_epoch = highest_epoch
+        self._epoch = assignment.epoch  # decisions of a lower controller epoch are stale
         self._decision = ReportResult(Decision.CONTINUE)
         self._last_poll = -math.inf
         self.trial_id = assignment.trial_id
@@ -243,6 +247,13 @@ class TrialContext:
         while True:
             self._last_poll = self._clock()
             message = DecisionMessage.read(self._decision_file)
+            if (
+                message is not None
+                and message.segment_id == self._a.segment_id
+                and message.decision is not Decision.CONTINUE
+                and self._stale(message)
+            ):
+                message = None
             if message is not None and message.segment_id == self._a.segment_id:
                 if message.decision is not Decision.CONTINUE:
                     self._decision = ReportResult(message.decision, message.reason)
@@ -252,6 +263,11 @@ class TrialContext:
             if self._clock() >= deadline:
                 return  # go on; the decision applies at the next boundary
             self._sleep(0.05)
+
+    def _stale(self, message: DecisionMessage) -> bool:
+        """True for a decision of a controller fenced by a higher epoch (to be ignored)."""
+        self._epoch = max(self._epoch, self._highest_epoch())
+        return message.epoch < self._epoch
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -292,19 +308,32 @@ class TrialContext:
         self.checkpoint_step = step
         return path
 
-    def load_checkpoint(self, map_location: Any = "cpu", *, verify: bool = True) -> Any:
+    def load_checkpoint(
+        self, map_location: Any = "cpu", *, verify: bool = True, weights_only: bool = True
+    ) -> Any:
         """Load the checkpoint this segment starts from, or return ``None`` on a fresh start.
 
+        The file must match the SHA-256 the journal recorded when it was written, and is loaded
+        with ``torch.load(weights_only=True)``: tensors, state dicts and plain containers and
+        numbers, never arbitrary pickled objects. A checkpoint that holds other objects (a
+        whole model, a custom class) needs ``weights_only=False``, which unpickles it: code in
+        the file then runs, so use it only for checkpoints nobody else can write.
+
         Raises:
-            CheckpointError: The file is missing or its checksum does not match the journal.
+            CheckpointError: The file is missing, its checksum does not match the journal, or it
+                holds objects ``weights_only=True`` refuses.
+            AccessError: The file is writable by group or others or owned by another user.
         """
         if self._a.checkpoint is None:
             return None
         import torch
 
+        from hpctune.permissions import check_loadable
+
         path = self.study_dir / self._a.checkpoint
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} of trial {self.trial_id} is missing")
+        check_loadable(path, "the checkpoint")
         if verify and self._a.checkpoint_sha256:
             from hpctune.files import sha256_file
 
@@ -314,7 +343,18 @@ class TrialContext:
                     f"checkpoint {path} has SHA-256 {digest}, but the journal recorded "
                     f"{self._a.checkpoint_sha256}; the file was changed or truncated"
                 )
-        return torch.load(path, map_location=map_location, weights_only=False)
+        try:
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
+        except pickle.UnpicklingError as exc:
+            if not weights_only:
+                raise
+            raise CheckpointError(
+                f"checkpoint {path} holds objects that torch.load(weights_only=True) does not "
+                f"load ({str(exc).splitlines()[0]}); save state dicts "
+                "(`ctx.save_checkpoint({'model': model.state_dict()})`), or load it with "
+                "`ctx.load_checkpoint(weights_only=False)` if only you can write the study "
+                "directory (it runs code from the file)"
+            ) from exc
 
 
 def _to_float(name: str, value: Any) -> float:

@@ -66,8 +66,24 @@ class UsageError(HpctuneError):
     exit_code = 2
 
 
+class AccessError(UsageError):
+    """A path cannot be used: permissions, owner or place (exit 2).
+
+    Args:
+        path: The path at fault.
+        message: What is wrong with it and how to fix it.
+    """
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        self.path = Path(path)
+        super().__init__(message)
+
+
 class JournalError(HpctuneError):
-    """The journal of a study is missing, of an unknown format, or cannot be read."""
+    """The journal of a study is missing, damaged, of an unknown format, or cannot be read
+    (exit 2: the user must restore or replace it)."""
+
+    exit_code = 2
 
 
 class CheckpointError(HpctuneError):

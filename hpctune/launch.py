@@ -21,13 +21,16 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TextIO
 
-from hpctune.controller import Controller, controller_alive
-from hpctune.errors import StudySpecError, UsageError
+from hpctune.controller import Controller
+from hpctune.errors import AccessError, StudySpecError, UsageError
 from hpctune.executors.local import LocalExecutor
 from hpctune.files import dumps
 from hpctune.journal import state as st
+from hpctune.journal.epochs import epoch_journal, point_link
 from hpctune.journal.store import JournalWriter
 from hpctune.layout import StudyPaths
+from hpctune.lease import LeaseHeld, rival
+from hpctune.permissions import check_loadable, check_study_dir, use_study_umask, use_umask_of
 from hpctune.spec import StudySpec
 from hpctune.states import StudyState, TrialStatus
 from hpctune.summary import (
@@ -48,6 +51,8 @@ def check_entry_point(spec: StudySpec) -> None:
     """
     entry = spec.entry
     if entry.file is not None:
+        if entry.file.exists():
+            check_loadable(entry.file, "the training file")
         try:
             tree = ast.parse(entry.file.read_text(), filename=str(entry.file))
         except (OSError, SyntaxError) as exc:
@@ -98,25 +103,46 @@ def check_entry_point(spec: StudySpec) -> None:
 def create_study(spec: StudySpec) -> StudyPaths:
     """Create the study directory: the spec copy, the folders and a journal with the spec.
 
+    Everything is created private (0700/0600, or 0750/0640 with ``share_with_group``),
+    whatever the umask was (:mod:`hpctune.permissions`).
+
     Raises:
-        UsageError: The directory exists already.
+        UsageError: The directory exists already (naming its controller if one runs).
+        AccessError: The directory cannot be created there (a file on the path, no permission,
+            a read-only filesystem such as /proc).
     """
     target = spec.directory
-    if target.exists():
+    use_study_umask(spec.share_with_group)
+    if target.exists() or target.is_symlink():
+        running = ""
+        if target.is_dir():
+            held = rival(target)
+            if held is not None:
+                running = f"; its controller is running ({held.describe()}, epoch {held.epoch})"
         raise UsageError(
-            f"study directory {target} exists already: resume it with `hpctune resume {target}` "
-            "or choose another with --study-dir"
+            f"study directory {target} exists already{running}: resume it with `hpctune resume "
+            f"{target}` or choose another with --study-dir"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.creating-{uuid.uuid4().hex[:8]}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise AccessError(
+            target,
+            f"cannot create the study directory {target}: {exc.strerror} ({exc.filename}); "
+            "choose a directory you can write with --study-dir or [study].directory",
+        ) from exc
     try:
         paths = StudyPaths.of(tmp)
         paths.make_dirs()
         shutil.copyfile(spec.source, paths.spec_copy)
-        writer = JournalWriter(paths.journal, create=True)
+        journal = epoch_journal(tmp, 0)
+        writer = JournalWriter(journal, create=True)
         data = {"state": StudyState.CREATED.value, "spec": spec.to_dict(), "reason": "launched"}
         writer.append("log", kind=st.STUDY, time=time.time(), data=dumps(data))
         writer.commit({})
+        point_link(tmp, journal)
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -124,14 +150,26 @@ def create_study(spec: StudySpec) -> StudyPaths:
     return StudyPaths.of(target)
 
 
+def prepare_study_dir(paths: StudyPaths) -> None:
+    """Refuse a study directory others could change; set this process's umask for it.
+
+    Raises:
+        AccessError: The directory is writable by group or others, or owned by another user.
+        JournalError: Its journal cannot be read.
+    """
+    check_study_dir(paths.root)
+    use_umask_of(paths.root)
+
+
 def ensure_no_controller(paths: StudyPaths) -> None:
-    """Refuse to start a second controller on a study whose controller is alive."""
-    other = controller_alive(paths)
-    if other is not None:
-        raise UsageError(
-            f"a controller is running on {paths.root} (pid {other.get('pid')} on "
-            f"{other.get('host')}); stop it with `hpctune stop {paths.root}` or wait for it"
-        )
+    """Refuse while another controller holds a live lease on the study.
+
+    Raises:
+        LeaseHeld: Naming the controller (host, pid or Slurm job) and how to take over.
+    """
+    held = rival(paths.root)
+    if held is not None:
+        raise LeaseHeld(paths.root, held)
 
 
 @contextlib.contextmanager
@@ -238,9 +276,17 @@ def run_local(
     out: TextIO = sys.stdout,
     poll_interval: float = 0.1,
     make_progress: Callable[[TextIO], Callable[[Controller], None]] | None = Progress,
+    force: bool = False,
 ) -> StudyState:
-    """Run the controller in the foreground with local workers; print progress and a summary."""
-    ensure_no_controller(paths)
+    """Run the controller in the foreground with local workers; print progress and a summary.
+
+    Raises:
+        LeaseHeld: Another controller holds a live lease (without ``force``).
+        Fenced: Another controller took over while this one ran.
+    """
+    prepare_study_dir(paths)
+    if not force:
+        ensure_no_controller(paths)
     with _controller_logging(paths):
         progress = make_progress(out) if make_progress is not None else None
         controller = Controller(
@@ -248,6 +294,7 @@ def run_local(
             lambda spec: local_executor(paths, spec),
             poll_interval=poll_interval,
             on_progress=progress,
+            force=force,
         )
         with _signals(controller, out):
             state = controller.run()
@@ -267,7 +314,7 @@ def run_in_slurm_job(paths: StudyPaths, *, out: TextIO = sys.stdout) -> StudySta
     """
     from hpctune.slurm.executor import SlurmExecutor
 
-    ensure_no_controller(paths)
+    prepare_study_dir(paths)
     with _controller_logging(paths):
         controller = Controller(
             paths.root,

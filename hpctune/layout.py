@@ -3,7 +3,9 @@
 ```
 <study>/
   study.toml            the spec as launched (copy)          written once by `hpctune launch`
-  journal.zarr/         the journal                          controller only
+  journal-e<N>.zarr/    the journal of controller epoch N    that epoch's controller only
+  journal.zarr          a symbolic link to the current one   the controller
+  controller/epoch-<N>  controller N's lease (pid, host)     created once, exclusively
   controller.json       controller heartbeat (pid, host)     controller only
   events/segment-<S>.jsonl   a segment's event lines         the worker running segment S
   workers/<W>/heartbeat.json                                 worker W
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpctune.journal.reader import JOURNAL_DIR
+from hpctune.journal.epochs import current_journal
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,14 @@ class StudyPaths:
 
     @property
     def journal(self) -> Path:
-        return self.root / JOURNAL_DIR
+        """The current journal directory: the highest controller epoch's (``journal.zarr``
+        links to it; :mod:`hpctune.journal.epochs`)."""
+        return current_journal(self.root)
+
+    @property
+    def epochs(self) -> Path:
+        """The controller epoch files (:mod:`hpctune.lease`)."""
+        return self.root / "controller"
 
     @property
     def spec_copy(self) -> Path:

@@ -1,9 +1,12 @@
 """The files through which the controller and the workers talk, and their formats.
 
-Controller to worker: an :class:`Assignment` (or an exit order) in ``workers/<W>/assignment.json``,
-and the latest decision for a segment in ``decisions/segment-<S>.json``. Worker to controller: the
-segment's event file (:mod:`hpctune.eventlog`) and ``workers/<W>/heartbeat.json``. Every one of
-these small files is replaced atomically by its single writer.
+Controller to worker: an :class:`Assignment` (or an :class:`ExitOrder`) in
+``workers/<W>/assignment.json``, and the latest decision for a segment in
+``decisions/segment-<S>.json``. Worker to controller: the segment's event file
+(:mod:`hpctune.eventlog`) and ``workers/<W>/heartbeat.json``. Every one of these small files is
+replaced atomically by its single writer. The controller's files carry its epoch
+(:mod:`hpctune.lease`): a worker ignores those of an epoch below the highest it knows of, and
+takes what it runs from the journal, not from these files (:mod:`hpctune.worker`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class Assignment:
         decision_wait: Seconds to wait for the controller's decision at a boundary (0: never).
         checkpoint_steps: Steps at which a checkpoint must be saved besides boundaries (stage
             trees: the ends of the stages, where other trials branch off).
+        epoch: The epoch of the controller that wrote it.
+        written: The controller's time when it wrote the file, after the commit that holds
+            the segment (set by :func:`write_assignment`): a journal committed later that does
+            not hold the segment proves the file false.
     """
 
     segment_id: int
@@ -64,6 +71,8 @@ class Assignment:
     checkpoint_sha256: str | None = None
     decision_wait: float = 0.0
     checkpoint_steps: tuple[int, ...] = ()
+    epoch: int = 0
+    written: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -78,20 +87,37 @@ class Assignment:
         return cls(**fields)
 
 
-def write_assignment(path: Path, assignment: Assignment | None, reason: str = "") -> None:
+@dataclass(frozen=True)
+class ExitOrder:
+    """The controller tells a worker to exit."""
+
+    reason: str
+    epoch: int = 0
+
+
+def write_assignment(
+    path: Path, assignment: Assignment | None, reason: str = "", *, epoch: int = 0
+) -> None:
     """Write a worker's assignment file: a segment, or an exit order when ``None``."""
-    body = {"kind": "exit", "reason": reason} if assignment is None else assignment.to_dict()
+    body = (
+        {"kind": "exit", "reason": reason, "epoch": epoch}
+        if assignment is None
+        else {**assignment.to_dict(), "written": time.time()}
+    )
     write_json_atomic(path, body, fsync=True)
 
 
-def read_assignment(path: Path) -> Assignment | str | None:
-    """Return the assignment, the exit reason (a str) for an exit order, or ``None`` if none."""
+def read_assignment(path: Path) -> Assignment | ExitOrder | None:
+    """Return the assignment, the exit order, or ``None`` if there is none (or it is garbled)."""
     data = read_json(path)
     if not isinstance(data, dict):
         return None
-    if data.get("kind") == "exit":
-        return str(data.get("reason") or "told to exit")
-    return Assignment.from_dict(data)
+    try:
+        if data.get("kind") == "exit":
+            return ExitOrder(str(data.get("reason") or "told to exit"), int(data.get("epoch", 0)))
+        return Assignment.from_dict(data)
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,7 @@ class DecisionMessage:
     step: int
     decision: Decision
     reason: str = ""
+    epoch: int = 0  # of the controller that wrote it
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -111,6 +138,7 @@ class DecisionMessage:
             "decision": self.decision.value,
             "reason": self.reason,
             "time": time.time(),
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -119,12 +147,16 @@ class DecisionMessage:
         data = read_json(path)
         if not isinstance(data, dict):
             return None
-        return cls(
-            int(data["segment"]),
-            int(data["step"]),
-            Decision(data["decision"]),
-            str(data.get("reason", "")),
-        )
+        try:
+            return cls(
+                int(data["segment"]),
+                int(data["step"]),
+                Decision(data["decision"]),
+                str(data.get("reason", "")),
+                int(data.get("epoch", 0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 _now = time.time

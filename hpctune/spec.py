@@ -60,6 +60,7 @@ STUDY_KEYS = (
     "max_retries",
     "metric_bounds",
     "random_level",
+    "share_with_group",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -214,6 +215,8 @@ class StudySpec:
         metric_bounds: ``(low, high)``: the range of the metric (curve models normalise by it).
         random_level: The metric of a model that learnt nothing (e.g. 0.1 for 10 classes), or
             None: POP's default kill threshold and traces use it.
+        share_with_group: The study directory is readable by the owner's group (0750/0640
+            instead of 0700/0600; never writable by it).
         space: The search space.
         generator: The generator and its options.
         policy: The policy and its options.
@@ -245,6 +248,7 @@ class StudySpec:
     random_level: float | None = None
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
+    share_with_group: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -279,6 +283,7 @@ class StudySpec:
             "random_level": self.random_level,
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
+            "share_with_group": self.share_with_group,
         }
 
     @classmethod
@@ -321,6 +326,7 @@ class StudySpec:
                 random_level=d.get("random_level"),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
+                share_with_group=bool(d.get("share_with_group", False)),
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -489,6 +495,7 @@ def parse_spec(
     )
     seed = study.integer("seed", 0, low=0)
     fail_fast = study.boolean("fail_fast", False)
+    share_with_group = study.boolean("share_with_group", False)
     max_retries = study.integer("max_retries", 2, low=0)
     metric_bounds = _metric_bounds(study)
     random_level = study.get("random_level", None, "")
@@ -575,6 +582,7 @@ def parse_spec(
         slurm=slurm,
         curves=curves,
         stages=stages,
+        share_with_group=share_with_group,
     )
 
 

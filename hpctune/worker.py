@@ -1,10 +1,13 @@
 """The worker: runs assignments (segments of trials) back to back in one process or Slurm job.
 
-The loop: read ``workers/<W>/assignment.json``; when it names a segment not run yet, run the
-user's function on it (events to the segment's own file, stdout/stderr to the trial's log files);
-when it is an exit order, exit. A background thread keeps ``heartbeat.json`` fresh. A worker never
-waits on the controller for long: decisions are read at boundaries with a bounded wait, and a
-worker whose controller has been silent for ``controller_timeout`` seconds exits once idle.
+The loop: read ``workers/<W>/assignment.json``; when it names a segment not run yet, look the
+segment up in the journal and run the user's function on it (events to the segment's own file,
+stdout/stderr to the trial's log files); when it is an exit order, exit. What runs comes from the
+journal, never from the file (:mod:`hpctune.journal.assignments`), and files of a controller
+epoch below the highest one are ignored (:mod:`hpctune.lease`). A background thread keeps
+``heartbeat.json`` fresh. A worker never waits on the controller for long: decisions are read at
+boundaries with a bounded wait, and a worker whose controller has been silent for
+``controller_timeout`` seconds exits once idle.
 
 Run it as ``python -m hpctune.worker <study-dir> <worker-id>``; the local executor does.
 """
@@ -26,15 +29,27 @@ from types import FrameType
 from typing import Any
 
 from hpctune.context import TrialContext, TrialStop
+from hpctune.errors import HpctuneError
 from hpctune.eventlog import EventWriter, read_events
 from hpctune.files import read_json, write_json_atomic
+from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
 from hpctune.layout import StudyPaths
-from hpctune.protocol import EV_END, EV_START, Assignment, Heartbeat, read_assignment
+from hpctune.lease import highest_epoch
+from hpctune.permissions import check_loadable, check_study_dir, use_umask_of
+from hpctune.protocol import (
+    EV_END,
+    EV_START,
+    Assignment,
+    ExitOrder,
+    Heartbeat,
+    read_assignment,
+)
 from hpctune.states import Decision, SegmentStatus
 
 logger = logging.getLogger("hpctune.worker")  # also when run as __main__
 
 HEARTBEAT_INTERVAL = 2.0
+VERIFY_WAIT = 10.0  # seconds an assignment may wait for its commit to be visible here
 
 
 def _env_float(name: str, default: float) -> float:
@@ -114,6 +129,10 @@ class Worker:
         worker_id: This worker's id (as in the journal).
         poll_interval: Seconds between reads of the assignment file while idle.
         controller_timeout: Exit once idle if the controller's heartbeat is older than this.
+
+    Raises:
+        AccessError: The study directory is writable by others or not yours.
+        JournalError: The journal cannot be read.
     """
 
     def __init__(
@@ -125,6 +144,8 @@ class Worker:
         controller_timeout: float | None = None,
     ) -> None:
         self.paths = StudyPaths.of(study_dir)
+        check_study_dir(self.paths.root)
+        use_umask_of(self.paths.root)
         self.worker_id = worker_id
         self.poll_interval = poll_interval or _env_float("HPCTUNE_POLL_INTERVAL", 0.1)
         self.controller_timeout = controller_timeout or _env_float(
@@ -133,6 +154,8 @@ class Worker:
         self._functions: dict[str, Callable[..., Any]] = {}
         self.interrupted = ""
         self._done: set[int] = set()
+        self._ignored: set[tuple[int, int]] = set()  # (segment, epoch) of stale files
+        self.epoch = 0  # the highest controller epoch seen
         self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
         beat = Heartbeat(worker_id, slurm_job_id=os.environ.get("SLURM_JOB_ID"))
         self.heartbeat = _HeartbeatThread(
@@ -154,12 +177,18 @@ class Worker:
         try:
             while not self.interrupted:
                 assignment = read_assignment(self.paths.assignment(self.worker_id))
-                if isinstance(assignment, str):
-                    reason = assignment
+                if isinstance(assignment, ExitOrder) and self._current(assignment.epoch):
+                    reason = assignment.reason
                     break
-                if assignment is not None and assignment.segment_id not in self._done:
-                    self._done.add(assignment.segment_id)
-                    self._take(assignment)
+                if (
+                    isinstance(assignment, Assignment)
+                    and assignment.segment_id not in self._done
+                    and (assignment.segment_id, assignment.epoch) not in self._ignored
+                ):
+                    trusted = self._verify(assignment)
+                    if trusted is not None:
+                        self._done.add(assignment.segment_id)
+                        self._take(trusted)
                     continue
                 if self._controller_silent():
                     logger.warning(
@@ -175,6 +204,44 @@ class Worker:
             signal.signal(signal.SIGUSR2, previous)
             logger.info("worker %s exits (%s): %s", self.worker_id, final_state, reason)
         return 0
+
+    def _current(self, epoch: int) -> bool:
+        """True if a file of controller ``epoch`` is not stale: no higher epoch exists."""
+        self.epoch = max(self.epoch, highest_epoch(self.paths.root))
+        return epoch >= self.epoch
+
+    def _verify(self, claimed: Assignment) -> Assignment | None:
+        """The assignment to run, from the journal; None (and never again for this file) if
+        the file is stale, or the journal does not hold it or disagrees with it."""
+        key = (claimed.segment_id, claimed.epoch)
+        if not self._current(claimed.epoch):
+            logger.info(
+                "assignment of segment %d from controller epoch %d ignored: epoch %d took over",
+                claimed.segment_id,
+                claimed.epoch,
+                self.epoch,
+            )
+            self._ignored.add(key)
+            return None
+        deadline = time.monotonic() + VERIFY_WAIT
+        while True:
+            try:
+                trusted = trusted_assignment(self.paths.root, claimed, self.worker_id)
+            except (AssignmentRefused, HpctuneError) as exc:
+                logger.error("assignment refused, not run: %s", exc)
+                self._ignored.add(key)
+                return None
+            if trusted is not None:
+                return trusted
+            if time.monotonic() > deadline or self.interrupted:
+                logger.error(
+                    "assignment of segment %d refused, not run: the journal holds no such "
+                    "segment (the file was not written by the study's controller)",
+                    claimed.segment_id,
+                )
+                self._ignored.add(key)
+                return None
+            time.sleep(0.2)  # its commit may not be visible from this node yet
 
     def _on_usr2(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = "SIGUSR2: preempted, or the time limit is near"
@@ -240,6 +307,12 @@ class Worker:
         )
         key = point.describe()
         if key not in self._functions:
+            if point.file is not None:
+                check_loadable(point.file, "the training file")
+            elif point.module is not None:
+                origin = _module_origin(point.module)
+                if origin is not None:
+                    check_loadable(origin, f"the training module {point.module}")
             self._functions[key] = point.load()
         return self._functions[key]
 
@@ -276,6 +349,7 @@ class Worker:
                 checkpoint_path=lambda step: paths.checkpoint_file(a.trial_id, step, a.segment_id),
                 decision_file=paths.decision(a.segment_id),
                 interrupted=lambda: self.interrupted,
+                highest_epoch=lambda: highest_epoch(paths.root),
             )
             status, reason, error = self._call(a, ctx)
             events.write(
@@ -322,6 +396,18 @@ class Worker:
             f.write(error)
 
 
+def _module_origin(module: str) -> Path | None:
+    """The file a module would be imported from, if it is a file."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if origin and os.path.isfile(origin) else None
+
+
 def _from_decision(
     ctx: TrialContext, decision: Decision, reason: str
 ) -> tuple[SegmentStatus, str, str]:
@@ -352,8 +438,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hpctune.worker <study-dir> <worker-id>", file=sys.stderr)
         return 2
     study_dir, worker_id = args
+    try:
+        worker = Worker(study_dir, worker_id)  # checks the study directory, sets the umask
+    except HpctuneError as exc:
+        print(f"error: worker {worker_id} refuses to start: {exc}", file=sys.stderr)
+        return exc.exit_code
     setup_logging(StudyPaths.of(study_dir).worker_log(worker_id))
-    return Worker(study_dir, worker_id).run()
+    return worker.run()
 
 
 if __name__ == "__main__":

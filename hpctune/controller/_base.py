@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -16,12 +15,15 @@ import numpy as np
 
 from hpctune.clock import Clock, RealClock
 from hpctune.executors._base import Executor, WorkerState
-from hpctune.files import dumps, read_json, write_json_atomic
+from hpctune.files import dumps, write_json_atomic
 from hpctune.journal import state as st
+from hpctune.journal.epochs import branch_journal, point_link
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.layout import StudyPaths
+from hpctune.lease import Fenced, Lease, acquire, rival
+from hpctune.permissions import check_study_dir, use_umask_of
 from hpctune.policies import Event, make_policy
 from hpctune.policies.generators import make_generator
 from hpctune.protocol import DecisionMessage
@@ -65,6 +67,13 @@ class ControllerBase:
             is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
         curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
+        force: Take the study over even if another controller holds a live lease; that one is
+            fenced (:mod:`hpctune.lease`).
+
+    Raises:
+        AccessError: The study directory is writable by others or not yours.
+        LeaseHeld: Another controller holds a live lease (without ``force``).
+        Fenced: Another controller took over while this one was starting.
     """
 
     def __init__(
@@ -80,8 +89,15 @@ class ControllerBase:
         stop_grace: float | None = None,
         on_progress: Callable[[Any], None] | None = None,
         curve_options: FitOptions | None = None,
+        force: bool = False,
     ) -> None:
         self.paths = StudyPaths.of(study_dir)
+        check_study_dir(self.paths.root)
+        use_umask_of(self.paths.root)
+        self.lease: Lease = acquire(self.paths.root, force=force)
+        self.journal_dir = branch_journal(self.paths.root, self.lease.epoch)
+        self.lease.check()
+        self.fenced: Fenced | None = None
         self.clock = clock or RealClock()
         self.poll_interval = poll_interval
         self.worker_timeout = worker_timeout
@@ -89,8 +105,8 @@ class ControllerBase:
         self.decision_wait = decision_wait
         self.stop_grace = stop_grace or float(os.environ.get("HPCTUNE_STOP_GRACE", 300))
         self.on_progress = on_progress
-        self.writer = JournalWriter(self.paths.journal)
-        self.state: StudyRecord = load_state(JournalReader(self.paths.journal))
+        self.writer = JournalWriter(self.journal_dir, epoch=self.lease.epoch)
+        self.state: StudyRecord = load_state(JournalReader(self.journal_dir))
         self.spec = StudySpec.from_dict(self.state.spec)
         self.executor = executor if isinstance(executor, Executor) else executor(self.spec)
         self.policy = make_policy(self.spec.policy.name, self.spec.policy.options)
@@ -129,12 +145,28 @@ class ControllerBase:
         self.state.apply(kind, trial, segment, now, json.loads(text))
         self._dirty = True
 
+    @property
+    def epoch(self) -> int:
+        """This controller's epoch (written into its commits, assignments and decisions)."""
+        return self.lease.epoch
+
+    def _check_lease(self) -> None:
+        """Raise :class:`Fenced` if another controller took a higher epoch."""
+        self.lease.check()
+
     def _commit(self) -> None:
+        """Commit the journal, then write the files that follow from it.
+
+        The lease is checked before and after the commit: a fenced controller stops without
+        committing, and never writes the files of a commit the new controller may not have.
+        """
         if self.writer.has_pending or self.cursors != self.writer.cursors:
             state = self.policy.state_dict()
             if state != self.state.policy_state:
                 self._log(st.POLICY_STATE, state=state)
+            self._check_lease()
             self.writer.commit(self.cursors)
+        self._check_lease()
         outbox, self._outbox = self._outbox, []
         for action in outbox:
             try:
@@ -186,9 +218,12 @@ class ControllerBase:
         if final or now - self._last_beat >= CONTROLLER_BEAT:
             self._last_beat = now
             ended = final and not self._detach
+            if not final:
+                point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
             write_json_atomic(
                 self.paths.controller_file,
                 {
+                    "epoch": self.epoch,
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
                     "job": os.environ.get("SLURM_JOB_ID"),
@@ -221,7 +256,7 @@ class ControllerBase:
                 **data,
             )
         message = DecisionMessage(
-            seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason
+            seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason, self.epoch
         )
         path = self.paths.decision(seg.segment_id)
         self._outbox.append(lambda: write_json_atomic(path, message.to_dict(), fsync=True))
@@ -235,20 +270,19 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:]) or "(no output)"
 
 
-def controller_alive(paths: StudyPaths, timeout: float = 30.0) -> dict[str, Any] | None:
-    """Return the controller file if another controller looks alive, else ``None``."""
-    data = read_json(paths.controller_file)
-    if not isinstance(data, dict) or not data.get("time") or data.get("state") == "detached":
+def controller_alive(paths: StudyPaths) -> dict[str, Any] | None:
+    """Describe the controller holding a live lease on the study, else ``None``.
+
+    A dict with ``epoch``, ``pid``, ``host``, ``job`` and ``time`` (its last heartbeat).
+    """
+    found = rival(paths.root)
+    if found is None:
         return None
-    if data.get("job") and data.get("job") == os.environ.get("SLURM_JOB_ID"):
-        return None  # an earlier run of this very (requeued) job
-    if time.time() - float(data["time"]) > timeout:
-        return None
-    if data.get("host") == socket.gethostname():
-        try:
-            os.kill(int(data["pid"]), 0)
-        except (ProcessLookupError, ValueError):
-            return None
-        except PermissionError:
-            return data
-    return data
+    return {
+        "epoch": found.epoch,
+        "pid": found.pid,
+        "host": found.host,
+        "job": found.job,
+        "time": found.beat,
+        "state": found.state,
+    }

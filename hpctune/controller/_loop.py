@@ -16,6 +16,9 @@ Each iteration of its loop:
 
 It keeps no state the journal does not have: kill it at any instant and a new one rebuilds the
 same state from the journal, re-sends what may not have been sent, and adopts the live workers.
+Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.lease`), checked at
+every iteration and around every commit; a fenced one raises :class:`~hpctune.lease.Fenced` from
+:meth:`Controller.run` without committing or writing anything more.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from hpctune.executors._base import WorkerState
 from hpctune.files import read_json, write_json_atomic
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord, TrialRecord
+from hpctune.lease import Fenced
 from hpctune.policies import (
     Action,
     ActionKind,
@@ -58,20 +62,37 @@ class Controller(StageTreeController):
     """
 
     def run(self) -> StudyState:
-        """Run until the study ends or is stopped; return the study's state."""
-        self.start()
+        """Run until the study ends or is stopped; return the study's state.
+
+        Raises:
+            Fenced: Another controller took the study over; this one stopped without
+                committing, and left the workers and ``controller.json`` to the new one.
+        """
         try:
+            self.start()
             while not self.step():
                 self.clock.sleep(self.poll_interval)
+        except Fenced as exc:
+            self.fenced = exc
+            logger.error("%s", exc)
+            raise
         finally:
             self._close_curves()
-            self._beat(final=True)
+            if self.fenced is None:
+                self._beat(final=True)
             self.executor.close()
         return self.state.state
 
     def start(self) -> None:
         """Record this controller's start and re-send what a killed one may not have sent."""
-        self._log(st.CONTROLLER, event="started", pid=os.getpid(), host=socket.gethostname())
+        self._log(
+            st.CONTROLLER,
+            event="started",
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            epoch=self.epoch,
+            job=os.environ.get("SLURM_JOB_ID"),
+        )
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
         for name in self.state.commands_done:
@@ -80,7 +101,8 @@ class Controller(StageTreeController):
             if not worker.info:  # created, never confirmed started: it may not exist
                 self._worker_gone(worker, "lost", "never confirmed started", None)
                 path = self.paths.assignment(worker.worker_id)
-                self._outbox.append(partial(write_assignment, path, None, "unknown to controller"))
+                order = partial(write_assignment, path, None, "unknown to controller")
+                self._outbox.append(partial(order, epoch=self.epoch))
         self._startup_failures = 0
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
@@ -92,7 +114,12 @@ class Controller(StageTreeController):
         self._commit()
 
     def step(self) -> bool:
-        """Run one iteration; return True when the controller should exit."""
+        """Run one iteration; return True when the controller should exit.
+
+        Raises:
+            Fenced: Another controller took a higher epoch.
+        """
+        self._check_lease()
         self.iterations += 1
         if self._stop_request:
             self.request_stop(self._stop_request)
@@ -454,7 +481,8 @@ class Controller(StageTreeController):
     def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
         self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
         path = self.paths.assignment(worker.worker_id)
-        self._outbox.append(lambda: write_assignment(path, None, reason))
+        epoch = self.epoch
+        self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
 
     def _trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
         """Return the trial an action starts or resumes (creating it for START and FORK)."""
@@ -584,6 +612,7 @@ class Controller(StageTreeController):
             if self.policy.boundary_decisions and not self.stages_enabled
             else 0.0,
             checkpoint_steps=seg.checkpoint_steps,
+            epoch=self.epoch,
         )
         path = self.paths.assignment(seg.worker_id)
 
@@ -614,7 +643,9 @@ class Controller(StageTreeController):
                 and event.kind is EventKind.BOUNDARY
                 and self.policy.boundary_decisions
             ):
-                message = DecisionMessage(seg.segment_id, int(event.step or 0), Decision.CONTINUE)
+                message = DecisionMessage(
+                    seg.segment_id, int(event.step or 0), Decision.CONTINUE, epoch=self.epoch
+                )
                 path = self.paths.decision(seg.segment_id)
                 self._outbox.append(lambda: write_json_atomic(path, message.to_dict()))
         elif action.kind is ActionKind.SUSPEND:

@@ -160,6 +160,7 @@ class WorkerManagingController(IngestingController):
         if not pending or self.clock.now() < self._start_retry_at:
             return
         self._commit()
+        self._check_lease()  # never start a process for a journal no one reads any more
         try:
             infos = self.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpctune.errors import JournalError
+from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
     CheckpointRef,
     StudyRecord,
@@ -24,12 +25,20 @@ from hpctune.journal.state import (
     inherit_prefix_curves,
     valid_rows,
 )
-from hpctune.journal.store import JournalReader
+from hpctune.journal.store import DAMAGED_HINT, JournalReader
 
 if TYPE_CHECKING:
     import pandas as pd
 
-JOURNAL_DIR = "journal.zarr"
+__all__ = [
+    "JOURNAL_DIR",
+    "Curve",
+    "MetricRows",
+    "Study",
+    "load_state",
+    "open_study",
+    "read_spec",
+]
 
 
 class MetricRows:
@@ -68,6 +77,23 @@ class MetricRows:
         return rows[~np.isnan(self.values(metric)[rows])]
 
 
+def read_spec(journal: Path) -> dict[str, Any]:
+    """The study spec (JSON form) from a journal's first log record, reading nothing else.
+
+    Raises:
+        JournalError: The journal is missing or damaged, or its first record holds no spec.
+    """
+    reader = JournalReader(journal)
+    first = reader.column("log", "data", 0, 1)
+    data = decode_data(str(first[0])) if len(first) else {}
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        raise JournalError(
+            f"{reader.path}: its first log record holds no study spec: {DAMAGED_HINT}"
+        )
+    return spec
+
+
 def load_state(reader: JournalReader) -> StudyRecord:
     """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
     return _load(reader)[0]
@@ -88,10 +114,15 @@ def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
             path=str(ck["path"][row]),
         )
     log = reader.table("log")
-    for kind, trial, segment, time, data in zip(
-        log["kind"], log["trial"], log["segment"], log["time"], log["data"], strict=True
-    ):
-        record.apply(str(kind), int(trial), int(segment), float(time), decode_data(str(data)))
+    records = zip(log["kind"], log["trial"], log["segment"], log["time"], log["data"], strict=True)
+    for row, (kind, trial, segment, time, data) in enumerate(records):
+        try:
+            record.apply(str(kind), int(trial), int(segment), float(time), decode_data(str(data)))
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            raise JournalError(
+                f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "
+                f"({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
+            ) from exc
     for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
         if not ref.deleted and ref.trial_id in record.trials:
             record.trials[ref.trial_id].checkpoint_row = ref.row
@@ -142,14 +173,21 @@ class Study:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory).resolve()
-        journal = self.directory / JOURNAL_DIR
-        if not journal.exists():
-            raise JournalError(
-                f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
-                "give the directory `hpctune launch` printed"
-            )
-        self._reader = JournalReader(journal)
-        self.record, self._metrics = _load(self._reader)
+        for attempt in range(3):
+            journal = current_journal(self.directory)
+            if not journal.exists():
+                raise JournalError(
+                    f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
+                    "give the directory `hpctune launch` printed"
+                )
+            try:
+                self._reader = JournalReader(journal)
+                self.record, self._metrics = _load(self._reader)
+                return
+            except (JournalError, FileNotFoundError):
+                # a new controller took over and deleted this epoch's directory meanwhile
+                if attempt == 2 or current_journal(self.directory) == journal:
+                    raise
 
     @property
     def spec(self) -> dict[str, Any]:

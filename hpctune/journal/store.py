@@ -57,6 +57,22 @@ TABLES: dict[str, dict[str, tuple[str, Any]]] = {
 }
 CHUNKS = {"log": 2048, "metrics": 8192, "checkpoints": 2048}
 VALUES = "metrics/values"
+# Columns whose committed chunks always exist: no row of them holds the fill value. In a journal
+# whose commit record says ``dense`` (every chunk is written, fill or not), every column's do.
+NEVER_FILL = {
+    ("log", "kind"),
+    ("log", "time"),
+    ("log", "data"),
+    ("metrics", "trial"),
+    ("metrics", "step"),
+    ("checkpoints", "trial"),
+    ("checkpoints", "step"),
+    ("checkpoints", "path"),
+}
+DAMAGED_HINT = (
+    "the journal is damaged (a file of it was truncated, edited or deleted) and hpctune cannot "
+    "read it; restore the study directory from a backup or filesystem snapshot"
+)
 
 
 def _array_dtype(kind: str) -> Any:
@@ -67,12 +83,17 @@ class JournalWriter:
     """The controller's handle on the journal: buffer rows, then commit them atomically.
 
     Args:
-        path: The journal's zarr directory (``<study>/journal.zarr``).
+        path: The journal's zarr directory (a symbolic link is resolved once, here).
         create: Create a new, empty journal (the path must not exist).
+        epoch: The controller epoch recorded in every commit (:mod:`hpctune.lease`).
+
+    Raises:
+        JournalError: The journal is missing or damaged.
     """
 
-    def __init__(self, path: Path, *, create: bool = False) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path, *, create: bool = False, epoch: int | None = None) -> None:
+        self.path = Path(path).resolve()
+        self.epoch = epoch
         if create:
             self.group = zarr.open_group(str(self.path), mode="w-", zarr_format=3)
             for table, columns in TABLES.items():
@@ -91,10 +112,11 @@ class JournalWriter:
                 "cursors": {},
                 "commit": 0,
                 "time": time.time(),
+                "dense": True,
             }
             self.group.attrs[ATTR] = self.state
         else:
-            self.group = zarr.open_group(str(self.path), mode="r+")
+            self.group = open_group(self.path, "r+")
             self.state = read_state(self.group, self.path)
         self._pending: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
         self._pending_values: dict[str, list[float]] = {}
@@ -172,6 +194,8 @@ class JournalWriter:
         state["metric_names"] = self.metric_names
         if cursors is not None:
             state["cursors"] = dict(cursors)
+        if self.epoch is not None:
+            state["epoch"] = self.epoch
         state["commit"] = int(state["commit"]) + 1
         state["time"] = time.time()
         self.group.attrs[ATTR] = state
@@ -210,7 +234,9 @@ class JournalWriter:
         """Write rows ``start:end`` of one column, growing it by whole chunks.
 
         ``fresh``: the column is new in this commit; an array left by a commit that was killed
-        before it was published is emptied first, so its rows cannot leak into this one.
+        before it was published is emptied first, so its rows cannot leak into this one. Every
+        chunk is stored, also one of fill values only, so a missing chunk is damage; a new
+        column gets its rows before ``start`` as fill values.
         """
         try:
             array = self.group[name]
@@ -221,19 +247,40 @@ class JournalWriter:
             array = self.group.create_array(
                 name, shape=(0,), chunks=(chunk,), dtype=_array_dtype(kind), fill_value=fill
             )
+            fresh = True
         assert isinstance(array, zarr.Array)
+        array = array.with_config({"write_empty_chunks": True})
         if array.shape[0] < end:
             capacity = -(-end // chunk) * chunk
             array.resize((capacity,))
+        if fresh and start > 0:
+            values = [fill] * start + list(values)
+            start = 0
         data = np.array(values, dtype=object if kind == "str" else kind)
         array[start:end] = data
+
+
+def open_group(path: Path, mode: str) -> zarr.Group:
+    """Open a journal's zarr group; a missing or unreadable one is a :class:`JournalError`."""
+    meta = path / "zarr.json"
+    if not meta.exists():
+        raise JournalError(f"no journal at {path} (no zarr.json in it)")
+    try:
+        return zarr.open_group(str(path), mode=mode)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise JournalError(
+            f"{meta} cannot be read ({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
+        ) from exc
 
 
 def read_state(group: zarr.Group, path: Path) -> dict[str, Any]:
     """Return the commit record of a journal group, checking its format version."""
     state = group.attrs.get(ATTR)
-    if not isinstance(state, dict) or "lengths" not in state:
-        raise JournalError(f"{path} is not an hpctune journal (no '{ATTR}' attributes)")
+    if not isinstance(state, dict) or not isinstance(state.get("lengths"), dict):
+        raise JournalError(
+            f"{path} is not an hpctune journal (no '{ATTR}' commit record in "
+            f"{path / 'zarr.json'}); if it was one: {DAMAGED_HINT}"
+        )
     if int(state.get("format", 0)) > FORMAT_VERSION:
         raise JournalError(
             f"{path} has journal format {state['format']}, newer than this hpctune "
@@ -246,14 +293,17 @@ class JournalReader:
     """A read-only snapshot of the journal as of one commit; safe while the controller writes.
 
     Args:
-        path: The journal's zarr directory.
+        path: The journal's zarr directory (a symbolic link is resolved once, here).
+
+    Raises:
+        JournalError: The journal is missing or damaged (also from the reading methods).
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+        self.path = Path(path).resolve()
         if not (self.path / "zarr.json").exists():
             raise JournalError(f"no journal at {self.path} (expected a zarr group there)")
-        self.group = zarr.open_group(str(self.path), mode="r")
+        self.group = open_group(self.path, "r")
         self.state = read_state(self.group, self.path)
 
     @property
@@ -271,18 +321,46 @@ class JournalReader:
         """Event-file offsets as of this snapshot."""
         return dict(self.state["cursors"])
 
-    def column(self, table: str, column: str, start: int = 0) -> np.ndarray:
-        """Return rows ``start:`` of one column (strings as an object array)."""
+    def column(
+        self, table: str, column: str, start: int = 0, end: int | None = None
+    ) -> np.ndarray:
+        """Return rows ``start:end`` (default: to the committed end) of one column (strings as
+        an object array)."""
         n = int(self.state["lengths"][table])
+        n = n if end is None else min(end, n)
         if start >= n:
             kind = TABLES[table][column][0] if column in TABLES[table] else "f8"
             return np.zeros(0, dtype=object if kind == "str" else kind)
-        array = self.group[f"{table}/{column}"]
-        assert isinstance(array, zarr.Array)
-        data = np.asarray(array[start:n])
+        data = self._read(f"{table}/{column}", start, n, (table, column) in NEVER_FILL)
         if data.dtype.kind in "TUO":
             return data.astype(object)
         return data
+
+    def _read(self, name: str, start: int, end: int, always_stored: bool) -> np.ndarray:
+        """Rows ``start:end`` of array ``name``, checking that their chunks exist.
+
+        Raises:
+            JournalError: The array or one of its committed chunks is missing or unreadable.
+        """
+        try:
+            array = self.group[name]
+            assert isinstance(array, zarr.Array)
+            if always_stored or self.state.get("dense"):
+                chunk = int(array.chunks[0])
+                for index in range(start // chunk, -(-end // chunk)):
+                    key = array.metadata.encode_chunk_key((index,))  # type: ignore[union-attr]
+                    if not (self.path / name / key).is_file():
+                        raise JournalError(
+                            f"{self.path / name / key} is missing (rows {index * chunk}-"
+                            f"{(index + 1) * chunk - 1} of {name}): {DAMAGED_HINT}"
+                        )
+            return np.asarray(array[start:end])
+        except JournalError:
+            raise
+        except (KeyError, ValueError, TypeError, OSError, RuntimeError) as exc:
+            raise JournalError(
+                f"{self.path / name} cannot be read ({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
+            ) from exc
 
     def table(self, table: str, start: int = 0) -> dict[str, np.ndarray]:
         """Return every column of ``table`` from row ``start`` on."""
@@ -293,6 +371,4 @@ class JournalReader:
         n = int(self.state["lengths"]["metrics"])
         if name not in self.state["metric_names"] or start >= n:
             return np.full(max(n - start, 0), math.nan)
-        array = self.group[f"{VALUES}/{name}"]
-        assert isinstance(array, zarr.Array)
-        return np.asarray(array[start:n], dtype="f8")
+        return np.asarray(self._read(f"{VALUES}/{name}", start, n, False), dtype="f8")

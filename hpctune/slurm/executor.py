@@ -47,8 +47,8 @@ class WorkerJob:
         """Run the worker loop in this job (also after a requeue: same worker id)."""
         from hpctune.worker import Worker, setup_logging
 
-        setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
+        setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))
         return worker.run()
 
 
