@@ -273,7 +273,7 @@ def setup_controller_logging(paths: StudyPaths) -> logging.Handler:
 def run_local(
     paths: StudyPaths,
     *,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     poll_interval: float = 0.1,
     make_progress: Callable[[TextIO], Callable[[Controller], None]] | None = Progress,
     force: bool = False,
@@ -284,6 +284,7 @@ def run_local(
         LeaseHeld: Another controller holds a live lease (without ``force``).
         Fenced: Another controller took over while this one ran.
     """
+    out = sys.stdout if out is None else out
     prepare_study_dir(paths)
     if not force:
         ensure_no_controller(paths)
@@ -306,7 +307,7 @@ def run_local(
         return state
 
 
-def run_in_slurm_job(paths: StudyPaths, *, out: TextIO = sys.stdout) -> StudyState:
+def run_in_slurm_job(paths: StudyPaths, *, out: TextIO | None = None) -> StudyState:
     """Run the controller inside its Slurm batch job, with workers as Slurm jobs.
 
     On SIGUSR2 (time limit near, preemption) the controller detaches and the job requeues
@@ -314,6 +315,7 @@ def run_in_slurm_job(paths: StudyPaths, *, out: TextIO = sys.stdout) -> StudySta
     """
     from hpctune.slurm.executor import SlurmExecutor
 
+    out = sys.stdout if out is None else out
     prepare_study_dir(paths)
     with _controller_logging(paths):
         controller = Controller(
