@@ -48,16 +48,12 @@ def _study_paths(directory: str) -> StudyPaths:
 
 
 def _owner(path: Path) -> str:
-    import pwd
+    from hpctune.permissions import user_name
 
     try:
-        uid = path.stat().st_uid
+        return user_name(path.stat().st_uid)
     except OSError:
         return "another user"
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def _exit_code(state: StudyState) -> int:
@@ -402,7 +398,11 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
         shown = "sacct not available" if seconds is None else f"{seconds:.0f} s"
         click.echo(f"sacct: worker jobs held their allocation {shown}")
     if controller is not None:
-        click.echo(f"controller: pid {controller.get('pid')} on {controller.get('host')}")
+        job = f"Slurm job {controller['job']}, " if controller.get("job") else ""
+        click.echo(
+            f"controller: {job}pid {controller.get('pid')} on {controller.get('host')} "
+            f"(epoch {controller.get('epoch')})"
+        )
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
     if study.record.reason:

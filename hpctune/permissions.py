@@ -54,7 +54,8 @@ def use_umask_of(root: Path) -> None:
     use_study_umask(shared)
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """A user for a message: ``name (uid N)``."""
     try:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
@@ -73,7 +74,7 @@ def _check(path: Path, what: str, *, root_ok: bool, fix_target: Path) -> None:
     if info.st_uid != me and not (root_ok and info.st_uid == 0):
         raise AccessError(
             path,
-            f"{what} {path} is owned by {_user(info.st_uid)}, not by you ({_user(me)}); "
+            f"{what} {path} is owned by {user_name(info.st_uid)}, not by you ({user_name(me)}); "
             "hpctune runs only what you own, since its owner could change what runs as you: "
             "use your own copy",
         )

@@ -95,7 +95,7 @@ class ControllerBase:
         check_study_dir(self.paths.root)
         use_umask_of(self.paths.root)
         self.lease: Lease = acquire(self.paths.root, force=force)
-        self.journal_dir = branch_journal(self.paths.root, self.lease.epoch)
+        self.journal_dir, self._journal_source = branch_journal(self.paths.root, self.epoch)
         self.lease.check()
         self.fenced: Fenced | None = None
         self.clock = clock or RealClock()

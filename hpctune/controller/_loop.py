@@ -38,6 +38,7 @@ from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
 from hpctune.files import read_json, write_json_atomic
 from hpctune.journal import state as st
+from hpctune.journal.epochs import prune_journals
 from hpctune.journal.state import SegmentRecord, TrialRecord
 from hpctune.lease import Fenced
 from hpctune.policies import (
@@ -112,6 +113,7 @@ class Controller(StageTreeController):
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
         self._start_curves()
         self._commit()
+        prune_journals(self.paths.root, self.epoch, self._journal_source)
 
     def step(self) -> bool:
         """Run one iteration; return True when the controller should exit.

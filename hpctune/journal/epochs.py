@@ -50,19 +50,18 @@ def current_journal(root: Path) -> Path:
     return dirs[-1][1] if dirs else Path(root) / JOURNAL_DIR
 
 
-def branch_journal(root: Path, epoch: int) -> Path:
-    """Give ``epoch`` its own journal directory, made from the current one; return it.
+def branch_journal(root: Path, epoch: int) -> tuple[Path, Path]:
+    """Give ``epoch`` its own journal directory, made from the current one.
 
     The directory is built under a temporary name and renamed into place, so readers never see
-    half of it. Then ``journal.zarr`` is pointed at it and the directories of epochs before the
-    one it came from are deleted (the one it came from may still be read, or written by a
-    controller that has not yet noticed it was fenced).
+    half of it; then ``journal.zarr`` is pointed at it. Returns the new directory and the one
+    it was made from (see :func:`prune_journals`).
     """
     root = Path(root)
     target = epoch_journal(root, epoch)
-    if target.is_dir():
-        return target
     source = current_journal(root).resolve()
+    if target.is_dir():
+        return target, source
     tmp = root / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         _link_tree(source, tmp)
@@ -72,10 +71,20 @@ def branch_journal(root: Path, epoch: int) -> Path:
         raise
     fsync_dir(root)
     point_link(root, target)
+    return target, source
+
+
+def prune_journals(root: Path, epoch: int, source: Path) -> None:
+    """Delete the journal directories of epochs before ``epoch``, except ``source`` (the one
+    ``epoch``'s was made from: it may still be read, or written by a controller that has not
+    yet noticed it was fenced). Called once the new directory holds a commit of its own."""
     for old_epoch, path in journal_dirs(root):
-        if old_epoch < epoch and path.resolve() != source:
+        if old_epoch < epoch and path.resolve() != Path(source).resolve():
             shutil.rmtree(path, ignore_errors=True)
-    return target
+    for path in Path(root).glob(".journal-e*.zarr.*.tmp"):  # branches of controllers that died
+        match = _DIR_RE.match(path.name[1:].split(".zarr.")[0] + ".zarr")
+        if match is not None and int(match.group(1)) < epoch:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def point_link(root: Path, target: Path) -> None:

@@ -42,6 +42,17 @@ def _spec(folder: Path, **study: object) -> Path:
     )
 
 
+def _run_worker(study: Path, worker_id: str) -> subprocess.CompletedProcess[str]:
+    """Run a worker process of ``study`` to its end (as the executors start one)."""
+    return subprocess.run(
+        [sys.executable, "-m", "hpctune.worker", str(study), worker_id],
+        capture_output=True,
+        text=True,
+        env=hpctune_env(),
+        timeout=120,
+    )
+
+
 def _modes(root: Path) -> dict[Path, int]:
     """The permission bits of the study directory and of everything in it (links skipped)."""
     found = {root: stat.S_IMODE(root.lstat().st_mode)}
@@ -85,13 +96,7 @@ def test_a_study_others_can_change_is_refused(
         err = capsys.readouterr().err
         assert f"the study directory {study} is writable by group" in err
         assert f"chmod -R go-w {study}" in err
-    worker = subprocess.run(
-        [sys.executable, "-m", "hpctune.worker", str(study), "w0000"],
-        capture_output=True,
-        text=True,
-        env=hpctune_env(),
-        timeout=120,
-    )
+    worker = _run_worker(study, "w0000")
     assert worker.returncode == 2
     assert "writable by group" in worker.stderr
     assert open_study(study).record.controller_starts == 0  # nothing ran
@@ -161,13 +166,7 @@ def test_a_forged_assignment_is_not_executed(tmp_path: Path) -> None:
     forged = {**genuine.to_dict(), "segment_id": len(record.segments), "epoch": 9, "written": 0}
     path = study / "workers" / "w0000" / "assignment.json"
     path.write_text(json.dumps(forged))
-    worker = subprocess.run(
-        [sys.executable, "-m", "hpctune.worker", str(study), "w0000"],
-        capture_output=True,
-        text=True,
-        env=hpctune_env(),
-        timeout=120,
-    )
+    worker = _run_worker(study, "w0000")
     assert worker.returncode == 0, worker.stderr
     assert not marker.exists()
     log = (study / "logs" / "workers" / "w0000.log").read_text()
