@@ -106,6 +106,7 @@ class ControllerBase:
         self.stop_grace = stop_grace or float(os.environ.get("HPCTUNE_STOP_GRACE", 300))
         self.on_progress = on_progress
         self.writer = JournalWriter(self.journal_dir, epoch=self.lease.epoch)
+        self.writer.before_publish = self.lease.check
         self.state: StudyRecord = load_state(JournalReader(self.journal_dir))
         self.spec = StudySpec.from_dict(self.state.spec)
         self.executor = executor if isinstance(executor, Executor) else executor(self.spec)
@@ -157,8 +158,9 @@ class ControllerBase:
     def _commit(self) -> None:
         """Commit the journal, then write the files that follow from it.
 
-        The lease is checked before and after the commit: a fenced controller stops without
-        committing, and never writes the files of a commit the new controller may not have.
+        The lease is checked before the commit, again just before its record is published, and
+        after it: a fenced controller stops without committing, and never writes the files of a
+        commit the new controller may not have.
         """
         if self.writer.has_pending or self.cursors != self.writer.cursors:
             state = self.policy.state_dict()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,9 @@ class JournalWriter:
     def __init__(self, path: Path, *, create: bool = False, epoch: int | None = None) -> None:
         self.path = Path(path).resolve()
         self.epoch = epoch
+        # called just before a commit record is published; raises to abandon the commit (the
+        # controller's lease check: a fenced controller never publishes a commit)
+        self.before_publish: Callable[[], None] | None = None
         if create:
             self.group = zarr.open_group(str(self.path), mode="w-", zarr_format=3)
             for table, columns in TABLES.items():
@@ -197,6 +200,8 @@ class JournalWriter:
         if self.epoch is not None:
             state["epoch"] = self.epoch
         state["commit"] = int(state["commit"]) + 1
+        if self.before_publish is not None:
+            self.before_publish()
         state["time"] = time.time()
         self.group.attrs[ATTR] = state
         self.state = state
