@@ -81,7 +81,12 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 @click.option(
     "--dry-run", is_flag=True, help="Validate the spec and print what would run; create nothing."
 )
-def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool) -> int:
+@click.option(
+    "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
+)
+def launch(
+    study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool, show_params: bool
+) -> int:
     """Validate STUDY_TOML, create the study directory and run the study.
 
     With --local the study runs in the foreground and ends with a table of the trials and the
@@ -102,8 +107,8 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
     click.echo(f"study directory: {paths.root}")
     if slurm:
         return _submit_controller(paths, spec)
-    click.echo(f"watch it from another shell with: hpctune status {paths.root}")
-    return _exit_code(run_local(paths))
+    click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
+    return _exit_code(run_local(paths, show_params=show_params))
 
 
 def _submit_controller(paths: StudyPaths, spec: Any) -> int:
@@ -118,9 +123,9 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 
 def _print_plan(spec: Any, slurm: bool) -> None:
+    from hpctune.formatting import format_params
     from hpctune.policies.generators import make_generator
     from hpctune.seeding import component_seed
-    from hpctune.summary import format_params
 
     generator = make_generator(
         spec.generator.name,
@@ -292,7 +297,10 @@ def plan_command(
     is_flag=True,
     help="Run the controller here with local workers (the default without sbatch).",
 )
-def resume(study_dir: Path, local: bool) -> int:
+@click.option(
+    "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
+)
+def resume(study_dir: Path, local: bool, show_params: bool) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
@@ -303,7 +311,7 @@ def resume(study_dir: Path, local: bool) -> int:
     paths = _study_paths(str(study_dir))
     if local or shutil.which("sbatch") is None:
         click.echo(f"resuming {paths.root}")
-        return _exit_code(run_local(paths))
+        return _exit_code(run_local(paths, show_params=show_params))
     from hpctune.journal.reader import open_study
     from hpctune.slurm.controller_job import queued_controller
     from hpctune.spec import StudySpec
@@ -338,13 +346,48 @@ def controller(study_dir: Path) -> int:
 )
 @click.option("--limit", type=int, default=None, help="Show only the last N trials.")
 @click.option("--sacct", is_flag=True, help="Cross-check allocated time with Slurm's sacct.")
-def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> int:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Follow the study until it ends: a live display on a terminal, a line every "
+    "--interval seconds otherwise.",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=None,
+    help="Seconds between updates of --watch (2; 10 when not a terminal).",
+)
+def status(
+    study_dir: Path,
+    as_json: bool,
+    limit: int | None,
+    sacct: bool,
+    watch: bool,
+    interval: float | None,
+) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
-    from hpctune.summary import best_text, status_json, study_line, trials_table, usage_line
+    from hpctune.summary import (
+        best_text,
+        policy_lines,
+        status_json,
+        study_line,
+        trials_table,
+        usage_line,
+    )
 
     paths = _study_paths(str(study_dir))
+    if watch:
+        from hpctune.progress import watch as follow
+
+        if as_json:
+            raise UsageError("--watch and --json cannot be combined; poll `status --json`")
+        if interval is not None and interval <= 0:
+            raise UsageError(f"--interval must be > 0, but got {interval}")
+        every = interval if interval is not None else (2.0 if sys.stdout.isatty() else 10.0)
+        follow(paths.root, interval=every)
     study = open_study(paths.root)
     controller = controller_alive(paths)
     if as_json:
@@ -371,10 +414,78 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
+    for line in policy_lines(study.record):
+        click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
-    click.echo(best_text(study.record))
+    click.echo(best_text(study.record, paths.root))
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+def best(study_dir: Path, as_json: bool) -> int:
+    """Print the best trial of STUDY_DIR: its configuration as TOML and its checkpoint.
+
+    Only completed trials count. A trial's value follows the study's `[study] best` rule (its
+    best step, or its last). Under PBT the best trial is the fittest final model, and its
+    lineage's schedule is printed too. Exit 1 when no trial has completed yet.
+    """
+    from hpctune.best import describe_best
+    from hpctune.formatting import format_params_toml, format_value
+    from hpctune.journal.reader import open_study
+    from hpctune.summary import schedule_lines
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    found = describe_best(study.record, paths.root)
+    if found is None:
+        click.echo(
+            f"no completed trial in {paths.root} yet: only a trial that completes can be the "
+            "best (see `hpctune status`)",
+            err=True,
+        )
+        return EXIT_FAILURE
+    lineage = found.trial.generation is not None
+    if as_json:
+        out = {
+            "version": 1,
+            "trial": found.trial_id,
+            "metric": study.metric,
+            "mode": study.mode,
+            "rule": found.mode,
+            "value": found.value,
+            "step": found.step,
+            "checkpoint": None if found.checkpoint is None else str(found.checkpoint),
+            "params": found.params,
+        }
+        if lineage:
+            from hpctune.lineage import schedule
+
+            out["schedule"] = [
+                {"trial": s.trial_id, "start": s.start_step, "end": s.end_step, "params": s.params}
+                for s in schedule(study.record, found.trial_id)
+            ]
+        click.echo(json.dumps(out, indent=1))
+        return EXIT_OK
+    rule = "its best step" if found.mode == "peak" else "its last step"
+    click.echo(
+        f"# best trial {found.trial_id} of {study.record.spec.get('name')}: {study.metric} = "
+        f"{format_value(found.value)} at step {found.step} ({rule}, [study] best = "
+        f'"{found.mode}")'
+    )
+    if found.checkpoint is not None:
+        click.echo(f"# checkpoint: {found.checkpoint}")
+        click.echo(f'#   state = torch.load("{found.checkpoint}", weights_only=True)')
+    else:
+        click.echo(f"# checkpoint: none kept at step {found.step}")
+    if lineage:
+        for line in schedule_lines(study.record, found.trial_id):
+            click.echo(f"# {line}")
+    click.echo("[search_space]")
+    click.echo(format_params_toml(found.params))
     return EXIT_OK
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import UsageError
+from hpctune.formatting import format_params, format_value
 from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.summary import format_params, format_value
 
 
 def _trial(record: StudyRecord, trial_id: int) -> TrialRecord:

@@ -1,7 +1,8 @@
 """Read a study from its journal: offline, read-only, also while the study runs.
 
 >>> study = open_study("runs/digits-20261122-101500")       # doctest: +SKIP
->>> study.best_trial().params                                # doctest: +SKIP
+>>> best = study.best_trial()                                 # doctest: +SKIP
+>>> best.params, best.value, best.step, best.checkpoint       # doctest: +SKIP
 >>> steps, values = study.curve(3)                           # doctest: +SKIP
 """
 
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.errors import JournalError
+from hpctune.best import BestTrial, describe_best, peak_value
+from hpctune.errors import JournalError, UnknownNameError
 from hpctune.journal.state import (
     CheckpointRef,
     StudyRecord,
@@ -172,13 +174,25 @@ class Study:
         return [self.record.trials[k] for k in sorted(self.record.trials)]
 
     def trial(self, trial_id: int) -> TrialRecord:
-        """Return one trial; raises ``KeyError`` naming the known ids if it does not exist."""
+        """Return one trial.
+
+        Raises:
+            UnknownNameError: (a ``KeyError``) no such trial; the message names the known ids.
+        """
         try:
             return self.record.trials[trial_id]
-        except KeyError:
-            raise KeyError(
-                f"no trial {trial_id} in {self.directory}; trials are 0..{len(self.trials) - 1}"
+        except (KeyError, TypeError):
+            known = f"0..{len(self.trials) - 1}" if self.trials else "none yet"
+            raise UnknownNameError(
+                f"no trial {trial_id!r} in {self.directory}; its trials are {known}"
             ) from None
+
+    def _check_metric(self, metric: str) -> None:
+        if metric != self.metric and metric not in self.metric_names():
+            names = ", ".join(sorted({self.metric, *self.metric_names()}))
+            raise UnknownNameError(
+                f"no metric {metric!r} in {self.directory}; its metrics are {names}"
+            )
 
     def metric_names(self) -> list[str]:
         """Every metric name reported in the study."""
@@ -192,6 +206,7 @@ class Study:
         """
         tr = self.trial(trial_id)
         metric = metric or self.metric
+        self._check_metric(metric)
         if metric == self.metric:
             return Curve(
                 np.asarray(tr.curve_steps, dtype=np.int64),
@@ -212,20 +227,22 @@ class Study:
         )
 
     def best_value(self, trial_id: int) -> float:
-        """The best value of the study metric a trial reached (NaN if none)."""
-        from hpctune.summary import best_value
+        """The best value of the study metric a trial reached at any step (NaN if none)."""
+        return peak_value(self.record, self.trial(trial_id))[0]
 
-        return best_value(self.record, self.trial(trial_id))[0]
+    def best_trial(self) -> BestTrial | None:
+        """The study's best trial, or ``None`` while no trial has completed.
 
-    def best_trial(self) -> TrialRecord | None:
-        """The trial with the best value of the study metric at any step, or ``None``."""
-        from hpctune.summary import best_trial
-
-        return best_trial(self.record)
+        Only completed trials that trained to ``max_steps`` count; a trial's value follows the
+        study's ``[study] best`` rule (``"peak"``: its best step, ``"last"``: its last). The
+        result has ``trial_id``, ``params``, ``value``, ``step``, ``mode`` and ``checkpoint``
+        (the file with the model at ``step``, or ``None`` when none was saved or kept there).
+        """
+        return describe_best(self.record, self.directory)
 
     def checkpoint_path(self, trial_id: int) -> Path | None:
         """The file of a trial's latest checkpoint, or ``None``."""
-        row = self.record.trials[trial_id].checkpoint_row
+        row = self.trial(trial_id).checkpoint_row
         return None if row is None else self.directory / self.record.checkpoints[row].path
 
     def counts(self) -> dict[str, int]:
