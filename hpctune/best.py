@@ -135,7 +135,8 @@ def best_checkpoint_rows(record: StudyRecord) -> set[int]:
     """The checkpoint rows the ``keep_checkpoints`` rule keeps for the best model.
 
     Empty for ``"last"``. Otherwise the checkpoint at the best step of every trial that has not
-    ended (it may become the best) and of the study's best trial.
+    ended (it may become the best; its own checkpoint) and of the study's best trial (its own, or
+    in a stage tree the one it shares with the trial it went on from).
     """
     if keep_mode(record) == "last":
         return set()
@@ -145,7 +146,12 @@ def best_checkpoint_rows(record: StudyRecord) -> set[int]:
         if trial.status.is_final and trial is not best:
             continue
         _, step = trial_value(record, trial)
-        row = checkpoint_at(record, trial, step)
+        if trial is best:
+            row = checkpoint_at(record, trial, step)
+        else:  # its own checkpoint; one it shares with another trial is that trial's to keep
+            row = next(
+                (r.row for r in record.live_checkpoints(trial.trial_id) if r.step == step), None
+            )
         if row is not None:
             rows.add(row)
     return rows

@@ -776,6 +776,129 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
     return EXIT_OK
 
 
+@cli.command("report")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The report folder to write (default: STUDY_DIR/report).",
+)
+@click.option("--no-png", is_flag=True, help="Skip the static PNGs (faster).")
+def report_command(study_dir: Path, out: Path | None, no_png: bool) -> int:
+    """Write a study report: one folder with index.html (open it from disk; no server, no
+    network), its plotting library and a PNG per plot. Works on a running study."""
+    from hpctune.journal.reader import open_study
+    from hpctune.report.html import write_report
+
+    paths = _study_paths(str(study_dir))
+    target = out if out is not None else paths.root / "report"
+    page = write_report(open_study(paths.root), target, pngs=not no_png)
+    click.echo(f"wrote {page}")
+    click.echo(f"open it with a browser (file://{page.resolve()}); copy the folder to share it")
+    return EXIT_OK
+
+
+EXPORT_FORMATS = ("csv", "hdf5", "optuna", "tensorboard", "mlflow")
+
+
+@cli.command("export")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    required=True,
+    help="csv (trials.csv, metrics.csv), hdf5 (one file), optuna (a journal file), "
+    "tensorboard (event files per trial), mlflow (a file store).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where to write (default: STUDY_DIR/export/<name>.<format>).",
+)
+def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
+    """Export a study for the tools you already use (read from the journal; also while it
+    runs). Each export is written under a temporary name and renamed: nothing half-written."""
+    from hpctune.journal.reader import open_study
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    name = str(study.spec.get("name", "study"))
+    suffix = {"csv": "csv", "hdf5": "h5", "optuna": "optuna.log", "tensorboard": "tb",
+              "mlflow": "mlruns"}[fmt]  # fmt: skip
+    target = out if out is not None else paths.root / "export" / f"{name}.{suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "csv":
+        from hpctune.export.csv_files import write_csv
+
+        for path in write_csv(study, target):
+            click.echo(f"wrote {path}")
+    elif fmt == "hdf5":
+        from hpctune.export.hdf5 import write_hdf5
+
+        click.echo(f"wrote {write_hdf5(study, target)}")
+        click.echo(f'read it with hpctune.open_study("{target}") or h5py (docs/journal.md)')
+    elif fmt == "optuna":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--format optuna needs optuna, which is not installed: pip install "
+                "'hpctune[report]'"
+            ) from None
+        from hpctune.export.optuna_journal import write_optuna_journal
+
+        if target.exists():
+            raise UsageError(f"{target} exists already; remove it or give another --out")
+        click.echo(f"wrote {write_optuna_journal(study, target)}")
+        click.echo(f"open it with: optuna-dashboard {target}")
+    elif fmt == "tensorboard":
+        from hpctune.export.tensorboard import write_tensorboard
+
+        folders = write_tensorboard(study, target)
+        click.echo(f"wrote {len(folders)} trial folders under {target}")
+        click.echo(f"open them with: tensorboard --logdir {target}")
+    else:
+        from hpctune.export.mlflow_store import write_mlflow
+
+        click.echo(f"wrote {write_mlflow(study, target)}")
+        click.echo(
+            f"open it with: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri "
+            f"{target.resolve().as_uri()}"
+        )
+    return EXIT_OK
+
+
+@cli.command("compare")
+@click.argument("study_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the best-so-far curves against time and GPU-hours (PNG).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (docs/cli.md).")
+def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_json: bool) -> int:
+    """Compare studies side by side: best value, when it was reached, trials, GPU-hours."""
+    from hpctune.analysis.compare import compare_rows, compare_table, plot_compare
+    from hpctune.journal.reader import open_study
+
+    studies = [open_study(_study_paths(str(d)).root) for d in study_dirs]
+    rows = compare_rows(studies)
+    if plot_path is not None:
+        plot_compare(studies, plot_path)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return EXIT_OK
+    click.echo(compare_table(rows))
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
+    return EXIT_OK
+
+
 @cli.command("fit-curves")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option(

@@ -353,6 +353,9 @@ class Controller(StageTreeController):
             self._order_exit(worker, "no work for it")
         queued = [t.trial_id for t in self.state.trials.values() if t.status is TrialStatus.QUEUED]
         if not queued:
+            if self.policy.makes_configurations:  # PBT names no parent any more: collect again
+                keep = self.policy.needed_checkpoints(self._view())
+                self._collect_stage_checkpoints(plan, milestones, keep)
             self._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
         elif free_slots > 0:
             self._set_study(

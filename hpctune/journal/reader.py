@@ -18,6 +18,7 @@ import numpy as np
 
 from hpctune.best import BestTrial, describe_best, peak_value
 from hpctune.errors import JournalError, UnknownNameError
+from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
 from hpctune.journal.state import (
     CheckpointRef,
     StudyRecord,
@@ -42,7 +43,7 @@ class MetricRows:
         record: Its study state (whose segments decide which rows are valid).
     """
 
-    def __init__(self, reader: JournalReader, record: StudyRecord) -> None:
+    def __init__(self, reader: JournalReader | Hdf5Journal, record: StudyRecord) -> None:
         self._reader = reader
         self.trial = reader.column("metrics", "trial")
         self.segment = reader.column("metrics", "segment")
@@ -70,12 +71,12 @@ class MetricRows:
         return rows[~np.isnan(self.values(metric)[rows])]
 
 
-def load_state(reader: JournalReader) -> StudyRecord:
+def load_state(reader: JournalReader | Hdf5Journal) -> StudyRecord:
     """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
     return _load(reader)[0]
 
 
-def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
+def _load(reader: JournalReader | Hdf5Journal) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
     ck = reader.table("checkpoints")
     for row in range(len(ck["trial"])):
@@ -139,19 +140,32 @@ class Study:
     """A read-only view of a study directory, as of the journal's last commit.
 
     Args:
-        directory: The study directory (holding ``journal.zarr``).
+        directory: The study directory (holding ``journal.zarr``), or an HDF5 file written by
+            ``hpctune export --format hdf5`` (read as the study was when exported; checkpoint
+            paths point into the study directory it came from).
     """
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory).resolve()
-        journal = self.directory / JOURNAL_DIR
-        if not journal.exists():
-            raise JournalError(
-                f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
-                "give the directory `hpctune launch` printed"
-            )
-        self._reader = JournalReader(journal)
+        path = Path(directory).resolve()
+        self._reader: JournalReader | Hdf5Journal
+        if path.is_file() and is_hdf5_export(path):
+            self._reader = Hdf5Journal(path)
+            self.directory = self._reader.directory
+        else:
+            self.directory = path
+            journal = self.directory / JOURNAL_DIR
+            if not journal.exists():
+                raise JournalError(
+                    f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
+                    "give the directory `hpctune launch` printed"
+                )
+            self._reader = JournalReader(journal)
         self.record, self._metrics = _load(self._reader)
+
+    @property
+    def journal(self) -> JournalReader | Hdf5Journal:
+        """The journal snapshot this view was read from (its tables, as committed)."""
+        return self._reader
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -277,12 +291,11 @@ class Study:
             rows.append(row)
         return pd.DataFrame(rows)
 
-    def metrics_frame(self) -> pd.DataFrame:
-        """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
-        import pandas as pd
-
+    def metric_rows(self) -> dict[str, np.ndarray]:
+        """Every valid report as columns: ``trial``, ``segment``, ``step``, ``time`` and one
+        column per metric (NaN where a report did not hold it), in journal order."""
         m = self._metrics
-        data: dict[str, Any] = {
+        data: dict[str, np.ndarray] = {
             "trial": m.trial[m.valid],
             "segment": m.segment[m.valid],
             "step": m.step[m.valid],
@@ -290,7 +303,13 @@ class Study:
         }
         for name in self.metric_names():
             data[name] = m.values(name)[m.valid]
-        return pd.DataFrame(data)
+        return data
+
+    def metrics_frame(self) -> pd.DataFrame:
+        """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metric_rows())
 
 
 def open_study(directory: str | Path) -> Study:
