@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.best import BestTrial, describe_best, peak_value
 from hpctune.errors import JournalError, UnknownNameError
 from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
 from hpctune.journal.state import (
@@ -31,6 +30,8 @@ from hpctune.journal.store import JournalReader
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from hpctune.best import BestTrial
 
 JOURNAL_DIR = "journal.zarr"
 
@@ -242,6 +243,8 @@ class Study:
 
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached at any step (NaN if none)."""
+        from hpctune.best import peak_value
+
         return peak_value(self.record, self.trial(trial_id))[0]
 
     def best_trial(self) -> BestTrial | None:
@@ -252,6 +255,8 @@ class Study:
         result has ``trial_id``, ``params``, ``value``, ``step``, ``mode`` and ``checkpoint``
         (the file with the model at ``step``, or ``None`` when none was saved or kept there).
         """
+        from hpctune.best import describe_best
+
         return describe_best(self.record, self.directory)
 
     def checkpoint_path(self, trial_id: int) -> Path | None:
