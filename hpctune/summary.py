@@ -247,8 +247,8 @@ def policy_lines(record: StudyRecord) -> list[str]:
     if stopped or times:
         policy = record.spec.get("policy", {}).get("name", "")
         lines.append(
-            f"policy {policy}: {stopped} trials terminated before their end, {times} "
-            f"suspensions of {len(suspensions)} trials"
+            f"policy {policy}: {_n(stopped, 'trial')} terminated before the end, "
+            f"{_n(times, 'suspension')} of {_n(len(suspensions), 'trial')}"
         )
     return lines
 
@@ -269,3 +269,7 @@ def schedule_lines(record: StudyRecord, trial_id: int) -> list[str]:
     if fixed:
         lines.append("  unchanged: " + format_params(fixed))
     return lines
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

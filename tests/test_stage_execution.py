@@ -161,6 +161,20 @@ def test_checkpoints_nothing_needs_are_deleted(shared: Study) -> None:
     assert files == sorted(shared.directory / c.path for c in kept)
 
 
+def test_the_report_shows_the_stage_tree(shared: Study, tmp_path: Path) -> None:
+    from tests.browser import open_report
+
+    run_hpctune("report", str(shared.directory), "--out", str(tmp_path / "r"), check=True)
+    load = open_report(tmp_path / "r" / "index.html", tmp_path / "shots")
+    assert (load.errors, load.failed) == ([], [])
+    assert load.plots["stages"] == 1
+    page = (tmp_path / "r" / "index.html").read_text()
+    trained = _trained_steps(shared)
+    assert f"{trained} epochs trained for the {6 * MAX_STEPS} the trials reached" in page
+    status = run_hpctune("status", str(shared.directory), check=True).stdout
+    assert f"stage tree: {trained} steps trained for {6 * MAX_STEPS} steps reached" in status
+
+
 def test_a_trial_through_shared_stages_has_its_curve_when_run_alone(
     shared: Study, tmp_path: Path
 ) -> None:
