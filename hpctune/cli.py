@@ -757,13 +757,42 @@ def simulate(
     default=None,
     help="The metric's value for a random model (e.g. 0.1 for ten classes).",
 )
-def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
-    """Write a finished study's curves and step times as a trace file (HDF5) OUT."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write the trace of a study whose trials were forked from others (PBT) anyway.",
+)
+def export_trace(study_dir: Path, out: Path, random_level: float | None, force: bool) -> int:
+    """Write a finished study's curves and step times as a trace file (HDF5) OUT.
+
+    A trace holds one fixed configuration per curve, trained from step 0; the trials of a
+    study that forks (PBT) are short sessions that go on from other trials' checkpoints with
+    changed hyperparameters, so their curves do not fit that form: refused without --force.
+    """
     import math
 
+    from hpctune.journal.reader import open_study
     from hpctune.traces import Trace
 
     paths = _study_paths(str(study_dir))
+    forked = [
+        t.trial_id
+        for t in open_study(paths.root).trials
+        if t.parent_trial is not None and not t.shares_prefix
+    ]
+    if forked and not force:
+        raise UsageError(
+            f"{paths.root}: {len(forked)} trials were forked from other trials' checkpoints "
+            "(PBT), so their curves are sessions of lineages, not whole runs of fixed "
+            "configurations, and a trace of them would mislead the simulator; use "
+            "`hpctune export --format hdf5` for analysis, or --force to write it anyway"
+        )
+    if forked:
+        click.echo(
+            f"warning: {len(forked)} trials were forked (PBT): their curves start at their "
+            "parents' fork steps; the trace does not replay PBT",
+            err=True,
+        )
     trace = Trace.from_study(
         paths.root, random_level=math.nan if random_level is None else random_level
     )

@@ -92,6 +92,13 @@ def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoi
     best_out = run_hpctune("best", str(study_dir), check=True).stdout
     assert "# schedule found (lineage " in best_out
     assert f"# best trial {best.trial_id} " in best_out
+    # a trace of PBT sessions would mislead the simulator: refused, or written with a warning
+    refused = run_hpctune("export-trace", str(study_dir), str(tmp_path / "t.h5"))
+    assert refused.returncode == 2
+    assert "trials were forked from other trials' checkpoints (PBT)" in refused.stderr
+    forced = run_hpctune("export-trace", str(study_dir), str(tmp_path / "t.h5"), "--force")
+    assert forced.returncode == 0
+    assert "warning: " in forced.stderr
 
 
 @pytest.mark.slow

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpctune.errors import JournalError, UnknownNameError
-from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
 from hpctune.journal.state import (
     CheckpointRef,
     StudyRecord,
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpctune.best import BestTrial
+    from hpctune.export.hdf5 import Hdf5Journal
 
 JOURNAL_DIR = "journal.zarr"
 
@@ -149,7 +149,14 @@ class Study:
     def __init__(self, directory: str | Path) -> None:
         path = Path(directory).resolve()
         self._reader: JournalReader | Hdf5Journal
-        if path.is_file() and is_hdf5_export(path):
+        if path.is_file():  # an HDF5 export (h5py is imported only for one)
+            from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
+
+            if not is_hdf5_export(path):
+                raise JournalError(
+                    f"{path} is a file but not a study export (`hpctune export --format "
+                    "hdf5`); give a study directory or an exported .h5 file"
+                )
             self._reader = Hdf5Journal(path)
             self.directory = self._reader.directory
         else:
