@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,17 @@ def _study_paths(directory: str) -> StudyPaths:
             "that `hpctune launch` printed"
         )
     return paths
+
+
+def _plot_option(help_text: str) -> Callable[[Any], Any]:
+    """The ``--plot OUT.png`` option (drawn with matplotlib; exit 2 without it)."""
+    return click.option(
+        "--plot",
+        "plot_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
 
 
 def _exit_code(state: StudyState) -> int:
@@ -167,13 +179,7 @@ def _print_plan(spec: Any, slurm: bool) -> None:
     show_default=True,
     help="Stage lines to print (0: all).",
 )
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the stage tree to this file (PNG).",
-)
+@_plot_option("Also draw the stage tree to this file (PNG).")
 def plan_command(
     study_tomls: tuple[Path, ...], as_json: bool, max_lines: int, plot_path: Path | None
 ) -> int:
@@ -902,13 +908,7 @@ def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
 
 @cli.command("compare")
 @click.argument("study_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the best-so-far curves against time and GPU-hours (PNG).",
-)
+@_plot_option("Also draw the best-so-far curves against time and GPU-hours (PNG).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list (docs/cli.md).")
 def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_json: bool) -> int:
     """Compare studies side by side: best value, when it was reached, trials, GPU-hours."""
@@ -1008,13 +1008,7 @@ def fit_curves(
 @click.option(
     "--max-lines", type=int, default=60, show_default=True, help="Stage lines to print (0: all)."
 )
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the stage tree, coloured by status, to this file (PNG).",
-)
+@_plot_option("Also draw the stage tree, coloured by status, to this file (PNG).")
 def stagetree_command(
     study_dir: Path, as_json: bool, max_lines: int, plot_path: Path | None
 ) -> int:
@@ -1067,13 +1061,7 @@ def stagetree_command(
 @cli.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option("--trial", "trials", type=int, multiple=True, help="Only these trials' lineages.")
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the tree and the learning-rate schedule into this PNG.",
-)
+@_plot_option("Also draw the tree and the learning-rate schedule into this PNG.")
 @click.option(
     "--param", default="lr", show_default=True, help="Parameter whose schedule is plotted."
 )

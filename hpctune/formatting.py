@@ -78,10 +78,11 @@ def format_params(params: Mapping[str, Any], *, width: int | None = None) -> str
 def format_params_toml(params: Mapping[str, Any]) -> str:
     """The parameters as a TOML table body (``name = value`` lines, schedules as inline tables),
     ready to paste into a ``[search_space]`` section."""
-    return "\n".join(f"{k} = {_toml(v)}" for k, v in params.items())
+    return "\n".join(f"{k} = {toml_value(v)}" for k, v in params.items())
 
 
-def _toml(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A Python value as TOML (scalars, lists, inline tables)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -91,10 +92,10 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, Sequence):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return _toml(str(value))
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return toml_value(str(value))
 
 
 def format_sessions(sessions: Sequence[tuple[int, int, Mapping[str, Any]]]) -> list[str]:
@@ -137,4 +138,5 @@ __all__ = [
     "format_schedule",
     "format_sessions",
     "format_value",
+    "toml_value",
 ]

@@ -11,7 +11,7 @@
   decisions/segment-<S>.json    latest decision for S        controller
   inbox/<time>-<id>.json        user commands                `hpctune stop`; controller deletes
   checkpoints/trial-<TTTTTT>/step-<NNNNNNNN>-segment-<SSSSSS>.pt              the worker running S
-  curves/trial-<TTTTTT>-n<NNNNNNNN>.json    a learning-curve fit          the pool process or array task
+  curves/trial-<TTTTTT>-n<NNNNNNNN>.json    a learning-curve fit    a pool process or array task
   logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<TTTTTT>.out|.err
 ```
 """

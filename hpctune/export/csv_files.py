@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.best import peak_value, trial_value
+from hpctune.files import atomic_path
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study
@@ -62,29 +62,30 @@ def _num(value: float) -> Any:
 
 
 def write_csv(study: Study, out: Path) -> list[Path]:
-    """Write ``out/trials.csv`` and ``out/metrics.csv`` (valid reports only); return them."""
+    """Write ``out/trials.csv`` and ``out/metrics.csv`` (valid reports only); return them.
+
+    The folder is built under a temporary name and renamed into place.
+    """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     header, rows = trial_rows(study)
-    trials = _write(out / "trials.csv", header, rows)
     table = study.metric_rows()
     names = list(table)
     columns = [table[n].tolist() for n in names]
     metric_rows = [
         [_num(v) if isinstance(v, float) else v for v in row] for row in zip(*columns, strict=True)
     ]
-    metrics = _write(out / "metrics.csv", names, metric_rows)
-    return [trials, metrics]
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        _write(tmp / "trials.csv", header, rows)
+        _write(tmp / "metrics.csv", names, metric_rows)
+    return [out / "trials.csv", out / "metrics.csv"]
 
 
-def _write(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
+def _write(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(["" if v is None else v for v in row] for row in rows)
-    os.replace(tmp, path)
-    return path
 
 
 __all__ = ["trial_rows", "write_csv"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ import h5py
 import numpy as np
 
 from hpctune.errors import JournalError
+from hpctune.files import atomic_path
 from hpctune.journal.store import TABLES
 
 if TYPE_CHECKING:
@@ -39,77 +39,69 @@ def write_hdf5(study: Study, out: Path) -> Path:
     from hpctune.best import peak_value
 
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     reader = study.journal
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update(
-                {
-                    "format": FORMAT,
-                    "version": VERSION,
-                    "hpctune_version": __version__,
-                    "exported": time.time(),
-                    "study": str(study.spec.get("name", "")),
-                    "directory": str(study.directory),
-                    "metric": study.metric,
-                    "mode": study.mode,
-                    "spec": json.dumps(study.spec),
-                }
-            )
-            journal = f.create_group("journal")
-            journal.attrs["cursors"] = json.dumps(reader.cursors)
-            for table_name, table_columns in TABLES.items():
-                group = journal.create_group(table_name)
-                for column, (kind, _) in table_columns.items():
-                    _dataset(group, column, reader.column(table_name, column), kind)
-            values = journal.create_group("metrics/values")
-            for i, name in enumerate(reader.metric_names):
-                ds = values.create_dataset(f"{i:04d}", data=reader.metric_values(name))
-                ds.attrs["name"] = name
-            trials = f.create_group("trials")
-            rows = study.trials
-            trial_columns: dict[str, tuple[list[Any], str]] = {
-                "id": ([t.trial_id for t in rows], "i8"),
-                "status": ([t.status.value for t in rows], "str"),
-                "step": ([t.step for t in rows], "i8"),
-                "last": ([t.curve_values[-1] if t.curve_values else math.nan for t in rows], "f8"),
-                "best": ([peak_value(study.record, t)[0] for t in rows], "f8"),
-                "parent": ([-1 if t.parent_trial is None else t.parent_trial for t in rows], "i8"),
-                "parent_step": ([t.parent_step or 0 for t in rows], "i8"),
-                "generation": ([-1 if t.generation is None else t.generation for t in rows], "i8"),
-                "params": ([json.dumps(t.params) for t in rows], "str"),
-                "reason": ([t.reason for t in rows], "str"),
+    with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs.update(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "hpctune_version": __version__,
+                "exported": time.time(),
+                "study": str(study.spec.get("name", "")),
+                "directory": str(study.directory),
+                "metric": study.metric,
+                "mode": study.mode,
+                "spec": json.dumps(study.spec),
             }
-            for name, (data, kind) in trial_columns.items():
-                _dataset(
-                    trials, name, np.asarray(data, dtype=object if kind == "str" else kind), kind
-                )
-            curves = f.create_group("curves")
-            max_steps = int(study.spec.get("max_steps", 0) or 0)
-            ids = {t.trial_id: i for i, t in enumerate(rows)}
-            reports = study.metric_rows()
-            row_of = np.full(int(reports["trial"].max(initial=0)) + 1, -1)
-            for tid, i in ids.items():
-                if tid < len(row_of):
-                    row_of[tid] = i
-            for i, name in enumerate(study.metric_names()):
-                grid = np.full((len(rows), max_steps), math.nan)
-                step = reports["step"]
-                where = row_of[reports["trial"]] if len(reports["trial"]) else step
-                ok = (where >= 0) & (step >= 1) & (step <= max_steps) & ~np.isnan(reports[name])
-                grid[where[ok], step[ok] - 1] = reports[name][ok]
-                if name == study.metric:  # stage-tree trials inherit their prefix
-                    for t in rows:
-                        for s, value in zip(t.curve_steps, t.curve_values, strict=True):
-                            if 1 <= s <= max_steps:
-                                grid[ids[t.trial_id], s - 1] = value
-                ds = curves.create_dataset(f"{i:04d}", data=grid, compression="gzip")
-                ds.attrs["name"] = name
-                ds.attrs["axes"] = "trial (row of /trials), step - 1"
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        )
+        journal = f.create_group("journal")
+        journal.attrs["cursors"] = json.dumps(reader.cursors)
+        for table_name, table_columns in TABLES.items():
+            group = journal.create_group(table_name)
+            for column, (kind, _) in table_columns.items():
+                _dataset(group, column, reader.column(table_name, column), kind)
+        values = journal.create_group("metrics/values")
+        for i, name in enumerate(reader.metric_names):
+            ds = values.create_dataset(f"{i:04d}", data=reader.metric_values(name))
+            ds.attrs["name"] = name
+        trials = f.create_group("trials")
+        rows = study.trials
+        trial_columns: dict[str, tuple[list[Any], str]] = {
+            "id": ([t.trial_id for t in rows], "i8"),
+            "status": ([t.status.value for t in rows], "str"),
+            "step": ([t.step for t in rows], "i8"),
+            "last": ([t.curve_values[-1] if t.curve_values else math.nan for t in rows], "f8"),
+            "best": ([peak_value(study.record, t)[0] for t in rows], "f8"),
+            "parent": ([-1 if t.parent_trial is None else t.parent_trial for t in rows], "i8"),
+            "parent_step": ([t.parent_step or 0 for t in rows], "i8"),
+            "generation": ([-1 if t.generation is None else t.generation for t in rows], "i8"),
+            "params": ([json.dumps(t.params) for t in rows], "str"),
+            "reason": ([t.reason for t in rows], "str"),
+        }
+        for name, (data, kind) in trial_columns.items():
+            _dataset(trials, name, np.asarray(data, dtype=object if kind == "str" else kind), kind)
+        curves = f.create_group("curves")
+        max_steps = int(study.spec.get("max_steps", 0) or 0)
+        ids = {t.trial_id: i for i, t in enumerate(rows)}
+        reports = study.metric_rows()
+        row_of = np.full(int(reports["trial"].max(initial=0)) + 1, -1)
+        for tid, i in ids.items():
+            if tid < len(row_of):
+                row_of[tid] = i
+        for i, name in enumerate(study.metric_names()):
+            grid = np.full((len(rows), max_steps), math.nan)
+            step = reports["step"]
+            where = row_of[reports["trial"]] if len(reports["trial"]) else step
+            ok = (where >= 0) & (step >= 1) & (step <= max_steps) & ~np.isnan(reports[name])
+            grid[where[ok], step[ok] - 1] = reports[name][ok]
+            if name == study.metric:  # stage-tree trials inherit their prefix
+                for t in rows:
+                    for s, value in zip(t.curve_steps, t.curve_values, strict=True):
+                        if 1 <= s <= max_steps:
+                            grid[ids[t.trial_id], s - 1] = value
+            ds = curves.create_dataset(f"{i:04d}", data=grid, compression="gzip")
+            ds.attrs["name"] = name
+            ds.attrs["axes"] = "trial (row of /trials), step - 1"
     return out
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpctune.errors import UsageError
+from hpctune.files import atomic_path
 from hpctune.formatting import format_value
 from hpctune.states import TrialStatus
 
@@ -33,71 +33,69 @@ def write_mlflow(study: Study, out: Path) -> Path:
         UsageError: MLflow is not installed (exit 2 with the pip command).
     """
     try:
-        from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise UsageError(
             "--format mlflow needs MLflow: pip install mlflow-skinny (or mlflow)"
         ) from None
     out = Path(out).resolve()
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     previous = os.environ.get(ALLOW)
     os.environ[ALLOW] = "true"
     try:
-        client = MlflowClient(tracking_uri=tmp.as_uri())
-        experiment = client.create_experiment(str(study.spec.get("name", "hpctune")))
-        table = study.metric_rows()
-        for trial in study.trials:
-            started = trial.history[0].time if trial.history else trial.created_time
-            run = client.create_run(
-                experiment,
-                start_time=int(started * 1000),
-                run_name=f"trial {trial.trial_id}",
-                tags={"hpctune.trial": str(trial.trial_id), "hpctune.status": trial.status.value},
-            )
-            rows = (table["trial"] == trial.trial_id).nonzero()[0]
-            metrics = [
-                Metric(
-                    name,
-                    float(table[name][r]),
-                    int(table["time"][r] * 1000),
-                    int(table["step"][r]),
-                )
-                for name in study.metric_names()
-                for r in rows
-                if not math.isnan(table[name][r])
-            ]
-            params = [Param(k, format_value(v)[:6000]) for k, v in trial.params.items()]
-            tags = [RunTag("hpctune.reason", trial.reason[:5000])] if trial.reason else []
-            for key in ("parent_trial", "parent_step", "generation"):
-                if getattr(trial, key) is not None:
-                    tags.append(RunTag(f"hpctune.{key}", str(getattr(trial, key))))
-            for i in range(0, max(len(metrics), 1), 1000):  # MLflow's batch limit
-                client.log_batch(
-                    run.info.run_id,
-                    metrics=metrics[i : i + 1000],
-                    params=params if i == 0 else [],
-                    tags=tags if i == 0 else [],
-                )
-            if trial.status.is_final:
-                status = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.FAILED: "FAILED"}
-                ended = trial.history[-1].time if trial.history else started
-                client.set_terminated(
-                    run.info.run_id, status.get(trial.status, "KILLED"), int(ended * 1000)
-                )
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_path(out) as tmp:
+            _write_runs(study, MlflowClient(tracking_uri=tmp.as_uri()))
     finally:
         if previous is None:
             os.environ.pop(ALLOW, None)
         else:
             os.environ[ALLOW] = previous
     return out
+
+
+def _write_runs(study: Study, client: Any) -> None:
+    """One experiment, one run per trial (see the module's docstring)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    experiment = client.create_experiment(str(study.spec.get("name", "hpctune")))
+    table = study.metric_rows()
+    for trial in study.trials:
+        started = trial.history[0].time if trial.history else trial.created_time
+        run = client.create_run(
+            experiment,
+            start_time=int(started * 1000),
+            run_name=f"trial {trial.trial_id}",
+            tags={"hpctune.trial": str(trial.trial_id), "hpctune.status": trial.status.value},
+        )
+        rows = (table["trial"] == trial.trial_id).nonzero()[0]
+        metrics = [
+            Metric(
+                name,
+                float(table[name][r]),
+                int(table["time"][r] * 1000),
+                int(table["step"][r]),
+            )
+            for name in study.metric_names()
+            for r in rows
+            if not math.isnan(table[name][r])
+        ]
+        params = [Param(k, format_value(v)[:6000]) for k, v in trial.params.items()]
+        tags = [RunTag("hpctune.reason", trial.reason[:5000])] if trial.reason else []
+        for key in ("parent_trial", "parent_step", "generation"):
+            if getattr(trial, key) is not None:
+                tags.append(RunTag(f"hpctune.{key}", str(getattr(trial, key))))
+        for i in range(0, max(len(metrics), 1), 1000):  # MLflow's batch limit
+            client.log_batch(
+                run.info.run_id,
+                metrics=metrics[i : i + 1000],
+                params=params if i == 0 else [],
+                tags=tags if i == 0 else [],
+            )
+        if trial.status.is_final:
+            status = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.FAILED: "FAILED"}
+            ended = trial.history[-1].time if trial.history else started
+            client.set_terminated(
+                run.info.run_id, status.get(trial.status, "KILLED"), int(ended * 1000)
+            )
 
 
 __all__ = ["write_mlflow"]

@@ -20,12 +20,12 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.analysis.params import Dimension, dimensions
 from hpctune.best import trial_value
+from hpctune.files import atomic_path
 from hpctune.space import FixedParam, SearchSpace
 from hpctune.states import TrialStatus
 
@@ -142,25 +142,20 @@ def write_optuna_journal(study: Study, out: Path) -> Path:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
-        storage = JournalStorage(JournalFileBackend(str(tmp)))
-        target = optuna.create_study(
-            storage=storage,
-            study_name=str(study.spec.get("name", "hpctune")),
-            direction="maximize" if study.mode == "max" else "minimize",
-        )
-        target.set_user_attr("hpctune.metric", study.metric)
-        target.set_user_attr("hpctune.directory", str(study.directory))
-        target.set_user_attr("hpctune.best", str(study.spec.get("best", "peak")))
-        target.add_trials(frozen_trials(study))
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        Path(f"{tmp}.lock").unlink(missing_ok=True)
+    with atomic_path(out) as tmp:
+        try:
+            storage = JournalStorage(JournalFileBackend(str(tmp)))
+            target = optuna.create_study(
+                storage=storage,
+                study_name=str(study.spec.get("name", "hpctune")),
+                direction="maximize" if study.mode == "max" else "minimize",
+            )
+            target.set_user_attr("hpctune.metric", study.metric)
+            target.set_user_attr("hpctune.directory", str(study.directory))
+            target.set_user_attr("hpctune.best", str(study.spec.get("best", "peak")))
+            target.add_trials(frozen_trials(study))
+        finally:
+            Path(f"{tmp}.lock").unlink(missing_ok=True)
     return out
 
 

@@ -9,12 +9,12 @@ the trials side by side. ``tensorboard --logdir out`` shows them.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.best import trial_value
 from hpctune.errors import UsageError
+from hpctune.files import atomic_path
 from hpctune.formatting import format_value
 
 if TYPE_CHECKING:
@@ -40,12 +40,10 @@ def write_tensorboard(study: Study, out: Path) -> list[Path]:
             "--format tensorboard needs the tensorboard package: pip install tensorboard"
         ) from None
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     table = study.metric_rows()
     names = study.metric_names()
     folders = []
-    try:
+    with atomic_path(out) as tmp:
         for trial in study.trials:
             folder = tmp / f"trial-{trial.trial_id:06d}"
             writer = SummaryWriter(log_dir=str(folder))
@@ -69,12 +67,6 @@ def write_tensorboard(study: Study, out: Path) -> list[Path]:
             writer.add_hparams(hparams, metrics, run_name=".")
             writer.close()
             folders.append(out / folder.name)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folders
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.errors import UsageError
+from hpctune.files import atomic_path
 from hpctune.plotting import INSTALL
 
 if TYPE_CHECKING:
@@ -297,20 +297,12 @@ def write_report(study: Study, out: Path, *, pngs: bool = True) -> Path:
     library = plotly_js()
     data = report_data(study)
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
         shutil.copyfile(library, tmp / "plotly.min.js")
         images = write_pngs(study, data, tmp) if pngs else {}
         (tmp / "index.html").write_text(render_page(data, images))
         (tmp / "report.json").write_text(json.dumps(data, allow_nan=False))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out / "index.html"
 
 
