@@ -1,6 +1,6 @@
 """Run the example studies, write their reports and screenshot every section in Chromium.
 
-    python benchmarks/example_reports.py [--out DIR] [--only digits ...] [--docs]
+    python benchmarks/example_reports.py [--out DIR] [--only digits ...] [--docs] [--reuse]
 
 Studies: ``jobs/digits``, ``jobs/digits-pbt``, ``jobs/digits-stages`` and ``jobs/charlm`` under
 POP (its study.toml with ``[policy] name = "pop"``), each run with ``hpctune launch --local``
@@ -51,16 +51,19 @@ def spec_for(name: str, out: Path) -> Path:
     return path
 
 
-def run(name: str, out: Path) -> Path:
-    """Run one example, write its report and screenshots; return the shots folder."""
+def run(name: str, out: Path, reuse: bool = False) -> Path:
+    """Run one example (``reuse``: keep a finished study there), write its report and
+    screenshots; return the shots folder."""
     folder = out / name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     cli = [sys.executable, "-m", "hpctune.cli"]
     study = folder / "study"
-    spec = spec_for(name, out)
-    launch = [*cli, "launch", str(spec), "--local", "--study-dir", str(study)]
-    subprocess.run(launch, check=True, stdout=subprocess.DEVNULL)
+    if not (reuse and (study / "journal.zarr").exists()):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        spec = spec_for(name, out)
+        launch = [*cli, "launch", str(spec), "--local", "--study-dir", str(study)]
+        subprocess.run(launch, check=True, stdout=subprocess.DEVNULL)
+    shutil.rmtree(folder / "shots", ignore_errors=True)
     subprocess.run([*cli, "report", str(study), "--out", str(folder / "report")], check=True)
     load = open_report(folder / "report" / "index.html", folder / "shots")
     print(f"{name}: sections {sorted(load.sections)}, errors {load.errors}, failed {load.failed}")
@@ -73,10 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/hpctune-example-reports"))
     parser.add_argument("--only", nargs="*", choices=sorted(EXAMPLES), default=sorted(EXAMPLES))
     parser.add_argument("--docs", action="store_true", help="copy README's screenshots to docs/")
+    parser.add_argument("--reuse", action="store_true", help="report the studies already run")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only:
-        shots = run(name, args.out)
+        shots = run(name, args.out, args.reuse)
         if args.docs:
             for (study, section), target in DOCS.items():
                 if study == name:

@@ -44,8 +44,8 @@ def parameter_importance(
     done = [t for t in done if math.isfinite(t.value)]  # type: ignore[arg-type]
     if len(done) < MIN_TRIALS:
         return {
-            "note": f"{len(done)} completed trials: parameter importance needs at least "
-            f"{MIN_TRIALS}"
+            "note": f"it needs at least {MIN_TRIALS} completed trials, and this study has "
+            f"{len(done)} (a trial stopped early is not compared with complete ones)"
         }
     if len(done) > MAX_TRIALS:
         picked = np.random.default_rng(seed).choice(len(done), MAX_TRIALS, replace=False)

@@ -98,7 +98,19 @@ def _overview(study: Study) -> dict[str, Any]:
         else "",
         "policy_lines": policy_lines(record),
         "best": None,
+        "best_reported": None,
     }
+    reported = [(*peak_value(record, t), t) for t in record.trials.values()]
+    reported = [r for r in reported if not math.isnan(r[0])]
+    if reported and best is None:
+        sign = 1.0 if study.mode == "max" else -1.0
+        value, step, trial = max(reported, key=lambda r: (sign * r[0], -r[2].trial_id))
+        out["best_reported"] = {
+            "trial": trial.trial_id,
+            "value": _r(value),
+            "step": step,
+            "status": trial.status.value,
+        }
     if best is not None:
         seconds = time_to_best(record, best.value)
         out["best"] = {

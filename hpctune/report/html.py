@@ -93,10 +93,20 @@ def _overview(data: dict[str, Any]) -> str:
         )
     rule = "its best step" if ov["best_rule"] == "peak" else "its last step"
     if best is None:
-        parts.append(
-            '<p class="note">No trial has completed yet: only a completed trial can be the '
-            "best.</p>"
+        ended = ov["state"] in ("finished", "stopped", "failed")
+        text = (
+            "No trial completed: every trial ended otherwise (see Failures)"
+            if ended
+            else "No trial has completed yet"
         )
+        text += "; only a completed trial can be the best."
+        seen = ov["best_reported"]
+        if seen is not None:
+            text += (
+                f" The best value reported was {seen['value']} by trial {seen['trial']} at "
+                f"{ov['step_unit']} {seen['step']} ({seen['status']})."
+            )
+        parts.append(f'<p class="note">{_e(text)}</p>')
     else:
         rows = "".join(
             f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in best["params"].items()
@@ -183,8 +193,9 @@ def _section_body(key: str, data: dict[str, Any], pngs: dict[str, str]) -> str |
         )
     if key == "curves":
         pred = (
-            " Dotted: the curve model's latest prediction of a trial (median and 90% band), for "
-            "the trials the policy asked a fit for."
+            " Dotted: the curve model's latest prediction (median and 90% band) of the 3 best "
+            "trials the policy asked fits for (the others: click them on in the legend). Black: "
+            "the best trial."
             if data["predictions"]
             else ""
         )

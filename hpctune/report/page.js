@@ -21,8 +21,8 @@ function stateColour(state) {
 
 function layout(extra) {
   return Object.assign({
-    margin: { l: 70, r: 20, t: 30, b: 50 }, hovermode: "closest",
-    legend: { orientation: "h", y: -0.2 }, font: { size: 12 },
+    margin: { l: 70, r: 20, t: 40, b: 50 }, hovermode: "closest",
+    legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, font: { size: 12 },
   }, extra);
 }
 
@@ -82,22 +82,30 @@ function curves() {
     line: { color: stateColour(s), width: 1 }, opacity: 0.7,
     hovertemplate: "%{text}<br>" + unit + " %{x}<br>" + metric + " %{y}<extra>" + s + "</extra>",
   }));
-  const best = ov.best ? DATA.trials.find((t) => t.id === ov.best.trial) : null;
+  const top = ov.best || ov.best_reported;
+  const best = top ? DATA.trials.find((t) => t.id === top.trial) : null;
   if (best) {
-    traces.push({ x: best.steps, y: best.values, mode: "lines", type: "scatter",
-      name: "best trial " + best.id, line: { color: "black", width: 2.5 },
-      hovertemplate: "best trial " + best.id + "<br>" + unit + " %{x}<br>" + metric + " %{y}<extra></extra>" });
+    const label = (ov.best ? "best trial " : "best reported (" + best.status + ") trial ") + best.id;
+    traces.push({ x: best.steps, y: best.values, mode: "lines", type: "scatter", name: label,
+      line: { color: "black", width: 2.5, dash: ov.best ? "solid" : "dash" },
+      hovertemplate: label + "<br>" + unit + " %{x}<br>" + metric + " %{y}<extra></extra>" });
   }
-  for (const p of DATA.predictions || []) {
+  // the curve model's latest prediction: the 3 best trials' shown, the others one click away
+  (DATA.predictions || []).forEach((p, i) => {
+    const shown = i < 3;
+    const group = shown ? "pred" : "pred-more";
     const x = p.steps.concat(p.steps.slice().reverse());
     const y = p.high.concat(p.low.slice().reverse());
     traces.push({ x, y, fill: "toself", fillcolor: "rgba(31,119,180,0.12)", line: { width: 0 },
-      hoverinfo: "skip", legendgroup: "pred", showlegend: false, type: "scatter" });
-    traces.push({ x: p.steps, y: p.median, mode: "lines", legendgroup: "pred", type: "scatter",
-      line: { dash: "dot", color: "#1f77b4", width: 1.5 }, showlegend: p === DATA.predictions[0],
-      name: "curve model: median and 90% band (latest fit)",
+      mode: "lines", hoverinfo: "skip", legendgroup: group, showlegend: false, type: "scatter",
+      visible: shown ? true : "legendonly" });
+    traces.push({ x: p.steps, y: p.median, mode: "lines", legendgroup: group, type: "scatter",
+      line: { dash: "dot", color: "#1f77b4", width: 1.5 }, visible: shown ? true : "legendonly",
+      showlegend: i === 0 || i === 3,
+      name: shown ? "curve model: latest prediction, median and 90% band (3 best trials)"
+        : "predictions of the other trials",
       hovertemplate: "trial " + p.trial + " predicted from " + p.n + " points<br>%{y}<extra></extra>" });
-  }
+  });
   plot("plot-curves", traces, layout({ xaxis: { title: { text: unit } },
     yaxis: metricAxis(all), height: 480, showlegend: true }));
 }

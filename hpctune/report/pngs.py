@@ -86,7 +86,7 @@ def write_pngs(study: Study, data: dict[str, Any], out: Path) -> dict[str, str]:
                     label=state,
                 )
             )
-        for p in data["predictions"] or []:
+        for p in (data["predictions"] or [])[:3]:  # the 3 best trials', as on the page
             ax.fill_between(p["steps"], [_n(v) for v in p["low"]], [_n(v) for v in p["high"]],
                             color="tab:blue", alpha=0.08, linewidth=0)  # fmt: skip
             ax.plot(p["steps"], [_n(v) for v in p["median"]], ":", color="tab:blue", lw=1)
