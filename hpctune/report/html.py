@@ -85,12 +85,16 @@ def _overview(data: dict[str, Any]) -> str:
     parts.append(f'<p class="note">{_e(ov["line"])}</p>')
     if ov["reason"]:
         parts.append(f'<p class="note">reason: {_e(ov["reason"])}</p>')
-    for line in ov["policy_lines"]:
-        parts.append(
-            f"<pre>{_e(line)}</pre>"
-            if line.startswith("  ")
-            else f'<p class="note">{_e(line)}</p>'
-        )
+    block: list[str] = []  # indented lines (a PBT schedule) go in one <pre>
+    for line in [*ov["policy_lines"], ""]:
+        if line.startswith("  "):
+            block.append(line.strip())
+            continue
+        if block:
+            parts.append(f"<pre>{_e(chr(10).join(block))}</pre>")
+            block = []
+        if line:
+            parts.append(f'<p class="note">{_e(line)}</p>')
     rule = "its best step" if ov["best_rule"] == "peak" else "its last step"
     if best is None:
         ended = ov["state"] in ("finished", "stopped", "failed")
@@ -111,11 +115,16 @@ def _overview(data: dict[str, Any]) -> str:
         rows = "".join(
             f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in best["params"].items()
         )
+        lineage = (
+            " Its parameters are those of its last session; the schedule above trained it."
+            if data["lineage"] is not None
+            else ""
+        )
         parts.append(
             f"<h3>Best trial: {best['trial']}</h3>"
             f'<p class="note">{_e(ov["metric"])} = {best["value"]} at {_e(ov["step_unit"])} '
             f'{best["step"]} ({rule}; <code>[study] best = "{_e(ov["best_rule"])}"</code>). '
-            f"Only completed trials count.</p>"
+            f"Only completed trials count.{lineage}</p>"
             f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table>"
         )
         if best["checkpoint"]:

@@ -34,6 +34,7 @@ function metricAxis(values, title) {
   if (!v.length) return axis;
   if (ov.mode === "min" && v[0] > 0 && v[v.length - 1] / v[0] > 10) {
     axis.type = "log";
+    axis.dtick = "D2";  // 1, 2, 5 in each decade: fewer labels than every digit
     return axis;
   }
   const q = (p) => v[Math.min(v.length - 1, Math.max(0, Math.floor(p * (v.length - 1))))];
