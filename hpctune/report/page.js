@@ -203,7 +203,7 @@ function stages() {
     hoverinfo: "skip", showlegend: false }, links));
   const leaves = S.stages.filter((s) => s.value !== null && s.trials.length);
   traces.push({ x: leaves.map((s) => s.end), y: leaves.map((s) => s.row), mode: "text",
-    text: leaves.map((s) => " " + s.value), textposition: "middle right", showlegend: false,
+    text: leaves.map((s) => " " + Number(s.value).toPrecision(4)), textposition: "middle right", showlegend: false,
     hoverinfo: "skip", textfont: { size: 10 } });
   const rows = Math.max(...S.stages.map((s) => s.row)) + 1;
   plot("plot-stages", traces, layout({ height: Math.max(300, 60 + 16 * rows),
