@@ -6,7 +6,8 @@ prediction into each parameter's share; the shares sum to 1. Needs optuna and sc
 (``pip install 'hpctune[report]'``) and at least :data:`MIN_TRIALS` completed trials. To keep
 ``hpctune report`` fast on large studies the forest has 16 trees of depth at most 12 (Optuna's
 defaults: 64 and 64) and sees at most :data:`MAX_TRIALS` completed trials (a seeded sample);
-on 1,000 trials of a benchmark study the shares agree with the defaults' to 0.001.
+``benchmarks/report.py --check-importance`` compares the shares with Optuna's defaults on all
+trials.
 """
 
 from __future__ import annotations
