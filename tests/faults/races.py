@@ -120,6 +120,18 @@ def reports(study_dir: Path) -> int:
     return sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
 
 
+def finish(process: subprocess.Popen[str], timeout: float) -> tuple[int | None, str]:
+    """Wait for a controller process; one still running after ``timeout`` s is killed (with its
+    session) and reported as one that went on committing."""
+    try:
+        out, _ = process.communicate(timeout=timeout)
+        return process.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, _ = process.communicate()
+        return 0, f"{out}\n[still running after {timeout:.0f} s: killed] best trial"
+
+
 def _record(outcome: RaceOutcome, code: int | None, out: str) -> None:
     """Classify one controller process by its exit code and output."""
     tail = "\n".join(out.strip().splitlines()[-3:])
@@ -215,8 +227,7 @@ def resume_resume(tmp: Path, gap: float = 0.3) -> RaceOutcome:
         second = start_hpctune("resume", str(study_dir), "--local")
         outcome = RaceOutcome("resume_resume")
         for process in (first, second):
-            text, _ = process.communicate(timeout=600)
-            _record(outcome, process.returncode, text)
+            _record(outcome, *finish(process, 600))
         return check_journal(study_dir, outcome)
     finally:
         cleanup(study_dir)
@@ -274,14 +285,13 @@ def sigstop(tmp: Path, lease_timeout: float | None = None, *, force: bool = Fals
             )
             wait_for(lambda: other.poll() is not None or _heartbeat_age(study_dir) < 1.0, 60)
             os.kill(launch.pid, signal.SIGCONT)
-            texts = [(launch, launch.communicate(timeout=600)[0])]
-            texts.append((other, other.communicate(timeout=600)[0]))
+            results = [finish(launch, 600), finish(other, 600)]
         else:
-            text = other.communicate(timeout=900)[0]
+            first = finish(other, 900)
             os.kill(launch.pid, signal.SIGCONT)
-            texts = [(other, text), (launch, launch.communicate(timeout=600)[0])]
-        for process, text in texts:
-            _record(outcome, process.returncode, text)
+            results = [first, finish(launch, 600)]
+        for code, text in results:
+            _record(outcome, code, text)
         return check_journal(study_dir, outcome)
     finally:
         if launch is not None and launch.poll() is None:
@@ -317,11 +327,7 @@ def slurm_requeue(tmp: Path, name: str) -> RaceOutcome:
         start_new_session=True,
     )
     outcome = RaceOutcome("slurm_requeue")
-    try:
-        text, _ = requeued.communicate(timeout=600)
-    finally:
-        if requeued.poll() is None:
-            requeued.kill()
+    code, text = finish(requeued, 600)
     gone = wait_for(
         lambda: (
             not subprocess.run(
@@ -338,5 +344,5 @@ def slurm_requeue(tmp: Path, name: str) -> RaceOutcome:
         subprocess.run(["scancel", job], capture_output=True, timeout=30)
     else:
         _record(outcome, 0, first)  # "best trial" in its output: it ran to the end
-    _record(outcome, requeued.returncode, text)
+    _record(outcome, code, text)
     return check_journal(study_dir, outcome)
