@@ -224,20 +224,21 @@ class Worker:
             self._ignored.add(key)
             return None
         deadline = time.monotonic() + VERIFY_WAIT
+        problem = "the journal holds no such segment (the file was not written by the controller)"
         while True:
             try:
                 trusted = trusted_assignment(self.paths.root, claimed, self.worker_id)
-            except (AssignmentRefused, HpctuneError) as exc:
+            except AssignmentRefused as exc:
                 logger.error("assignment refused, not run: %s", exc)
                 self._ignored.add(key)
                 return None
+            except HpctuneError as exc:  # the journal could not be read: try again
+                trusted, problem = None, str(exc)
             if trusted is not None:
                 return trusted
             if time.monotonic() > deadline or self.interrupted:
                 logger.error(
-                    "assignment of segment %d refused, not run: the journal holds no such "
-                    "segment (the file was not written by the study's controller)",
-                    claimed.segment_id,
+                    "assignment of segment %d refused, not run: %s", claimed.segment_id, problem
                 )
                 self._ignored.add(key)
                 return None

@@ -60,6 +60,7 @@ def branch_journal(root: Path, epoch: int) -> tuple[Path, Path]:
     root = Path(root)
     target = epoch_journal(root, epoch)
     source = current_journal(root).resolve()
+    legacy = not journal_dirs(root)  # a journal made before epochs: it becomes epoch 0's
     if target.is_dir():
         return target, source
     tmp = root / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
@@ -71,7 +72,7 @@ def branch_journal(root: Path, epoch: int) -> tuple[Path, Path]:
         raise
     fsync_dir(root)
     point_link(root, target)
-    return target, source
+    return target, epoch_journal(root, 0) if legacy else source
 
 
 def prune_journals(root: Path, epoch: int, source: Path) -> None:

@@ -5,10 +5,16 @@ and no duplicate metric row (issue 13): one repetition of each local race; the S
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from hpctune.journal import open_study
+from hpctune.launch import create_study
+from hpctune.spec import load_spec
+from hpctune.states import StudyState
+from tests.conftest import run_hpctune
 from tests.faults import races
 
 
@@ -33,3 +39,21 @@ def test_resume_force_fences_a_stopped_controller(tmp_path: Path) -> None:
     outcome = races.sigstop(tmp_path, lease_timeout=1.0, force=True)
     assert outcome.ok, outcome.explain()
     assert outcome.fenced == 1, outcome.explain()  # the continued one stopped at once
+
+
+def test_a_study_made_before_lease_epochs_resumes(tmp_path: Path) -> None:
+    """A study directory of an older version (a real ``journal.zarr``, no epochs) is taken
+    over: its journal becomes epoch 0's directory and the study finishes."""
+    spec = races.make_study(tmp_path, directory=str(tmp_path / "study"))
+    study = create_study(load_spec(spec)).root
+    (study / "journal.zarr").unlink()
+    (study / "journal-e00000000.zarr").rename(study / "journal.zarr")
+    shutil.rmtree(study / "controller", ignore_errors=True)
+    result = run_hpctune("resume", str(study), "--local")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (study / "journal.zarr").is_symlink()
+    assert sorted(p.name for p in study.glob("journal-e*.zarr")) == [
+        "journal-e00000000.zarr",
+        "journal-e00000001.zarr",
+    ]
+    assert open_study(study).record.state is StudyState.FINISHED
