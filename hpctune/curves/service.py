@@ -314,7 +314,7 @@ class CurveService:
     ) -> None:
         self.folder = Path(folder)
         self.spec = spec
-        self.options = options or FitOptions(budget=spec.budget)
+        self.options = options or FitOptions(model=spec.model, budget=spec.budget)
         self.on_slurm = on_slurm
         self._make_slurm = slurm_backend
         self._clock = clock

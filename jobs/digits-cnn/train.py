@@ -114,7 +114,8 @@ def train(ctx) -> None:
             logits = model(x_val)
             val_loss = float(loss_fn(logits, y_val))  # NaN once diverged: reported as 10
             accuracy = float((logits.argmax(1) == y_val).float().mean())
-        result = ctx.report(step=epoch + 1, val_accuracy=accuracy, val_loss=val_loss if val_loss < 10 else 10.0)
+        val_loss = val_loss if val_loss < 10 else 10.0
+        result = ctx.report(step=epoch + 1, val_accuracy=accuracy, val_loss=val_loss)
         ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if result.should_stop:  # the policy suspended or stopped the trial
             break
