@@ -149,11 +149,16 @@ class Predictive:
         return float(np.interp(p, self.levels, self.q))
 
     def sf(self, u: float) -> float:
-        """P(value >= u) (normalised, larger is better)."""
+        """P(value >= u) (normalised, larger is better).
+
+        From quantiles: linear between the stored levels, and beyond the outer ones the
+        exponential tails of :func:`quantile_log_density` (the distribution the LPD scores), so
+        that curves beyond 99.9 % are still ranked by how far beyond they are.
+        """
         if self.q is None:
             return float(stats.norm.sf(u, self.mean, self.sd))
         assert self.levels is not None
-        return float(1.0 - np.interp(u, self.q, self.levels, left=0.0, right=1.0))
+        return quantile_sf(self.levels, self.q, u)
 
     def log_density(self, u: float) -> float:
         """log density at ``u`` (normalised units)."""
@@ -181,6 +186,18 @@ def quantile_log_density(levels: np.ndarray, q: np.ndarray, u: float, dq: float 
         return float(math.log(d1) - d1 / (1.0 - levels[-1]) * (u - q[-1]))
     i = int(np.clip(np.searchsorted(q, u, side="right") - 1, 0, len(density) - 1))
     return float(math.log(density[i]))
+
+
+def quantile_sf(levels: np.ndarray, q: np.ndarray, u: float, dq: float = 1e-5) -> float:
+    """P(value >= u) of the distribution of :func:`quantile_log_density` (same tails)."""
+    q = np.maximum.accumulate(np.asarray(q, dtype=float))
+    density = np.diff(levels) / np.maximum(np.diff(q), dq)
+    if u > q[-1]:
+        tail = 1.0 - levels[-1]
+        return float(tail * math.exp(-density[-1] / tail * (u - q[-1])))
+    if u < q[0]:
+        return float(1.0 - levels[0] * math.exp(-density[0] / levels[0] * (q[0] - u)))
+    return float(1.0 - np.interp(u, q, levels))
 
 
 def last_value(work: Workload, u: np.ndarray) -> Predictive:

@@ -20,8 +20,8 @@ gets a quantile outside its bounds (the quantiles of the clipped variable are th
 quantiles). Queries are :data:`QUERIES` epochs spread over ``n+1..x_max``; the other epochs'
 quantiles are interpolated linearly.
 
-**Unknown** (as :func:`~.fit.fit_curve`): fewer than 3 points, a non-finite value, no epoch left,
-or a constant curve.
+**Unknown** (as :func:`~.fit.fit_curve`): fewer than 3 points, a non-finite value, or no epoch
+left. Unlike Domhan's model it predicts a constant curve (flat so far).
 """
 
 from __future__ import annotations
@@ -194,7 +194,12 @@ def load_weights(path: str | None = None) -> dict[str, FloatArray]:
 
 
 def degenerate(raw: FloatArray, x_max: int, min_points: int = MIN_POINTS) -> str:
-    """Why a curve cannot be predicted ('' if it can); the rules of :func:`~.fit.fit_curve`."""
+    """Why a curve cannot be predicted ('' if it can).
+
+    The rules of :func:`~.fit.fit_curve` but one: a constant curve is predicted (a curve flat so
+    far, at chance or diverged, may stay flat or start to learn; the prior has both), where
+    Domhan's model, which cannot fit it, says unknown.
+    """
     n = raw.size
     if n < min_points:
         return f"{n} observed points, at least {min_points} needed"
@@ -202,8 +207,6 @@ def degenerate(raw: FloatArray, x_max: int, min_points: int = MIN_POINTS) -> str
         return "non-finite observed values"
     if n >= x_max:
         return f"no epoch left to predict (n={n} >= x_max={x_max})"
-    if float(np.ptp(raw)) < 1e-9 * max(1.0, float(np.max(np.abs(raw)))):
-        return "constant curve"
     return ""
 
 

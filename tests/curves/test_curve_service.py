@@ -22,7 +22,7 @@ from hpctune.curves.service import (
 )
 from hpctune.errors import StudySpecError
 
-SMALL = FitOptions(budget=Budget(nwalkers=32, nsamples=100, burn_in=50), n_keep=64)
+SMALL = FitOptions(model="domhan", budget=Budget(nwalkers=32, nsamples=100, burn_in=50), n_keep=64)
 
 
 def _job(folder: Path, trial: int, n: int, a: float = 0.5) -> FitJob:
@@ -190,12 +190,25 @@ def test_pool_fits_run_beside_the_caller_and_match_in_process_fits(tmp_path: Pat
 
 def test_the_curves_section_is_checked_precisely(tmp_path: Path) -> None:
     spec = parse_curves(
-        {"backend": "slurm", "workers": 3, "budget": "domhan", "task_seconds": 30}, tmp_path
+        {
+            "model": "domhan",
+            "backend": "slurm",
+            "workers": 3,
+            "budget": "domhan",
+            "task_seconds": 30,
+        },
+        tmp_path,
     )
-    assert spec == CurvesSpec(backend="slurm", workers=3, budget="domhan", task_seconds=30.0)
+    assert spec == CurvesSpec(
+        model="domhan", backend="slurm", workers=3, budget="domhan", task_seconds=30.0
+    )
     assert CurvesSpec.from_dict(spec.to_dict()) == spec
     assert parse_curves({}, tmp_path) == CurvesSpec()
+    assert CurvesSpec().model == "amortised"
+    # a study journaled before the option existed used Domhan's model
+    assert CurvesSpec.from_dict({"backend": "auto"}).model == "domhan"
     cases = {
+        "model": ("lcpfn", "must be one of 'amortised', 'domhan'"),
         "backend": ("gpu", "must be one of 'auto', 'pool', 'slurm'"),
         "workers": (0, "an integer >= 1"),
         "budget": ("fast", "must be one of 'hyperdrive', 'domhan'"),
