@@ -1,7 +1,7 @@
 """Prediction quality of the learning-curve model on real learning curves, against two baselines.
 
     python benchmarks/curves_eval.py            # full run: both traces, every complete curve
-    python benchmarks/curves_eval.py --quick    # CI smoke run: 6 curves per trace, small budget
+    python benchmarks/curves_eval.py --quick    # CI smoke run: 3 curves per trace, small budget
     python benchmarks/curves_eval.py --json     # only the JSON line
 
 **Data.** Two real workloads recorded with hpctune itself (``hpctune launch --local``, then
@@ -67,7 +67,7 @@ FRACTIONS = (0.1, 0.25, 0.5)
 #: Curve models (fitted through ``CurveFitter``) and baselines; the first model is judged.
 MODELS = ("amortised", "domhan")
 METHODS = ("amortised", "domhan", "last", "pow3")
-QUICK_CURVES = 6
+QUICK_CURVES = 3
 
 
 def all_traces() -> dict[str, Path]:
@@ -487,11 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown methods {unknown}; valid: {', '.join(METHODS)}")
     budget: Any = args.budget
     max_curves = args.max_curves
-    if args.quick:
-        budget = Budget(nwalkers=40, nsamples=150, burn_in=75)
+    workers = args.workers
+    if args.quick:  # small budget, few curves, no pool to spawn for every cut
+        budget = Budget(nwalkers=32, nsamples=100, burn_in=50)
         max_curves = QUICK_CURVES if max_curves is None else max_curves
+        workers = 0
     traces = None if args.trace is None else {p.stem: p for p in args.trace}
-    report = run(max_curves, budget, args.workers, FRACTIONS, methods, traces)
+    report = run(max_curves, budget, workers, FRACTIONS, methods, traces)
     if not args.json:
         print(table(report))
     print(json.dumps(report, separators=(",", ":")))

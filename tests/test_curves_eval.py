@@ -59,20 +59,23 @@ def test_quick_run_reports_every_metric_for_every_trace_cut_and_method() -> None
     }
     for row in rows:
         assert row["method"] in methods
-        assert 0 <= row["mae"] < 1
+        assert row["mae"] >= 0
         assert 0 <= row["cov50"] <= row["cov90"] + 1e-12 <= 1 + 1e-12
         assert math.isfinite(row["lpd"])
         assert 0 <= row["auc"] <= 1
-    # with half of each curve seen, both models' errors are small on every workload
+    # with half of each curve seen, both models' errors are small on every workload (a tenth
+    # of the metric's range)
     for row in rows:
         if row["method"] in ("amortised", "domhan") and row["fraction"] == 0.5:
-            assert row["mae"] < 0.1
+            low, high = report["workloads"][row["workload"]]["bounds"]
+            assert row["mae"] < 0.1 * (high - low)
     # the summary judges the amortised model, and the cost compares both models' CPU time
     for part in report["summary"].values():
         assert part["goals"]["model"] == "amortised"
         assert set(part["means"]) == set(methods)
     cost = report["cost"]
-    assert cost["amortised"]["fits"] == cost["domhan"]["fits"] == len(traces) * 3 * 6
+    fits = 3 * sum(w["curves"] for w in report["workloads"].values())
+    assert cost["amortised"]["fits"] == cost["domhan"]["fits"] == fits == len(traces) * 3 * 3
     assert cost["amortised"]["fits_per_cpu_second"] > cost["domhan"]["fits_per_cpu_second"]
 
 
