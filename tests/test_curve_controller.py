@@ -244,6 +244,12 @@ def test_the_amortised_model_is_the_default_and_its_predictions_reach_the_journa
     assert study.spec["curves"]["model"] == "amortised"
     records = _prediction_records(paths)
     assert {t for t, _ in records} == {t.trial_id for t in study.trials}
+    # fitted in the controller's process in the iteration that asked: every boundary from 3
+    # points to 7 has its prediction (a pool drops waiting requests a newer one replaces)
+    for trial in study.trials:
+        mine = [d for t, d in records if t == trial.trial_id]
+        assert [d["n"] for d in mine] == [3, 4, 5, 6, 7]
+        assert {d["backend"] for d in mine} == {"inline"}
     learning = next(t.trial_id for t in study.trials if t.params["a"] == 1.0)
     ref = study.record.predictions[learning]
     assert not ref.unknown
