@@ -18,7 +18,7 @@ TRACE = REPO / "benchmarks" / "traces" / "digits-cnn.h5"
 
 
 @pytest.mark.slow
-def test_the_digits_cnn_job_learns_despite_wrong_labels_and_resumes_identically(
+def test_the_digits_cnn_job_learns_despite_wrong_labels(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
     spec = write_study(
