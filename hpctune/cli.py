@@ -640,11 +640,18 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
     help="A JSON-lines file keeping learning-curve fits between runs (POP, EarlyTerm).",
 )
 @click.option(
+    "--curve-model",
+    type=click.Choice(["amortised", "domhan"]),
+    default="amortised",
+    show_default=True,
+    help="Learning-curve model for POP and EarlyTerm (as [curves] model).",
+)
+@click.option(
     "--fit-workers",
     type=int,
     default=2,
     show_default=True,
-    help="Processes fitting learning curves before the runs.",
+    help="Processes fitting learning curves before the runs (domhan).",
 )
 @click.option(
     "--plot-split",
@@ -671,6 +678,7 @@ def simulate(
     as_json: bool,
     timeline: bool,
     predictions_path: Path | None,
+    curve_model: str,
     fit_workers: int,
     plot_split: Path | None,
 ) -> int:
@@ -702,21 +710,31 @@ def simulate(
         num_trials=num_trials,
         target=target,
     )
+    from hpctune.curves import FitOptions
     from hpctune.simulator import PredictionCache, build_policy
     from hpctune.simulator._predictions import prefetch_for
 
-    cache = PredictionCache(trace, bounds=config.metric_bounds(trace), path=predictions_path)
+    cache = PredictionCache(
+        trace,
+        bounds=config.metric_bounds(trace),
+        options=FitOptions(model=curve_model),  # type: ignore[arg-type]
+        path=predictions_path,
+    )
     built = [build_policy(name, options[name]) for name in names]
     prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
-    many = run_many(
-        trace,
-        [(name, options[name]) for name in names],
-        slots,
-        seeds,
-        config=config,
-        budget=budget,
-        predictions=cache,
-    )
+    from hpctune.simulator.progress import run_progress
+
+    with run_progress(len(names) * seeds) as on_run:
+        many = run_many(
+            trace,
+            [(name, options[name]) for name in names],
+            slots,
+            seeds,
+            config=config,
+            budget=budget,
+            predictions=cache,
+            on_run=on_run,
+        )
     if plot_split is not None:
         from hpctune.simulator.plots import plot_split as draw_split
 
@@ -992,6 +1010,13 @@ def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_jso
     help="MCMC budget.",
 )
 @click.option(
+    "--model",
+    type=click.Choice(["amortised", "domhan"]),
+    default="amortised",
+    show_default=True,
+    help="Curve model: the amortised network, or Domhan et al.'s MCMC (--budget).",
+)
+@click.option(
     "--bounds",
     nargs=2,
     type=float,
@@ -1008,6 +1033,7 @@ def fit_curves(
     as_json: bool,
     workers: int,
     budget: str,
+    model: str,
     bounds: tuple[float, float] | None,
     seed: int | None,
 ) -> int:
@@ -1029,6 +1055,7 @@ def fit_curves(
         threshold=threshold,
         workers=workers,
         budget=budget,
+        model=model,  # type: ignore[arg-type]
     )
     if plot_path is not None:
         plot_curves(curves, rows, predictions, plot_path)
