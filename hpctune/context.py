@@ -31,9 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from hpctune.devices import WorkerResources, worker_resources
 from hpctune.errors import CheckpointError, HpctuneError
 from hpctune.eventlog import EventWriter
-from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
+from hpctune.protocol import (
+    EV_CHECKPOINT,
+    EV_CHECKPOINT_LOAD,
+    EV_REPORT,
+    Assignment,
+    DecisionMessage,
+)
 from hpctune.states import Decision
 
 
@@ -128,6 +135,21 @@ class TrialContext:
         self.study_dir = Path(study_dir)
         self.checkpoint_step: int | None = None  # the step of the last checkpoint saved here
         self.diverged: str = ""
+
+    # -- resources --------------------------------------------------------------------------
+
+    @property
+    def resources(self) -> WorkerResources:
+        """The CPUs and GPUs this trial's worker holds (:mod:`hpctune.devices`)."""
+        return worker_resources()
+
+    @property
+    def devices(self) -> int:
+        """How many devices to train on, data-parallel: the worker's GPUs, or its CPUs on a
+        worker without GPUs (locally CPUs stand in for GPUs). Split the global batch over them
+        and keep the global batch size fixed, so the learning does not depend on how many
+        devices a trial gets (docs/slurm.md, "Deadlines and elastic allocation")."""
+        return self.resources.devices
 
     # -- hyperparameters --------------------------------------------------------------------
 
@@ -285,6 +307,7 @@ class TrialContext:
                 f"save_checkpoint(step={step}) must be between start_step={self.start_step} and "
                 f"the last reported step {self.step}; report the step first or pass step="
             )
+        began = time.perf_counter()
         path = self._checkpoint_path(step)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -302,6 +325,7 @@ class TrialContext:
                 "path": str(path.relative_to(self.study_dir)),
                 "sha256": writer.sha256.hexdigest(),
                 "nbytes": writer.nbytes,
+                "seconds": time.perf_counter() - began,
             },
             fsync=True,
         )
@@ -343,8 +367,9 @@ class TrialContext:
                     f"checkpoint {path} has SHA-256 {digest}, but the journal recorded "
                     f"{self._a.checkpoint_sha256}; the file was changed or truncated"
                 )
+        began = time.perf_counter()
         try:
-            return torch.load(path, map_location=map_location, weights_only=weights_only)
+            state = torch.load(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as exc:
             if not weights_only:
                 raise
@@ -355,6 +380,15 @@ class TrialContext:
                 "`ctx.load_checkpoint(weights_only=False)` if only you can write the study "
                 "directory (it runs code from the file)"
             ) from exc
+        self._events.write(
+            {
+                "kind": EV_CHECKPOINT_LOAD,
+                "t": self._clock(),
+                "step": self.start_step,
+                "seconds": time.perf_counter() - began,
+            }
+        )
+        return state
 
 
 def _to_float(name: str, value: Any) -> float:

@@ -17,12 +17,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TextIO
 
 from hpctune.controller import Controller
 from hpctune.errors import AccessError, StudySpecError, UsageError
+from hpctune.executors import Executor
 from hpctune.executors.local import LocalExecutor
 from hpctune.files import dumps
 from hpctune.journal import state as st
@@ -231,10 +232,14 @@ def run_local(
     poll_interval: float = 0.1,
     show_params: bool = False,
     force: bool = False,
+    executor: Callable[[StudySpec], Executor] | None = None,
+    worker_timeout: float = 60.0,
 ) -> StudyState:
     """Run the controller in the foreground with local workers; print progress and a summary.
 
     ``show_params``: print each ended trial's parameters below its completion line.
+    ``executor``: how workers start (default: local processes; ``hpctune profile`` on Slurm
+    passes the Slurm executor, whose heartbeats need a longer ``worker_timeout``).
 
     Raises:
         LeaseHeld: Another controller holds a live lease (without ``force``).
@@ -248,8 +253,9 @@ def run_local(
         progress = LiveProgress(out, show_params=show_params)
         controller = Controller(
             paths.root,
-            lambda spec: local_executor(paths, spec),
+            executor or (lambda spec: local_executor(paths, spec)),
             poll_interval=poll_interval,
+            worker_timeout=worker_timeout,
             on_progress=progress,
             force=force,
         )

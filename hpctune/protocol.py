@@ -27,6 +27,7 @@ EV_START = "start"
 EV_REPORT = "report"
 EV_CHECKPOINT = "checkpoint"
 EV_END = "end"
+EV_CHECKPOINT_LOAD = "checkpoint_load"  # the time ctx.load_checkpoint took (profiles)
 
 
 @dataclass(frozen=True)

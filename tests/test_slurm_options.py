@@ -76,7 +76,11 @@ def test_worker_parameters_follow_the_spec(tmp_path: Path) -> None:
     assert params["gpus_per_node"] == 1
     assert params["signal_delay_s"] == 120
     assert params["array_parallelism"] == 4
-    assert params["setup"] == ["export OMP_NUM_THREADS=8 MKL_NUM_THREADS=8", "module load cuda"]
+    assert params["setup"] == [
+        "export OMP_NUM_THREADS=8 MKL_NUM_THREADS=8",
+        "export HPCTUNE_CPUS=8 HPCTUNE_GPUS=1",
+        "module load cuda",
+    ]
     assert params["additional_parameters"] == {
         "requeue": True,
         "exclude": "node3",

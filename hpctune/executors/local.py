@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpctune.devices import CPUS_VARIABLE, GPUS_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
@@ -50,6 +51,7 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         for name in THREAD_VARIABLES:
             env[name] = str(self.cpus_per_worker)
+        env[CPUS_VARIABLE], env[GPUS_VARIABLE] = str(self.cpus_per_worker), "0"  # ctx.devices
         env.update(self.env)
         infos: dict[str, dict[str, Any]] = {}
         for worker_id in worker_ids:

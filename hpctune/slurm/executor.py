@@ -65,6 +65,7 @@ def worker_parameters(spec: StudySpec) -> dict[str, Any]:
         "array_parallelism": resources.slots,
         "setup": [
             f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}",
+            f"export HPCTUNE_CPUS={threads} HPCTUNE_GPUS={resources.gpus_per_worker}",
             *options.setup,
         ],
         "additional_parameters": {"requeue": True, **options.extra},
