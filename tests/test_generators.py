@@ -172,7 +172,7 @@ def test_grid_without_grid_points_names_the_parameter() -> None:
 
 
 def test_registry() -> None:
-    assert set(GENERATORS) == {"random", "grid"}
+    assert set(GENERATORS) == {"random", "grid", "tpe", "cmaes", "gp", "qmc", "nsga2", "optuna"}
     for name, cls in GENERATORS.items():
         assert cls.name == name
         assert hasattr(cls, "Options")
