@@ -497,7 +497,10 @@ class Controller(StageTreeController):
             if self.state.generated >= self.spec.num_trials:
                 return None
             index = self.state.generated
-            data.update(params=self.generator.suggest(index, view), generator_index=index)
+            proposal = self._propose(index, view)
+            data.update(params=proposal.params, generator_index=index)
+            if proposal.info:
+                data["info"] = proposal.info
         self._log(st.TRIAL_CREATED, trial=trial_id, **data)
         logger.info("trial %d created: %s", trial_id, data["params"])
         return self.state.trials[trial_id]

@@ -354,7 +354,7 @@ class OptunaGenerator(Generator):
             finite = [v for v in seen if v is not None]
             if finite:
                 liar = min(finite) if view.mode == "max" else max(finite)
-        out = []
+        out: list[tuple[TrialView, Any]] = []
         for tid in sorted(view.trials):
             trial = view.trials[tid]
             frozen = self._frozen_trial(trial, budget, objectives, pending, liar, len(out))
