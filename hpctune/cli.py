@@ -118,7 +118,7 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 
 def _print_plan(spec: Any, slurm: bool) -> None:
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
     from hpctune.summary import format_params
 
@@ -136,8 +136,18 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         f"{spec.num_trials} trials, generator {spec.generator.name}, "
         f"policy {spec.policy.name}, {spec.resources.slots} slots"
     )
-    for index in range(min(spec.num_trials, 5)):
-        click.echo(f"  trial {index}: {format_params(generator.suggest(index))}")
+    first = first_proposals(
+        generator,
+        min(spec.num_trials, 5),
+        metric=spec.metric,
+        mode=spec.mode,
+        max_steps=spec.max_steps,
+        objectives=spec.objectives,
+    )
+    if not generator.predictable:
+        click.echo(f"first proposals of {spec.generator.name} (no results yet; later ones learn):")
+    for index, params in enumerate(first):
+        click.echo(f"  trial {index}: {format_params(params)}")
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
     if slurm:
@@ -181,7 +191,7 @@ def plan_command(
     and code: equal training files, metrics and `stages.fingerprint`, else refused) their
     trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
     from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
@@ -206,7 +216,14 @@ def plan_command(
             spec.space,
             component_seed(spec.seed, "generator"),
         )
-        configs = [generator.suggest(index) for index in range(spec.num_trials)]
+        configs = first_proposals(
+            generator,
+            spec.num_trials,
+            metric=spec.metric,
+            mode=spec.mode,
+            max_steps=spec.max_steps,
+            objectives=spec.objectives,
+        )
         try:
             alone = plan_configs(configs, spec.max_steps)
             plan_configs(configs, spec.max_steps, plan, first_id=len(plan.trials))
@@ -342,7 +359,14 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
-    from hpctune.summary import best_text, status_json, study_line, trials_table, usage_line
+    from hpctune.summary import (
+        best_text,
+        pareto_text,
+        status_json,
+        study_line,
+        trials_table,
+        usage_line,
+    )
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -375,6 +399,9 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
     click.echo(best_text(study.record))
+    front = pareto_text(study.record)
+    if front:
+        click.echo(front)
     return EXIT_OK
 
 
@@ -402,6 +429,50 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     write_json_atomic(paths.inbox / name, command, fsync=True)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
     click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    return EXIT_OK
+
+
+@cli.command("add-trials")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--params",
+    "params_texts",
+    multiple=True,
+    required=True,
+    help='A configuration as JSON, e.g. \'{"lr": 0.01, "hidden": 64}\' (repeatable).',
+)
+def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
+    """Enqueue hand-picked configurations into a running or finished study.
+
+    Each --params becomes a new trial, queued before the generator's next ones; parameters left
+    out are drawn at random. A running controller picks them up at its next iteration; a
+    finished or stopped study runs again with `hpctune resume STUDY_DIR`.
+    """
+    from hpctune.asktell import params_problem, send_command
+    from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
+    from hpctune.space import SearchSpace
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    space = SearchSpace.from_dict(study.spec["space"])
+    configs = []
+    for i, text in enumerate(params_texts, 1):
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--params #{i} is not JSON ({exc}): {text}") from None
+        problem = params_problem(space, config)
+        if problem:
+            raise UsageError(f"--params #{i}: {problem}")
+        configs.append(config)
+    path = send_command(paths.inbox, {"command": "add_trials", "params": configs})
+    click.echo(f"asked the controller to add {len(configs)} trial(s) ({path})")
+    if controller_alive(paths) is None:
+        click.echo(
+            f"the study's controller is not running ({study.record.state.value}): "
+            f"`hpctune resume {paths.root}` trains them"
+        )
     return EXIT_OK
 
 

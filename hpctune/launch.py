@@ -32,6 +32,7 @@ from hpctune.spec import StudySpec
 from hpctune.states import StudyState, TrialStatus
 from hpctune.summary import (
     best_text,
+    pareto_text,
     best_value,
     format_params,
     format_value,
@@ -298,6 +299,9 @@ def _print_summary(controller: Controller, out: TextIO) -> None:
     print(trials_table(record), file=out)
     print(study_line(record), file=out)
     print(best_text(record), file=out)
+    front = pareto_text(record)
+    if front:
+        print(front, file=out)
     if record.state is StudyState.STOPPED:
         print(f"stopped; resume with: hpctune resume {controller.paths.root}", file=out)
     elif record.state is StudyState.FAILED:

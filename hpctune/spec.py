@@ -60,6 +60,7 @@ STUDY_KEYS = (
     "max_retries",
     "metric_bounds",
     "random_level",
+    "objectives",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -183,7 +184,7 @@ class ResourcesSpec:
     """What the study may hold.
 
     Attributes:
-        slots: How many workers run at once.
+        slots: How many workers run at once; 0: none (trials come from ask/tell only).
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
     """
@@ -221,6 +222,8 @@ class StudySpec:
         slurm: What the workers and the controller ask Slurm for.
         curves: Where and how learning-curve fits run (``[curves]``).
         stages: Whether the study runs as a stage tree (``[stages]``).
+        objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
+            objectives``, two or more; ``metric`` is one of them); empty otherwise.
     """
 
     source: Path
@@ -245,6 +248,7 @@ class StudySpec:
     random_level: float | None = None
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
+    objectives: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -279,6 +283,7 @@ class StudySpec:
             "random_level": self.random_level,
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
+            "objectives": [list(o) for o in self.objectives],
         }
 
     @classmethod
@@ -321,6 +326,7 @@ class StudySpec:
                 random_level=d.get("random_level"),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
+                objectives=tuple((str(m), str(o)) for m, o in d.get("objectives", [])),
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -476,12 +482,21 @@ def parse_spec(
         "entry_point", what='the training function, e.g. entry_point = "train.py:train"'
     )
     entry = _parse_entry_point(entry_text, study)
+    objectives = _objectives(study)
+    first = objectives[0] if objectives else (_REQUIRED, _REQUIRED)
     metric = study.string(
-        "metric", what='the metric the training function reports, e.g. metric = "val_loss"'
+        "metric", first[0], what='the metric the training function reports, e.g. metric = "val_loss"'
     )
-    mode = study.get("mode", _REQUIRED, 'whether larger metric values are better: "max" or "min"')
+    mode = study.get("mode", first[1], 'whether larger metric values are better: "max" or "min"')
     if mode not in ("max", "min"):
         raise study.must("mode", '"max" or "min"', mode)
+    if objectives and (metric, mode) not in objectives:
+        raise study.error(
+            "metric",
+            f"`study.metric` ({metric!r}, {mode}) must be one of the objectives "
+            f"{dict(objectives)} with the same mode: the policies judge trials by it; leave "
+            "`metric` and `mode` out to use the first objective",
+        )
     max_steps = study.integer("max_steps", low=1, what="the number of steps of a full trial")
     step_unit = study.string("step_unit", "epoch")
     boundary = study.integer(
@@ -505,6 +520,14 @@ def parse_spec(
     space = parse_space(_table(data, "search_space", source, True), path=source)
 
     generator = _component(data, "generator", "random", source)
+    sampler = generator.options.get("sampler") if generator.name == "optuna" else generator.name
+    if objectives and sampler in SINGLE_OBJECTIVE:
+        raise StudySpecError(
+            source,
+            "generator.name",
+            f"the {sampler!r} generator optimises one metric, but [study] objectives "
+            f"names {len(objectives)}; use tpe or nsga2 (or random, qmc, gp)",
+        )
     try:
         gen = make_generator(
             generator.name, generator.options, space, component_seed(seed, "generator")
@@ -535,7 +558,7 @@ def parse_spec(
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
     resources = ResourcesSpec(
-        slots=res.integer("slots", ResourcesSpec.slots, low=1),
+        slots=res.integer("slots", ResourcesSpec.slots, low=0),
         cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
         gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
     )
@@ -575,7 +598,28 @@ def parse_spec(
         slurm=slurm,
         curves=curves,
         stages=stages,
+        objectives=objectives,
     )
+
+
+SINGLE_OBJECTIVE = ("cmaes",)
+
+
+def _objectives(study: _Section) -> tuple[tuple[str, str], ...]:
+    """``objectives = { metric = "max" | "min", ... }``: two or more, in order."""
+    value = study.get("objectives", None, "")
+    if value is None:
+        return ()
+    example = 'e.g. objectives = { val_accuracy = "max", num_params = "min" }'
+    if not isinstance(value, Mapping) or len(value) < 2:
+        raise study.must("objectives", f"a table of two or more metrics ({example})", value)
+    for name, mode in value.items():
+        if mode not in ("max", "min"):
+            raise study.error(
+                "objectives",
+                f'objective {name!r} must be "max" or "min", but got {mode!r} ({example})',
+            )
+    return tuple((str(k), str(v)) for k, v in value.items())
 
 
 def _metric_bounds(study: _Section) -> tuple[float, float]:

@@ -53,6 +53,44 @@ def make_generator(
     return cls(space, seed, cls.parse(options))
 
 
+def first_proposals(
+    generator: Generator,
+    count: int,
+    *,
+    metric: str,
+    mode: str,
+    max_steps: int,
+    objectives: tuple[tuple[str, str], ...] = (),
+) -> list[dict[str, Any]]:
+    """The generator's first ``count`` configurations, as a study with no results makes them.
+
+    A model-based generator sees each earlier proposal as a queued trial (as the controller
+    filling ``count`` slots at once does); the others draw by index.
+    """
+    from hpctune.policies._base import StudyView, TrialView
+    from hpctune.states import TrialStatus
+
+    trials: dict[int, TrialView] = {}
+    out = []
+    for index in range(count):
+        view = StudyView(
+            metric=metric,
+            mode=mode,
+            max_steps=max_steps,
+            boundary=1,
+            now=0.0,
+            trials=dict(trials),
+            free_slots=count - index,
+            total_slots=count,
+            trials_remaining=None,
+            objectives=objectives,
+        )
+        proposal = generator.propose(index, None if generator.predictable else view)
+        trials[index] = TrialView(index, TrialStatus.QUEUED, proposal.params, info=proposal.info)
+        out.append(proposal.params)
+    return out
+
+
 __all__ = [
     "GENERATORS",
     "Generator",
@@ -63,5 +101,6 @@ __all__ = [
     "Proposal",
     "RandomGenerator",
     "RandomOptions",
+    "first_proposals",
     "make_generator",
 ]
