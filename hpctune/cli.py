@@ -531,6 +531,19 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
     metavar="[POLICY.]KEY=VALUE",
     help="A policy option (value read as JSON if it parses); POLICY. limits it to one policy.",
 )
+@click.option(
+    "--generator",
+    "generator_name",
+    default=None,
+    help="A generator proposing configurations (tpe, gp, cmaes, qmc, ...), each answered with "
+    "the nearest unused configuration of the trace; default: a random order.",
+)
+@click.option(
+    "--generator-option",
+    "generator_texts",
+    multiple=True,
+    help="KEY=VALUE: an option of --generator (value read as JSON if it parses).",
+)
 @click.option("--slots", type=int, default=4, show_default=True, help="Workers at once.")
 @click.option(
     "--seeds", type=int, default=8, show_default=True, help="Configuration orders (runs)."
@@ -571,6 +584,8 @@ def simulate(
     trace_path: Path,
     policies: tuple[str, ...],
     option_texts: tuple[str, ...],
+    generator_name: str | None,
+    generator_texts: tuple[str, ...],
     slots: int,
     seeds: int,
     target: float | None,
@@ -605,6 +620,9 @@ def simulate(
         raise UsageError(f"--seeds must be >= 1, but got {seeds}")
     names = list(dict.fromkeys(policies))
     options = _parse_options(option_texts, names)
+    generator_options = _parse_options(generator_texts, ["generator"])["generator"]
+    if generator_texts and generator_name is None:
+        raise UsageError("--generator-option needs --generator")
     trace = Trace.load(trace_path)
     config = SimulatorConfig(
         queue_wait=queue_wait,
@@ -631,6 +649,8 @@ def simulate(
         config=config,
         budget=budget,
         predictions=cache,
+        generator=generator_name,
+        generator_options=generator_options,
     )
     if plot_split is not None:
         from hpctune.simulator.plots import plot_split as draw_split
@@ -651,6 +671,9 @@ def simulate(
                 "random_level": None if math.isnan(trace.random_level) else trace.random_level,
             },
             "target": many.target,
+            "generator": None
+            if generator_name is None
+            else {"name": generator_name, "options": generator_options},
             "slots": slots,
             "seeds": list(range(seeds)),
             "budget": budget,
@@ -676,6 +699,11 @@ def simulate(
         f"trace {trace_path}: {trace.num_configs} configurations x {trace.num_epochs} epochs, "
         f"{trace.metric} ({trace.mode}), target {many.target:.6g}"
     )
+    if generator_name is not None:
+        click.echo(
+            f"generator {generator_name}: each proposal answered with the nearest unused "
+            "configuration of the trace (docs/traces.md)"
+        )
     click.echo(
         f"{slots} slots, {seeds} configuration orders; costs (s): queue {queue_wait:g}, "
         f"start-up {startup:g}, suspend {suspend_cost:g}, resume {resume_cost:g}, "

@@ -152,6 +152,7 @@ def parse_optuna_options(
     if not isinstance(multi_fidelity, bool):
         raise OptionError("multi_fidelity", f"must be true or false, but got {multi_fidelity!r}")
     valid = sampler_option_names(sampler)
+    annotations = _annotation_kinds(sampler)
     for key, value in table.items():
         if key not in valid:
             own = ["pending (default None)", "min_points (default None)"]
@@ -164,15 +165,17 @@ def parse_optuna_options(
             raise OptionError(
                 key, f"unknown option of the {sampler} generator; valid options: {listed}"
             )
-        default = valid[key]
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise OptionError(key, f"must be true or false, but got {value!r}")
-        if (
-            isinstance(default, int | float)
-            and not isinstance(default, bool)
-            and (isinstance(value, bool) or not isinstance(value, int | float))
-        ):
-            raise OptionError(key, f"must be a number, but got {value!r}")
+        kinds = annotations[key]
+        if value is None and "None" in kinds:
+            continue
+        if kinds & {"bool"} and not kinds & {"int", "float", "str"}:
+            if not isinstance(value, bool):
+                raise OptionError(key, f"must be true or false, but got {value!r}")
+        elif kinds & {"int", "float"} and not kinds & {"str", "dict", "Callable"}:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise OptionError(key, f"must be a number, but got {value!r}")
+            if "float" not in kinds and not isinstance(value, int):
+                raise OptionError(key, f"must be an integer, but got {value!r}")
     parsed = OptunaOptions(sampler, pending, min_points, multi_fidelity, table)
     try:
         _make_sampler(parsed, 0, 0)
@@ -181,6 +184,15 @@ def parse_optuna_options(
             next(iter(table), "sampler"), f"the {sampler} sampler refuses its options: {exc}"
         ) from None
     return parsed
+
+
+def _annotation_kinds(name: str) -> dict[str, set[str]]:
+    """The type names in each option's annotation (``"int | None"`` -> {"int", "None"})."""
+    out = {}
+    for key, param in inspect.signature(sampler_class(name)).parameters.items():
+        text = param.annotation if isinstance(param.annotation, str) else str(param.annotation)
+        out[key] = {part.strip().split("[")[0] for part in text.replace("|", ",").split(",")}
+    return out
 
 
 def _default_text(value: Any) -> str:
