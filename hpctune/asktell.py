@@ -138,6 +138,8 @@ def check_add_trials(command: Mapping[str, Any], record: StudyRecord) -> str:
     problem = _keys(command, ("params",))
     if problem:
         return problem
+    if int(record.spec.get("resources", {}).get("slots", 1)) == 0:
+        return "the study has no workers (`resources.slots = 0`); ask for trials instead"
     params = command.get("params")
     if not isinstance(params, list) or not params:
         return f"'params' must be a non-empty list of configurations, but got {params!r}"
