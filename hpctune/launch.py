@@ -32,10 +32,10 @@ from hpctune.spec import StudySpec
 from hpctune.states import StudyState, TrialStatus
 from hpctune.summary import (
     best_text,
-    pareto_text,
     best_value,
     format_params,
     format_value,
+    pareto_text,
     study_line,
     trials_table,
 )

@@ -485,7 +485,9 @@ def parse_spec(
     objectives = _objectives(study)
     first = objectives[0] if objectives else (_REQUIRED, _REQUIRED)
     metric = study.string(
-        "metric", first[0], what='the metric the training function reports, e.g. metric = "val_loss"'
+        "metric",
+        first[0],
+        what='the metric the training function reports, e.g. metric = "val_loss"',
     )
     mode = study.get("mode", first[1], 'whether larger metric values are better: "max" or "min"')
     if mode not in ("max", "min"):

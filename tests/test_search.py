@@ -79,25 +79,33 @@ def test_conditional_space_samples_grids_and_refuses_bad_conditions() -> None:
     assert all(("momentum" in c) == (c["optimizer"] == "sgd") for c in configs)
     assert {c["optimizer"] for c in configs} == {"sgd", "adam"}
     grid = parse_space(
-        {"opt": ["sgd", "adam"], "m": {"type": "categorical", "choices": [0.5, 0.9],
-                                      "when": {"opt": ["sgd"]}}},
+        {
+            "opt": ["sgd", "adam"],
+            "m": {"type": "categorical", "choices": [0.5, 0.9], "when": {"opt": ["sgd"]}},
+        },
         path=None,
     )
     assert grid.grid() == [{"opt": "sgd", "m": 0.5}, {"opt": "sgd", "m": 0.9}, {"opt": "adam"}]
-    assert grid.grid_size() == 3 and grid.grid_point(2) == {"opt": "adam"}
+    assert grid.grid_size() == 3
+    assert grid.grid_point(2) == {"opt": "adam"}
     assert SearchSpace.from_dict(SPACE.to_dict()) == SPACE
     with pytest.raises(StudySpecError, match="not a choice of `optimizer`"):
-        parse_space({"optimizer": ["sgd"], "m": {"type": "float", "low": 0, "high": 1,
-                                                   "when": {"optimizer": "rmsprop"}}}, path=None)
+        parse_space(
+            {
+                "optimizer": ["sgd"],
+                "m": {"type": "float", "low": 0, "high": 1, "when": {"optimizer": "rmsprop"}},
+            },
+            path=None,
+        )
     with pytest.raises(StudySpecError, match="declared before"):
-        parse_space({"m": {"type": "float", "low": 0, "high": 1, "when": {"opt": "a"}}},
-                    path=None)
+        parse_space({"m": {"type": "float", "low": 0, "high": 1, "when": {"opt": "a"}}}, path=None)
 
 
 def test_optuna_space_round_trip() -> None:
     values = {"lr": 0.01, "hidden": 32, "optimizer": "sgd", "momentum": 0.9, "sched.base": 0.2}
     config = draw_config(SPACE, lambda d: values[d.name])
-    assert config["sched"]["base"] == 0.2 and config["width"] == 3
+    assert config["sched"]["base"] == 0.2
+    assert config["width"] == 3
     assert encode_config(SPACE, config) == values
     adam = draw_config(SPACE, lambda d: {**values, "optimizer": "adam"}[d.name])
     assert "momentum" not in adam
@@ -138,17 +146,20 @@ def test_tpe_learns_from_the_view() -> None:
 def test_bohb_budget_rule_and_terminated_trials() -> None:
     params = {"lr": 0.01, "hidden": 16, "optimizer": "adam", "sched": {}}
     trials = {i: _curve(i, params, TrialStatus.TERMINATED, [0.1 * i]) for i in range(6)}
-    trials.update({6 + i: _curve(6 + i, params, TrialStatus.SUSPENDED, [0.2] * 3) for i in range(3)})
+    trials.update(
+        {6 + i: _curve(6 + i, params, TrialStatus.SUSPENDED, [0.2] * 3) for i in range(3)}
+    )
     trials[9] = _curve(9, params, TrialStatus.COMPLETED, [0.3] * 10)
     view = _view(trials)
     assert choose_budget(view, 3, True) == 3  # 4 trials reached step 3, 1 reached 10
     assert choose_budget(view, 5, True) == 1
     assert choose_budget(view, 3, False) == 10
-    assert value_at(trials[9], 3) == 0.3 and value_at(trials[0], 3) is None
+    assert value_at(trials[9], 3) == 0.3
+    assert value_at(trials[0], 3) is None
 
 
 def test_generator_options_are_checked() -> None:
-    with pytest.raises(OptionError, match="valid options: pending.*n_startup_trials"):
+    with pytest.raises(OptionError, match=r"valid options: pending.*n_startup_trials"):
         make_generator("tpe", {"n_startup": 3}, SPACE, 0)
     with pytest.raises(OptionError, match="unknown sampler"):
         make_generator("optuna", {"sampler": "bogus"}, SPACE, 0)
@@ -188,8 +199,9 @@ def test_nearest_rule_log_scale_categorical_and_absent() -> None:
         {"lr": 1e-3, "hidden": 8, "optimizer": "adam"},
         {"lr": 3e-2, "hidden": 8, "optimizer": "sgd", "momentum": 0.5},
     ]
-    space = parse_space({k: v for k, v in SPACE.to_dict().items() if k not in ("sched",)},
-                        path=None)
+    space = parse_space(
+        {k: v for k, v in SPACE.to_dict().items() if k not in ("sched",)}, path=None
+    )
     nearest = NearestConfigurations(space, configs)
     d = nearest.distances({"lr": 1e-3, "hidden": 8, "optimizer": "sgd", "momentum": 0.5})
     # lr: log scale, 1e-3 is 1/3 of the way from 1e-4 to 1e-1; optimizer mismatch and an
@@ -199,9 +211,11 @@ def test_nearest_rule_log_scale_categorical_and_absent() -> None:
     assert d[2] == pytest.approx(math.log10(30) / 3)
     assert nearest.take({"lr": 1e-3, "hidden": 8, "optimizer": "sgd", "momentum": 0.5}) == 0
     assert nearest.take({"lr": 1e-4, "hidden": 8, "optimizer": "sgd", "momentum": 0.5}) == 2
-    assert nearest.take({"lr": 1e-4}) == 1 and nearest.take({"lr": 1e-4}) is None
+    assert nearest.take({"lr": 1e-4}) == 1
+    assert nearest.take({"lr": 1e-4}) is None
     inferred = infer_space(Trace.load(TRACE).hparams)
-    assert inferred.params["weight_decay"].log and inferred.params["lr"].type_name == "schedule"
+    assert inferred.params["weight_decay"].log
+    assert inferred.params["lr"].type_name == "schedule"
 
 
 def test_first_proposals_see_earlier_ones_as_pending() -> None:
@@ -210,9 +224,7 @@ def test_first_proposals_see_earlier_ones_as_pending() -> None:
     assert len({json.dumps(p, sort_keys=True) for p in first}) == 4  # the QMC sequence advances
 
 
-@pytest.mark.parametrize(
-    "policy", ["default", "asha", "hyperband", "sha", "median", "bandit"]
-)
+@pytest.mark.parametrize("policy", ["default", "asha", "hyperband", "sha", "median", "bandit"])
 def test_simulate_with_a_generator_under_every_policy(policy: str) -> None:
     trace = Trace.load(TRACE).subset(range(24))
     result = simulate(trace, policy, slots=4, seed=1, generator="tpe", max_steps=9)
@@ -226,9 +238,26 @@ def test_simulate_cli_with_generator(tmp_path: Path) -> None:
     path = trace.save(tmp_path / "t.h5")
     out = CliRunner().invoke(
         cli,
-        ["simulate", "--trace", str(path), "--policy", "asha", "--policy", "pop",
-         "--generator", "tpe", "--seeds", "1", "--slots", "2", "--max-steps", "4",
-         "--option", "pop.boundary=2", "--json"],
+        [
+            "simulate",
+            "--trace",
+            str(path),
+            "--policy",
+            "asha",
+            "--policy",
+            "pop",
+            "--generator",
+            "tpe",
+            "--seeds",
+            "1",
+            "--slots",
+            "2",
+            "--max-steps",
+            "4",
+            "--option",
+            "pop.boundary=2",
+            "--json",
+        ],
     )
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)

@@ -127,10 +127,12 @@ def test_ask_tell_through_the_inbox(tmp_path: Path, cleanup_studies: list[Path])
     assert [t.trial_id for t in asked] == [0, 1, 2]
     for trial in asked:
         record = final.trial(trial.trial_id)
-        assert record.params == trial.params and record.status is TrialStatus.COMPLETED
+        assert record.params == trial.params
+        assert record.status is TrialStatus.COMPLETED
         assert record.info["external"] is True
     curve = final.curve(0)
-    assert curve.steps.tolist() == [1, 3] and curve.values[0] == 0.1
+    assert curve.steps.tolist() == [1, 3]
+    assert curve.values[0] == 0.1
     with pytest.raises(Exception, match="opened read-only"):
         final.ask()
 
@@ -156,17 +158,20 @@ def test_add_trials_into_a_finished_study_and_a_pareto_front(
     )
     run_hpctune("launch", str(spec), "--local", check=True)
     bad = run_hpctune("add-trials", str(directory), "--params", '{"hidden": 1000}')
-    assert bad.returncode != 0 and "`hidden` must be in [8, 64]" in bad.stderr + bad.stdout
+    assert bad.returncode != 0
+    assert "`hidden` must be in [8, 64]" in bad.stderr + bad.stdout
     added = run_hpctune("add-trials", str(directory), "--params", '{"hidden": 9}', check=True)
     assert "hpctune resume" in added.stdout
     run_hpctune("resume", str(directory), "--local", check=True)
     study = open_study(directory)
     assert study.record.state is StudyState.FINISHED
     assert [t.status for t in study.trials] == [TrialStatus.COMPLETED] * 3
-    assert study.trial(2).params["hidden"] == 9 and study.trial(2).info == {"enqueued": True}
+    assert study.trial(2).params["hidden"] == 9
+    assert study.trial(2).info == {"enqueued": True}
     status = json.loads(run_hpctune("status", str(directory), "--json", check=True).stdout)
     front = status["pareto_front"]
-    assert front and {e["trial"] for e in front} <= {0, 1, 2}
+    assert front
+    assert {e["trial"] for e in front} <= {0, 1, 2}
     assert [e.trial_id for e in study.pareto_front()] == [e["trial"] for e in front]
     hidden = {t.trial_id: t.params["hidden"] for t in study.trials}
     smallest = min(hidden, key=lambda t: (hidden[t], t))

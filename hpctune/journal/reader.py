@@ -28,6 +28,7 @@ from hpctune.journal.store import JournalReader
 
 if TYPE_CHECKING:
     import pandas as pd
+
     from hpctune.asktell import AskedTrial, AskTellClient
     from hpctune.pareto import FrontTrial
 

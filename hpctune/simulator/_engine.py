@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from hpctune.curves import CurvePrediction
+from hpctune.nearest import NearestConfigurations, trace_space
 from hpctune.policies import Action, ActionKind, Event, Policy, StudyView, TrialView
 from hpctune.policies.generators import Generator
 from hpctune.seeding import component_seed, index_rng
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
-from hpctune.nearest import NearestConfigurations, trace_space
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
     DecisionRecord,

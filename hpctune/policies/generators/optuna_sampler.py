@@ -40,7 +40,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -356,8 +356,10 @@ class OptunaGenerator(Generator):
     ) -> list[tuple[TrialView, Any]]:
         """One Optuna trial per trial of the view, by id (cached by what each holds)."""
         multi = len(objectives) > 1
-        budget = view.max_steps if multi else choose_budget(
-            view, self.min_points, self.options.multi_fidelity
+        budget = (
+            view.max_steps
+            if multi
+            else choose_budget(view, self.min_points, self.options.multi_fidelity)
         )
         pending = _pending_mode(self.options)
         liar: float | None = None
@@ -440,7 +442,9 @@ class OptunaGenerator(Generator):
                     return TrialState.COMPLETE, tuple(float(v) for v in values)  # type: ignore[arg-type]
                 return TrialState.FAIL, None
             if ended:
-                return (TrialState.FAIL if trial.status is TrialStatus.FAILED else TrialState.PRUNED), None
+                return (
+                    TrialState.FAIL if trial.status is TrialStatus.FAILED else TrialState.PRUNED
+                ), None
             return (TrialState.RUNNING, None) if pending == "sampler" else (None, None)
         value = value_at(trial, budget)
         if value is not None:
@@ -457,7 +461,7 @@ class OptunaGenerator(Generator):
 
 
 _MISSING = object()
-_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)  # trials' fixed start times (by id)
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # trials' fixed start times (by id)
 
 
 def _study_attrs(trial: TrialView) -> dict[str, Any]:
