@@ -203,12 +203,12 @@ class SyneTunePeer(Peer):
             self.s.on_trial_complete(trial, {"epoch": epoch, "val": value})
 
 
-class SyneMobsterPeer(Peer):
+class SyneMobsterPeer(SyneTunePeer):
     """Syne Tune 0.14's MOBSTER (``legacy_baselines``: ASHA stopping + a GP searcher over
     (configuration, epoch)), with the legacy scheduler API (``suggest(trial_id)``)."""
 
     def __init__(self, dims: list[Dimension], epochs: int, seed: int) -> None:
-        super().__init__(dims, epochs, seed)
+        Peer.__init__(self, dims, epochs, seed)
         from syne_tune.backend.trial_status import Trial
         from syne_tune.optimizer.legacy_baselines import MOBSTER
         from syne_tune.optimizer.scheduler import SchedulerDecision
@@ -233,24 +233,7 @@ class SyneMobsterPeer(Peer):
         return {k: v for k, v in suggestion.config.items() if k != "epochs"}
 
     def add(self, tid: int, flat: dict[str, Any]) -> None:
-        from datetime import datetime
-
-        config = {**flat, "epochs": self.epochs}
-        trial = self.Trial(trial_id=tid, config=config, creation_time=datetime(2000, 1, 1))
-        self.trials[tid] = trial
-        self.s.on_trial_add(trial)
-
-    def result(self, tid: int, epoch: int, value: float) -> bool:
-        return (
-            self.s.on_trial_result(self.trials[tid], {"epoch": epoch, "val": value}) == self.STOP
-        )
-
-    def end(self, tid: int, epoch: int, value: float, stopped: bool) -> None:
-        trial = self.trials.pop(tid)
-        if stopped:
-            self.s.on_trial_remove(trial)
-        else:
-            self.s.on_trial_complete(trial, {"epoch": epoch, "val": value})
+        super().add(tid, {**flat, "epochs": self.epochs})
 
 
 class RayBOHBPeer(Peer):

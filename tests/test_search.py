@@ -119,7 +119,7 @@ def test_proposals_are_a_pure_function_of_seed_index_and_view(name: str) -> None
         options = {"population_size": 4}
     gen = make_generator(name, options, SPACE, 11)
     trials: dict[int, TrialView] = {}
-    count = 5 if name == "gp" else 8  # a GP fit per proposal is slow
+    count = 4 if name == "gp" else 8  # a GP fit per proposal is slow
     for i in range(count):
         proposal = gen.propose(i, _view(dict(trials)))
         again = make_generator(name, options, SPACE, 11).propose(i, _view(dict(trials)))

@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import DIGITS, kill_workers, run_hpctune, start_hpctune, wait_for, write_study
+from tests.conftest import (
+    DIGITS,
+    kill_and_resume,
+    run_hpctune,
+    start_hpctune,
+    wait_for,
+    write_study,
+)
 
 SPACE = {
     "hidden": {"type": "int", "low": 8, "high": 64, "log": True},
@@ -25,13 +30,6 @@ SPACE = {
     "activation": ["relu", "tanh"],
     "lr": {"type": "float", "low": 0.01, "high": 0.3, "log": True},
 }
-
-
-def _reports(study_dir: Path) -> int:
-    events = study_dir / "events"
-    if not events.exists():
-        return 0
-    return sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
 
 
 def _tpe_study(folder: Path, directory: Path) -> Path:
@@ -62,20 +60,7 @@ def test_tpe_study_survives_controller_kills_with_the_same_proposals(
     reference = open_study(reference_dir)
     rng = random.Random(int(os.environ.get("HPCTUNE_KILL_SEED", "20261125")))
     process = start_hpctune("launch", str(_tpe_study(tmp_path / "b", killed_dir)), "--local")
-    kills = 0
-    for round_ in range(4):
-        target = _reports(killed_dir) + rng.randint(3, 6)
-        while process.poll() is None and _reports(killed_dir) < target:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.2))
-        if process.poll() is not None:
-            break
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-        kills += 1
-        if round_ % 2 == 1:
-            kill_workers(killed_dir)
-        process = start_hpctune("resume", str(killed_dir), "--local")
+    process, kills = kill_and_resume(process, killed_dir, rng, rounds=4, reports=(3, 6), pause=0.2)
     out, _ = process.communicate(timeout=300)
     assert process.returncode == 0, out
     assert kills >= 2, "the study ended before the controller could be killed twice"
