@@ -8,6 +8,7 @@ trace not used yet (``hpctune/nearest.py``); random search takes the seeded conf
 
     nice -n 10 python benchmarks/search.py [--seeds 25] [--jobs 2] [--results search.jsonl]
         [--generators random,tpe,gp,cmaes] [--policies default,asha,hyperband] [--only digits]
+    nice -n 10 python benchmarks/search.py --rebuild-cost   # seconds per proposal by trials
 
 Protocol (the one of ``../shared/tools/peers/simulate_peers.py``, so the peers' figures compare):
 no queue wait, start-up or checkpoint costs; the target is the 97th percentile of the
@@ -229,6 +230,51 @@ def table(results: list[dict[str, Any]], peers: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rebuild_cost(sizes: tuple[int, ...] = (50, 100, 200, 400), repeat: int = 3) -> None:
+    """Print the seconds one proposal takes with ``n`` finished trials in the view (the digits
+    space), for a fresh generator (no cache: what a restarted controller pays once) and a warm
+    one (the per-trial Optuna records cached, as in a running controller)."""
+    from hpctune.policies import StudyView, TrialView
+    from hpctune.policies.generators import make_generator
+    from hpctune.spec import load_spec
+    from hpctune.states import TrialStatus
+
+    space = load_spec(REPO / "jobs/digits/study.toml").space
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 21)
+    print("proposal seconds (median of 3) by finished trials in the view: fresh / warm")
+    for name in ("tpe", "cmaes", "gp", "qmc", "nsga2"):
+        cells = []
+        for n in sizes:
+            if name == "gp" and n > 100:
+                cells.append("-")
+                continue
+            trials = {
+                i: TrialView(
+                    i,
+                    TrialStatus.COMPLETED,
+                    space.sample(rng),
+                    step=20,
+                    steps=steps,
+                    values=rng.uniform(0.5, 1.0, 20),
+                )
+                for i in range(n)
+            }
+            view = StudyView("acc", "max", 20, 1, 0.0, trials, 1, 8, None)
+            fresh, warm = [], []
+            for k in range(repeat):
+                gen = make_generator(name, {}, space, k)
+                t0 = time.perf_counter()
+                gen.propose(n, view)
+                fresh.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                gen.propose(n + 1, view)
+                warm.append(time.perf_counter() - t0)
+            cells.append(f"{np.median(fresh):.3f} / {np.median(warm):.3f}")
+        row = "  ".join(f"n={n}: {c}" for n, c in zip(sizes, cells, strict=True))
+        print(f"  {name:6s} {row}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run what is missing, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -242,7 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("search.jsonl"))
     parser.add_argument("--peers", type=Path, default=None, help="search_peers.py results")
     parser.add_argument("--table-only", action="store_true", help="run nothing, print")
+    parser.add_argument(
+        "--rebuild-cost", action="store_true", help="time one proposal by trials in the view"
+    )
     args = parser.parse_args(argv)
+    if args.rebuild_cost:
+        rebuild_cost()
+        return 0
     paths = sorted(args.traces.glob("*.h5"))
     if args.only:
         keep = set(args.only.split(","))

@@ -18,6 +18,7 @@ parameter only in the trials that have it.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
+from optuna.trial import FrozenTrial
 
 from hpctune.space import (
     CategoricalParam,
@@ -177,4 +179,24 @@ def encode_config(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-__all__ = ["Dimension", "all_dimensions", "dimensions", "draw_config", "encode_config"]
+class TrialTemplate(FrozenTrial):
+    """A ``FrozenTrial`` whose deep copy is shallow.
+
+    The in-memory storage deep-copies every trial it is given; the generator's templates (one per
+    trial and state, cached) are never changed afterwards and the storage replaces rather than
+    mutates what it holds, so sharing their dictionaries is safe and halves the cost of a
+    rebuild with hundreds of trials.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TrialTemplate:
+        return copy.copy(self)
+
+
+__all__ = [
+    "Dimension",
+    "TrialTemplate",
+    "all_dimensions",
+    "dimensions",
+    "draw_config",
+    "encode_config",
+]

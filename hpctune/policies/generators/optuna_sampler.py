@@ -386,10 +386,9 @@ class OptunaGenerator(Generator):
         number: int,
     ) -> Any:
         """The Optuna trial standing for ``trial`` (``None``: left out)."""
-        import optuna
         from optuna.trial import TrialState
 
-        from hpctune.policies.generators._optuna_space import encode_config
+        from hpctune.policies.generators._optuna_space import TrialTemplate, encode_config
 
         state, values = self._state(trial, budget, objectives, pending, liar)
         if state is None:
@@ -407,7 +406,7 @@ class OptunaGenerator(Generator):
         }
         attrs = dict(trial.info.get("sampler", {}).get("trial", {}))
         start = _EPOCH + timedelta(seconds=trial.trial_id)
-        frozen = optuna.trial.FrozenTrial(
+        frozen = TrialTemplate(
             number=number,
             state=state,
             value=None,
@@ -461,6 +460,7 @@ class OptunaGenerator(Generator):
 
 
 _MISSING = object()
+
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # trials' fixed start times (by id)
 
 
