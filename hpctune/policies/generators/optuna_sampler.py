@@ -287,7 +287,7 @@ class OptunaGenerator(Generator):
         from hpctune.policies.generators._optuna_space import all_dimensions
 
         self.dimensions = {d.name: d for d in all_dimensions(space)}
-        self._frozen: dict[tuple[Any, ...], Any] = {}  # trial templates, by what they hold
+        self._frozen: dict[int, tuple[Any, Any]] = {}  # each trial's template and its key
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> OptunaOptions:
@@ -394,10 +394,10 @@ class OptunaGenerator(Generator):
         if state is None:
             return None
         n = len(trial.steps)
-        key = (trial.trial_id, state, values, n, number, json.dumps(trial.info, sort_keys=True))
-        cached = self._frozen.get(key)
-        if cached is not None:
-            return cached
+        key = (state, values, n, number, json.dumps(trial.info, sort_keys=True))
+        cached = self._frozen.get(trial.trial_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         encoded = encode_config(self.space, trial.params)
         intermediate = {
             int(s): float(v)
@@ -420,7 +420,7 @@ class OptunaGenerator(Generator):
             intermediate_values=intermediate if len(objectives) == 1 else {},
             trial_id=number,
         )
-        self._frozen[key] = frozen
+        self._frozen[trial.trial_id] = (key, frozen)  # only the latest of each trial
         return frozen
 
     def _state(
