@@ -217,7 +217,9 @@ def table(results: list[dict[str, Any]], peers: list[dict[str, Any]]) -> str:
                 f"{_f(s['time_to_target'])} ({s['reached']}/{s['runs']}) / "
                 f"{_f(s['best_at_budget'], 4)}"
             )
-            lines.append(f"| peer: {peer} | {cell} |" + " |" * (len(policies) - 1))
+            column = "hyperband" if "hyperband" in peer else "asha"  # its own stopping rule
+            cells = [cell if pol == column else "" for pol in policies]
+            lines.append(f"| peer: {peer} | " + " | ".join(cells) + " |")
         rand = [r for r in rows if r["generator"] == "random" and r["policy"] == "asha"]
         tpe = [r for r in rows if r["generator"] == "tpe" and r["policy"] == "asha"]
         if rand and tpe:
