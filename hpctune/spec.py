@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpctune.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
 from hpctune.policies import OptionError, make_policy
@@ -61,6 +62,8 @@ STUDY_KEYS = (
     "metric_bounds",
     "random_level",
     "objectives",
+    "best",
+    "keep_checkpoints",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -224,6 +227,10 @@ class StudySpec:
         stages: Whether the study runs as a stage tree (``[stages]``).
         objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
             objectives``, two or more; ``metric`` is one of them); empty otherwise.
+        best: What a trial's value is: ``"peak"`` (its best step) or ``"last"`` (its last
+            step); :mod:`hpctune.best`.
+        keep_checkpoints: Which checkpoints of ended trials are kept: ``"last"``, ``"best"``
+            or ``"best_and_last"``.
     """
 
     source: Path
@@ -249,6 +256,8 @@ class StudySpec:
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
     objectives: tuple[tuple[str, str], ...] = ()
+    best: str = "peak"
+    keep_checkpoints: str = DEFAULT_KEEP
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -284,6 +293,8 @@ class StudySpec:
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
             "objectives": [list(o) for o in self.objectives],
+            "best": self.best,
+            "keep_checkpoints": self.keep_checkpoints,
         }
 
     @classmethod
@@ -327,6 +338,8 @@ class StudySpec:
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
                 objectives=tuple((str(m), str(o)) for m, o in d.get("objectives", [])),
+                best=d.get("best", "peak"),
+                keep_checkpoints=d.get("keep_checkpoints", "last"),  # journals before it: last
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -551,11 +564,17 @@ def parse_spec(
 
     policy = _component(data, "policy", "default", source)
     try:
-        make_policy(policy.name, policy.options).check_space(space)
+        policy_object = make_policy(policy.name, policy.options)
+        policy_object.check_space(space)
     except OptionError as exc:
         raise StudySpecError(source, f"policy.{exc.key}", exc.message) from None
     except ValueError as exc:
         raise StudySpecError(source, "policy", str(exc)) from None
+    # a policy that makes configurations (PBT) trains a model through a lineage: its final one
+    best = _choice(
+        study, "best", "last" if policy_object.makes_configurations else "peak", BEST_MODES
+    )
+    keep_checkpoints = _choice(study, "keep_checkpoints", DEFAULT_KEEP, KEEP_MODES)
 
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
@@ -601,6 +620,8 @@ def parse_spec(
         curves=curves,
         stages=stages,
         objectives=objectives,
+        best=best,
+        keep_checkpoints=keep_checkpoints,
     )
 
 
@@ -622,6 +643,13 @@ def _objectives(study: _Section) -> tuple[tuple[str, str], ...]:
                 f'objective {name!r} must be "max" or "min", but got {mode!r} ({example})',
             )
     return tuple((str(k), str(v)) for k, v in value.items())
+
+
+def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = section.get(key, default, "")
+    if value not in choices:
+        raise section.must(key, " or ".join(f'"{c}"' for c in choices), value)
+    return str(value)
 
 
 def _metric_bounds(study: _Section) -> tuple[float, float]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,7 @@ def run_many(
     predictions: PredictionCache | None = None,
     generator: str | None = None,
     generator_options: Mapping[str, Any] | None = None,
+    on_run: Callable[[str, int], None] | None = None,
     **settings: Any,
 ) -> ManyResult:
     """Simulate every policy over the same ``seeds`` (configuration orders).
@@ -169,6 +170,7 @@ def run_many(
             configuration and number of points); ``None``: one cache for this call.
         generator: A generator proposing configurations (see :func:`simulate`).
         generator_options: Its options.
+        on_run: Called with the policy's label and the seed after each run (progress).
         **settings: Fields of :class:`SimulatorConfig` overriding ``config``.
     """
     data = _trace(trace)
@@ -187,20 +189,23 @@ def run_many(
         key = label(name, options)
         while key in runs:
             key += "'"
-        runs[key] = [
-            simulate(
-                data,
-                name,
-                options,
-                slots,
-                seed,
-                config=cfg,
-                predictions=predictions,
-                generator=generator,
-                generator_options=generator_options,
+        runs[key] = []
+        for seed in seed_list:
+            runs[key].append(
+                simulate(
+                    data,
+                    name,
+                    options,
+                    slots,
+                    seed,
+                    config=cfg,
+                    predictions=predictions,
+                    generator=generator,
+                    generator_options=generator_options,
+                )
             )
-            for seed in seed_list
-        ]
+            if on_run is not None:
+                on_run(key, seed)
     target = next(iter(runs.values()))[0].target if runs else float("nan")
     summary = {key: summarize(results, budget) for key, results in runs.items()}
     return ManyResult(runs, summary, target, budget)
