@@ -155,7 +155,7 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 def _print_plan(spec: Any, slurm: bool) -> None:
     from hpctune.formatting import format_params
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
 
     generator = make_generator(
@@ -172,8 +172,18 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         f"{spec.num_trials} trials, generator {spec.generator.name}, "
         f"policy {spec.policy.name}, {spec.resources.slots} slots"
     )
-    for index in range(min(spec.num_trials, 5)):
-        click.echo(f"  trial {index}: {format_params(generator.suggest(index))}")
+    first = first_proposals(
+        generator,
+        min(spec.num_trials, 5),
+        metric=spec.metric,
+        mode=spec.mode,
+        max_steps=spec.max_steps,
+        objectives=spec.objectives,
+    )
+    if not generator.predictable:
+        click.echo(f"first proposals of {spec.generator.name} (no results yet; later ones learn):")
+    for index, params in enumerate(first):
+        click.echo(f"  trial {index}: {format_params(params)}")
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
     if slurm:
@@ -211,7 +221,7 @@ def plan_command(
     and code: equal training files, metrics and `stages.fingerprint`, else refused) their
     trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
     from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
@@ -236,7 +246,14 @@ def plan_command(
             spec.space,
             component_seed(spec.seed, "generator"),
         )
-        configs = [generator.suggest(index) for index in range(spec.num_trials)]
+        configs = first_proposals(
+            generator,
+            spec.num_trials,
+            metric=spec.metric,
+            mode=spec.mode,
+            max_steps=spec.max_steps,
+            objectives=spec.objectives,
+        )
         try:
             alone = plan_configs(configs, spec.max_steps)
             plan_configs(configs, spec.max_steps, plan, first_id=len(plan.trials))
@@ -409,6 +426,7 @@ def status(
     from hpctune.journal.reader import open_study
     from hpctune.summary import (
         best_text,
+        pareto_text,
         policy_lines,
         status_json,
         study_line,
@@ -462,6 +480,9 @@ def status(
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
     click.echo(best_text(study.record, paths.root))
+    front = pareto_text(study.record)
+    if front:
+        click.echo(front)
     return EXIT_OK
 
 
@@ -561,6 +582,50 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     return EXIT_OK
 
 
+@cli.command("add-trials")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--params",
+    "params_texts",
+    multiple=True,
+    required=True,
+    help='A configuration as JSON, e.g. \'{"lr": 0.01, "hidden": 64}\' (repeatable).',
+)
+def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
+    """Enqueue hand-picked configurations into a running or finished study.
+
+    Each --params becomes a new trial, queued before the generator's next ones; parameters left
+    out are drawn at random. A running controller picks them up at its next iteration; a
+    finished or stopped study runs again with `hpctune resume STUDY_DIR`.
+    """
+    from hpctune.asktell import params_problem, send_command
+    from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
+    from hpctune.space import SearchSpace
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    space = SearchSpace.from_dict(study.spec["space"])
+    configs = []
+    for i, text in enumerate(params_texts, 1):
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--params #{i} is not JSON ({exc}): {text}") from None
+        problem = params_problem(space, config)
+        if problem:
+            raise UsageError(f"--params #{i}: {problem}")
+        configs.append(config)
+    path = send_command(paths.inbox, {"command": "add_trials", "params": configs})
+    click.echo(f"asked the controller to add {len(configs)} trial(s) ({path})")
+    if controller_alive(paths) is None:
+        click.echo(
+            f"the study's controller is not running ({study.record.state.value}): "
+            f"`hpctune resume {paths.root}` trains them"
+        )
+    return EXIT_OK
+
+
 def _parse_options(texts: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
     """``[POLICY.]KEY=VALUE`` texts -> options by policy name (values read as JSON if they are)."""
     options: dict[str, dict[str, Any]] = {name: {} for name in names}
@@ -616,6 +681,19 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
     metavar="[POLICY.]KEY=VALUE",
     help="A policy option (value read as JSON if it parses); POLICY. limits it to one policy.",
 )
+@click.option(
+    "--generator",
+    "generator_name",
+    default=None,
+    help="A generator proposing configurations (tpe, gp, cmaes, qmc, ...), each answered with "
+    "the nearest unused configuration of the trace; default: a random order.",
+)
+@click.option(
+    "--generator-option",
+    "generator_texts",
+    multiple=True,
+    help="KEY=VALUE: an option of --generator (value read as JSON if it parses).",
+)
 @click.option("--slots", type=int, default=4, show_default=True, help="Workers at once.")
 @click.option(
     "--seeds", type=int, default=8, show_default=True, help="Configuration orders (runs)."
@@ -663,6 +741,8 @@ def simulate(
     trace_path: Path,
     policies: tuple[str, ...],
     option_texts: tuple[str, ...],
+    generator_name: str | None,
+    generator_texts: tuple[str, ...],
     slots: int,
     seeds: int,
     target: float | None,
@@ -698,6 +778,9 @@ def simulate(
         raise UsageError(f"--seeds must be >= 1, but got {seeds}")
     names = list(dict.fromkeys(policies))
     options = _parse_options(option_texts, names)
+    generator_options = _parse_options(generator_texts, ["generator"])["generator"]
+    if generator_texts and generator_name is None:
+        raise UsageError("--generator-option needs --generator")
     trace = Trace.load(trace_path)
     config = SimulatorConfig(
         queue_wait=queue_wait,
@@ -733,6 +816,8 @@ def simulate(
             config=config,
             budget=budget,
             predictions=cache,
+            generator=generator_name,
+            generator_options=generator_options,
             on_run=on_run,
         )
     if plot_split is not None:
@@ -754,6 +839,9 @@ def simulate(
                 "random_level": None if math.isnan(trace.random_level) else trace.random_level,
             },
             "target": many.target,
+            "generator": None
+            if generator_name is None
+            else {"name": generator_name, "options": generator_options},
             "slots": slots,
             "seeds": list(range(seeds)),
             "budget": budget,
@@ -779,6 +867,11 @@ def simulate(
         f"trace {trace_path}: {trace.num_configs} configurations x {trace.num_epochs} epochs, "
         f"{trace.metric} ({trace.mode}), target {many.target:.6g}"
     )
+    if generator_name is not None:
+        click.echo(
+            f"generator {generator_name}: each proposal answered with the nearest unused "
+            "configuration of the trace (docs/traces.md)"
+        )
     click.echo(
         f"{slots} slots, {seeds} configuration orders; costs (s): queue {queue_wait:g}, "
         f"start-up {startup:g}, suspend {suspend_cost:g}, resume {resume_cost:g}, "

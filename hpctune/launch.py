@@ -34,7 +34,7 @@ from hpctune.permissions import check_loadable, check_study_dir, use_study_umask
 from hpctune.progress import LiveProgress
 from hpctune.spec import StudySpec
 from hpctune.states import StudyState
-from hpctune.summary import best_text, policy_lines, study_line, trials_table
+from hpctune.summary import best_text, pareto_text, policy_lines, study_line, trials_table
 
 
 def check_entry_point(spec: StudySpec) -> None:
@@ -306,6 +306,9 @@ def _print_summary(controller: Controller, out: TextIO) -> None:
     for line in policy_lines(record):
         print(line, file=out)
     print(best_text(record, controller.paths.root), file=out)
+    front = pareto_text(record)
+    if front:
+        print(front, file=out)
     if record.state is StudyState.STOPPED:
         print(f"stopped; resume with: hpctune resume {controller.paths.root}", file=out)
     elif record.state is StudyState.FAILED:

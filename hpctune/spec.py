@@ -62,6 +62,7 @@ STUDY_KEYS = (
     "metric_bounds",
     "random_level",
     "share_with_group",
+    "objectives",
     "best",
     "keep_checkpoints",
 )
@@ -187,7 +188,7 @@ class ResourcesSpec:
     """What the study may hold.
 
     Attributes:
-        slots: How many workers run at once.
+        slots: How many workers run at once; 0: none (trials come from ask/tell only).
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
     """
@@ -227,6 +228,8 @@ class StudySpec:
         slurm: What the workers and the controller ask Slurm for.
         curves: Where and how learning-curve fits run (``[curves]``).
         stages: Whether the study runs as a stage tree (``[stages]``).
+        objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
+            objectives``, two or more; ``metric`` is one of them); empty otherwise.
         best: What a trial's value is: ``"peak"`` (its best step) or ``"last"`` (its last
             step); :mod:`hpctune.best`.
         keep_checkpoints: Which checkpoints of ended trials are kept: ``"last"``, ``"best"``
@@ -256,6 +259,7 @@ class StudySpec:
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
     share_with_group: bool = False
+    objectives: tuple[tuple[str, str], ...] = ()
     best: str = "peak"
     keep_checkpoints: str = DEFAULT_KEEP
 
@@ -293,6 +297,7 @@ class StudySpec:
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
             "share_with_group": self.share_with_group,
+            "objectives": [list(o) for o in self.objectives],
             "best": self.best,
             "keep_checkpoints": self.keep_checkpoints,
         }
@@ -338,6 +343,7 @@ class StudySpec:
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
                 share_with_group=bool(d.get("share_with_group", False)),
+                objectives=tuple((str(m), str(o)) for m, o in d.get("objectives", [])),
                 best=d.get("best", "peak"),
                 keep_checkpoints=d.get("keep_checkpoints", "last"),  # journals before it: last
             )
@@ -495,12 +501,23 @@ def parse_spec(
         "entry_point", what='the training function, e.g. entry_point = "train.py:train"'
     )
     entry = _parse_entry_point(entry_text, study)
+    objectives = _objectives(study)
+    first = objectives[0] if objectives else (_REQUIRED, _REQUIRED)
     metric = study.string(
-        "metric", what='the metric the training function reports, e.g. metric = "val_loss"'
+        "metric",
+        first[0],
+        what='the metric the training function reports, e.g. metric = "val_loss"',
     )
-    mode = study.get("mode", _REQUIRED, 'whether larger metric values are better: "max" or "min"')
+    mode = study.get("mode", first[1], 'whether larger metric values are better: "max" or "min"')
     if mode not in ("max", "min"):
         raise study.must("mode", '"max" or "min"', mode)
+    if objectives and (metric, mode) not in objectives:
+        raise study.error(
+            "metric",
+            f"`study.metric` ({metric!r}, {mode}) must be one of the objectives "
+            f"{dict(objectives)} with the same mode: the policies judge trials by it; leave "
+            "`metric` and `mode` out to use the first objective",
+        )
     max_steps = study.integer("max_steps", low=1, what="the number of steps of a full trial")
     step_unit = study.string("step_unit", "epoch")
     boundary = study.integer(
@@ -525,6 +542,14 @@ def parse_spec(
     space = parse_space(_table(data, "search_space", source, True), path=source)
 
     generator = _component(data, "generator", "random", source)
+    sampler = generator.options.get("sampler") if generator.name == "optuna" else generator.name
+    if objectives and sampler in SINGLE_OBJECTIVE:
+        raise StudySpecError(
+            source,
+            "generator.name",
+            f"the {sampler!r} generator optimises one metric, but [study] objectives "
+            f"names {len(objectives)}; use tpe or nsga2 (or random, qmc, gp)",
+        )
     try:
         gen = make_generator(
             generator.name, generator.options, space, component_seed(seed, "generator")
@@ -561,7 +586,7 @@ def parse_spec(
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
     resources = ResourcesSpec(
-        slots=res.integer("slots", ResourcesSpec.slots, low=1),
+        slots=res.integer("slots", ResourcesSpec.slots, low=0),
         cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
         gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
     )
@@ -602,9 +627,30 @@ def parse_spec(
         curves=curves,
         stages=stages,
         share_with_group=share_with_group,
+        objectives=objectives,
         best=best,
         keep_checkpoints=keep_checkpoints,
     )
+
+
+SINGLE_OBJECTIVE = ("cmaes",)
+
+
+def _objectives(study: _Section) -> tuple[tuple[str, str], ...]:
+    """``objectives = { metric = "max" | "min", ... }``: two or more, in order."""
+    value = study.get("objectives", None, "")
+    if value is None:
+        return ()
+    example = 'e.g. objectives = { val_accuracy = "max", num_params = "min" }'
+    if not isinstance(value, Mapping) or len(value) < 2:
+        raise study.must("objectives", f"a table of two or more metrics ({example})", value)
+    for name, mode in value.items():
+        if mode not in ("max", "min"):
+            raise study.error(
+                "objectives",
+                f'objective {name!r} must be "max" or "min", but got {mode!r} ({example})',
+            )
+    return tuple((str(k), str(v)) for k, v in value.items())
 
 
 def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:

@@ -134,6 +134,24 @@ def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def pareto_text(record: StudyRecord) -> str:
+    """The Pareto front of a multi-objective study ("" for a study with one metric)."""
+    from hpctune.pareto import pareto_front
+
+    objectives = record.spec.get("objectives") or []
+    if not objectives:
+        return ""
+    names = ", ".join(f"{m} ({mode})" for m, mode in objectives)
+    front = pareto_front(record)
+    if not front:
+        return f"Pareto front over {names}: no completed trial yet"
+    lines = [f"Pareto front over {names}: {len(front)} trial(s)"]
+    for entry in front:
+        values = ", ".join(f"{k} = {format_value(v)}" for k, v in entry.values.items())
+        lines.append(f"  trial {entry.trial_id}: {values}; {format_params(dict(entry.params))}")
+    return "\n".join(lines)
+
+
 def _no_checkpoint(step: int) -> str:
     return (
         f"checkpoint: none at step {step} (the training function saved none there, or it was "
@@ -200,7 +218,17 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
         "accounting": study_usage(record, now).to_dict(),
         "trials": trials,
         "best": best_entry,
+        "pareto_front": _front_json(record),
     }
+
+
+def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:
+    """The Pareto front as JSON (``None`` for a study with one metric)."""
+    from hpctune.pareto import pareto_front
+
+    if not record.spec.get("objectives"):
+        return None
+    return [entry.to_dict() for entry in pareto_front(record)]
 
 
 def _num(value: float) -> float | None:

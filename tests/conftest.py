@@ -132,6 +132,44 @@ def cleanup_studies() -> Iterator[list[Path]]:
         kill_workers(study)
 
 
+def report_lines(study_dir: Path) -> int:
+    """Report lines the workers of a study have written so far."""
+    events = study_dir / "events"
+    if not events.exists():
+        return 0
+    return sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
+
+
+def kill_and_resume(
+    process: subprocess.Popen[str],
+    study_dir: Path,
+    rng: Any,
+    *,
+    rounds: int,
+    reports: tuple[int, int],
+    pause: float = 0.3,
+) -> tuple[subprocess.Popen[str], int]:
+    """SIGKILL the controller ``process`` after a random number of new report lines (in
+    ``reports``), up to ``rounds`` times, its workers too every second time, and `hpctune
+    resume` it each time; return the last process and the number of kills."""
+    kills = 0
+    for round_ in range(rounds):
+        # kill after a random amount of progress (report lines), so that kills land mid-training
+        target = report_lines(study_dir) + rng.randint(*reports)
+        while process.poll() is None and report_lines(study_dir) < target:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, pause))
+        if process.poll() is not None:
+            break
+        os.kill(process.pid, signal.SIGKILL)  # the controller only; its workers keep running
+        process.wait()
+        kills += 1
+        if round_ % 2 == 1:
+            kill_workers(study_dir)  # and now and then the workers too (a node failure)
+        process = start_hpctune("resume", str(study_dir), "--local")
+    return process, kills
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -24,8 +24,8 @@ from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.layout import StudyPaths
 from hpctune.lease import Fenced, Lease, acquire, rival
 from hpctune.permissions import check_study_dir, use_umask_of
-from hpctune.policies import Event, make_policy
-from hpctune.policies.generators import make_generator
+from hpctune.policies import Event, StudyView, make_policy
+from hpctune.policies.generators import Proposal, make_generator
 from hpctune.protocol import DecisionMessage
 from hpctune.seeding import component_seed
 from hpctune.spec import StudySpec
@@ -137,6 +137,21 @@ class ControllerBase:
         self.curve_options = curve_options
         self.curve_service: CurveService | None = None  # started by policies that want it
         self.predictions: dict[int, CurvePrediction] = {}  # the latest of each trial
+
+    def _view(self, free_slots: int = 0) -> StudyView:
+        """The policy's view of the study (built by the controller class)."""
+        raise NotImplementedError
+
+    def _propose(self, index: int, view: StudyView) -> Proposal:
+        """The generator's proposal for trial ``index``.
+
+        A model-based generator (not :attr:`~Generator.predictable`) gets a view of the journal
+        as it is now, with the trials created since ``view`` was built (several slots filled at
+        once), so its proposal is a function of the journal's trials at the trial's creation.
+        """
+        if not self.generator.predictable:
+            view = self._view()
+        return self.generator.propose(index, view)
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""

@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.asktell import VALIDATORS as TRIAL_COMMANDS
 from hpctune.best import best_checkpoint_rows, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
+from hpctune.controller._commands import TrialCommandsController
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
 from hpctune.files import read_json, write_json_atomic
@@ -57,7 +59,7 @@ from hpctune.states import Decision, StudyState, TrialStatus
 logger = logging.getLogger(__name__)
 
 
-class Controller(StageTreeController):
+class Controller(TrialCommandsController, StageTreeController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -188,11 +190,13 @@ class Controller(StageTreeController):
                 continue  # not fully written yet (or garbage): look again next time
             self._log(st.COMMAND, file=name, command=command)
             self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
-            self._apply_command(command)
+            self._apply_command(command, name)
 
-    def _apply_command(self, command: dict[str, Any]) -> None:
+    def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
         kind = command.get("command")
-        if kind == "stop":
+        if kind in TRIAL_COMMANDS:
+            self._trial_command(command, name)
+        elif kind == "stop":
             self.request_stop(str(command.get("reason") or "stopped by the user"))
         elif kind == "stop_trial":
             trial = self.state.trials.get(int(command.get("trial", -1)))
@@ -239,6 +243,7 @@ class Controller(StageTreeController):
             random_level=self.spec.random_level,
             predictions=dict(self.predictions),
             space=self.spec.space,
+            objectives=self.spec.objectives,
         )
 
     def _rng(self) -> np.random.Generator:
@@ -326,6 +331,10 @@ class Controller(StageTreeController):
         if self.stages_enabled:
             self._fill_stage_slots()
             return
+        if self.spec.resources.slots == 0:  # ask/tell only: no workers
+            if self._ask_tell_only_done():
+                self._set_study(StudyState.FINISHED, "every trial was asked for and told")
+            return
         active = self.state.active_segments()
         idle, free_slots = self._idle_workers()
         if free_slots <= 0:
@@ -349,7 +358,7 @@ class Controller(StageTreeController):
             return  # work will come when a running trial ends: keep the allocations
         for worker in idle:  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
-        if not placed and not active:
+        if not placed and not active and not self._external_running():
             self._set_study(StudyState.FINISHED, "no trial left to run")
 
     def _fill_stage_slots(self) -> None:
@@ -539,7 +548,10 @@ class Controller(StageTreeController):
             if self.state.generated >= self.spec.num_trials:
                 return None
             index = self.state.generated
-            data.update(params=self.generator.suggest(index, view), generator_index=index)
+            proposal = self._propose(index, view)
+            data.update(params=proposal.params, generator_index=index)
+            if proposal.info:
+                data["info"] = proposal.info
         self._log(st.TRIAL_CREATED, trial=trial_id, **data)
         logger.info("trial %d created: %s", trial_id, data["params"])
         return self.state.trials[trial_id]
