@@ -5,7 +5,9 @@ sum) goes through real checkpoints (torch serialization), so a resumed trial con
 Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
 (the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions);
 ``hang`` (step 3 never ends).
-``sleep`` seconds are spent per step. ``boost`` multiplies the scores of trials that will fail
+``sleep`` seconds are spent per step. ``gate`` (a file path): step ``gate_step`` (default 3)
+waits until that file exists, so a test can act while a trial is known to be mid-training.
+``boost`` multiplies the scores of trials that will fail
 or diverge (``raise``, ``nan``), so that a test can check they are never the best trial.
 """
 
@@ -24,6 +26,9 @@ def train(ctx) -> None:
     print(f"env CUDA_VISIBLE_DEVICES={gpus} SLURM_JOB_ID={job}", flush=True)
     for step in range(ctx.start_step + 1, ctx.max_steps + 1):
         time.sleep(p.get("sleep", 0.0))
+        if p.get("gate") and step == p.get("gate_step", 3):
+            while not os.path.exists(p["gate"]):
+                time.sleep(0.05)
         if behaviour == "raise" and step == 2:
             raise ValueError(f"bad value in trial {ctx.trial_id}")
         if behaviour == "hang" and step == 3:
