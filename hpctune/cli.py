@@ -9,18 +9,15 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 import traceback
-import uuid
 from pathlib import Path
 from typing import Any
 
 import click
 
-from hpctune.errors import HpctuneError, UsageError
-from hpctune.files import write_json_atomic
+from hpctune.errors import HpctuneError, Interrupted, UsageError
 from hpctune.layout import StudyPaths
-from hpctune.states import StudyState
+from hpctune.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -342,7 +339,14 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
-    from hpctune.summary import best_text, status_json, study_line, trials_table, usage_line
+    from hpctune.summary import (
+        best_text,
+        notices,
+        status_json,
+        study_line,
+        trials_table,
+        usage_line,
+    )
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -371,6 +375,8 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
+    for line in notices(study.record):
+        click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
@@ -391,18 +397,79 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     """Stop a study cooperatively: running trials suspend at their next report.
 
     The command drops a file in the study's inbox and returns; the controller carries it out.
+    Refused (exit 2) when no controller runs or waits in the Slurm queue for the study: there
+    is nothing to stop, and the file would stop the next `resume` at once.
     """
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
+
     paths = _study_paths(str(study_dir))
+    record = open_study(paths.root).record
+    _require_controller(paths, record.state, "stop")
     if trial_id is None:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
         command = {"command": "stop_trial", "trial": trial_id}
-    paths.inbox.mkdir(parents=True, exist_ok=True)
-    name = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(paths.inbox / name, command, fsync=True)
+    problem = check_command(command, record)
+    if problem:
+        raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
-    click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    click.echo(f"asked the controller to stop {what} ({path})")
     return EXIT_OK
+
+
+def _require_controller(paths: StudyPaths, state: StudyState, what: str) -> None:
+    """Refuse a command only a running (or queued) controller can carry out."""
+    from hpctune.controller import controller_alive
+    from hpctune.slurm.controller_job import queued_controller
+
+    if controller_alive(paths) is not None or queued_controller(paths) is not None:
+        return
+    raise UsageError(
+        f"no controller is running on {paths.root} (study {state.value}), so there is "
+        f"nothing to {what}; a command left in its inbox would act on the next "
+        f"`hpctune resume {paths.root}`"
+    )
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--trial", "trials", type=int, multiple=True, help="A failed trial to retry; repeatable."
+)
+@click.option("--failed", is_flag=True, help="Retry every failed trial.")
+def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
+    """Queue failed (or ended-early) trials of STUDY_DIR again, from their last good checkpoint.
+
+    The command goes through the study's inbox and is journaled by the controller: a running
+    controller picks it up at once; otherwise it is carried out by the next `hpctune resume`
+    (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
+    skipped: the trial goes on from its previous checkpoint, or from its start.
+    """
+    from hpctune.controller import controller_alive
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
+
+    paths = _study_paths(str(study_dir))
+    record = open_study(paths.root).record
+    command: dict[str, Any] = {"command": "retry", "trials": list(trials), "failed": failed}
+    problem = check_command(command, record)
+    statuses = [t.status for t in record.trials.values()]
+    if not problem and not trials and TrialStatus.FAILED not in statuses:
+        problem = "no trial has failed"
+    if problem:
+        raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
+    click.echo(f"asked the controller to retry {_retry_text(trials, failed)} ({path})")
+    if controller_alive(paths) is None:
+        click.echo(f"no controller is running: carry it out with `hpctune resume {paths.root}`")
+    return EXIT_OK
+
+
+def _retry_text(trials: tuple[int, ...], failed: bool) -> str:
+    parts = [f"trial {t}" for t in trials] + (["every failed trial"] if failed else [])
+    return ", ".join(parts)
 
 
 def _parse_options(texts: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -882,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     except HpctuneError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{'' if isinstance(exc, Interrupted) else 'error: '}{exc}", err=True)
         return exc.exit_code
     return int(result) if isinstance(result, int) else EXIT_OK
 

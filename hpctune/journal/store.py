@@ -25,8 +25,9 @@ import numpy as np
 import zarr
 
 from hpctune.errors import JournalError
+from hpctune.metric_names import metric_key, metric_name_problem
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
 ATTR = "hpctune"
 NO_ID = -1
 
@@ -88,6 +89,7 @@ class JournalWriter:
                 "format": FORMAT_VERSION,
                 "lengths": dict.fromkeys(TABLES, 0),
                 "metric_names": [],
+                "metric_keys": {},
                 "cursors": {},
                 "commit": 0,
                 "time": time.time(),
@@ -98,6 +100,7 @@ class JournalWriter:
             self.state = read_state(self.group, self.path)
         self._pending: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
         self._pending_values: dict[str, list[float]] = {}
+        self._keys: dict[str, str] = dict(self.state.get("metric_keys", {}))
 
     @property
     def lengths(self) -> dict[str, int]:
@@ -134,11 +137,18 @@ class JournalWriter:
     def append_metrics(
         self, trial: int, segment: int, step: int, time_: float, values: Mapping[str, float]
     ) -> int:
-        """Buffer one metrics row (one report of one trial); return its row index."""
+        """Buffer one metrics row (one report of one trial); return its row index.
+
+        Raises:
+            ValueError: A metric name is invalid (:func:`metric_name_problem`).
+        """
         index = self.next_index("metrics")
         n_pending = len(self._pending["metrics"])
         for name in values:
             if name not in self._pending_values:
+                problem = metric_name_problem(name)
+                if problem:
+                    raise ValueError(problem)
                 self._pending_values[name] = [math.nan] * n_pending
         for name, column in self._pending_values.items():
             value = values.get(name, math.nan)
@@ -170,6 +180,7 @@ class JournalWriter:
         state = dict(self.state)
         state["lengths"] = lengths
         state["metric_names"] = self.metric_names
+        state["metric_keys"] = dict(self._keys)
         if cursors is not None:
             state["cursors"] = dict(cursors)
         state["commit"] = int(state["commit"]) + 1
@@ -183,9 +194,12 @@ class JournalWriter:
         n = end - start
         committed = set(self.state["metric_names"])
         for name in self.metric_names:
+            if name not in self._keys:
+                legacy = name in committed  # a journal from before metric keys
+                self._keys[name] = name if legacy else metric_key(name, set(self._keys.values()))
             column = self._pending_values.get(name, [math.nan] * n)
             self._write(
-                f"{VALUES}/{name}",
+                f"{VALUES}/{self._keys[name]}",
                 "f8",
                 start,
                 end,
@@ -293,6 +307,7 @@ class JournalReader:
         n = int(self.state["lengths"]["metrics"])
         if name not in self.state["metric_names"] or start >= n:
             return np.full(max(n - start, 0), math.nan)
-        array = self.group[f"{VALUES}/{name}"]
+        key = self.state.get("metric_keys", {}).get(name, name)  # older journals: the name
+        array = self.group[f"{VALUES}/{key}"]
         assert isinstance(array, zarr.Array)
         return np.asarray(array[start:n], dtype="f8")
