@@ -6,7 +6,8 @@ when ``checkpoint`` is true, so a resumed trial continues exactly. Behaviours: `
 characters); ``empty_name`` and ``long_name`` (a metric named "" or with 300 characters at step
 2); ``other_metric`` (never reports ``score``); ``early`` (returns after step 2);
 ``keyboard`` (raises KeyboardInterrupt at step 2); ``exit`` (the process dies with code 3 at
-step 2); ``hang_once`` (the first run of the trial hangs in step 3); ``sleep`` seconds per step.
+step 2); ``hang_once`` and ``fail_once`` (the first run of the trial hangs in step 3, or raises
+there); ``sleep`` seconds per step.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def train(ctx) -> None:
         if behaviour == "exit" and step == 2:
             os._exit(3)
         marker = Path(ctx.study_dir) / f"hung-{ctx.trial_id}"
-        if behaviour == "hang_once" and step == 3 and not marker.exists():
+        if behaviour in ("hang_once", "fail_once") and step == 3 and not marker.exists():
             marker.touch()
+            if behaviour == "fail_once":
+                raise ValueError("failed once")
             time.sleep(3600)  # never reports again
         score = p["x"] * step / ctx.max_steps
         state["total"] += score
