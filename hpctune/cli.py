@@ -404,28 +404,29 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     from hpctune.journal.reader import open_study
 
     paths = _study_paths(str(study_dir))
-    record = open_study(paths.root).record
-    _require_controller(paths, record.state, "stop")
+    _require_controller(paths, "stop")
     if trial_id is None:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
         command = {"command": "stop_trial", "trial": trial_id}
-    problem = check_command(command, record)
-    if problem:
-        raise UsageError(f"{paths.root}: {problem}")
+        problem = check_command(command, open_study(paths.root).record)
+        if problem:
+            raise UsageError(f"{paths.root}: {problem}")
     path = send_command(paths.inbox, command)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
     click.echo(f"asked the controller to stop {what} ({path})")
     return EXIT_OK
 
 
-def _require_controller(paths: StudyPaths, state: StudyState, what: str) -> None:
+def _require_controller(paths: StudyPaths, what: str) -> None:
     """Refuse a command only a running (or queued) controller can carry out."""
     from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
     from hpctune.slurm.controller_job import queued_controller
 
     if controller_alive(paths) is not None or queued_controller(paths) is not None:
         return
+    state = open_study(paths.root).record.state
     raise UsageError(
         f"no controller is running on {paths.root} (study {state.value}), so there is "
         f"nothing to {what}; a command left in its inbox would act on the next "

@@ -147,6 +147,7 @@ class ControllerBase:
         self._idle_since: dict[int, float] = {}  # segment -> first seen with its worker idle
         self._resends: dict[int, int] = {}  # segment -> assignment re-sends
         self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
+        self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""
@@ -358,6 +359,7 @@ class ControllerBase:
         )
         path = self.paths.decision(seg.segment_id)
         self._outbox.append(lambda: write_json_atomic(path, message.to_dict(), fsync=True))
+        self._decision_sent[seg.segment_id] = self.clock.now()
 
 
 def _tail(path: Path, lines: int = 5) -> str:

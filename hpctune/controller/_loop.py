@@ -165,7 +165,8 @@ class Controller(StageTreeController):
                 self._ingest_segment(seg)  # what it wrote before it died
                 if not seg.status.is_final:
                     self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
-            self._log(st.WORKER, worker=worker.worker_id, event="lost", reason=reason)
+            beat = self._beats.get(worker.worker_id)
+            self._worker_gone(worker, "lost", reason, beat, killed=True)
         self._abort = True
 
     def _read_inbox(self) -> None:

@@ -120,11 +120,14 @@ class WorkerManagingController(IngestingController):
         * A running segment that has not reported for ``[study] report_timeout`` seconds (a
           hung training function) ends lost: its worker is cancelled, the trial resumes from its
           last checkpoint and a retry is counted.
+        * A stop or suspend decision still in force is written again every
+          ``assignment_timeout`` seconds (its file may not have been written).
         """
         now = self.clock.now()
         active = {seg.segment_id for seg in self.state.active_segments()}
-        for key in [k for k in self._idle_since if k not in active]:
-            del self._idle_since[key]
+        for table in (self._idle_since, self._decision_sent):
+            for key in [k for k in table if k not in active]:
+                del table[key]
         for seg in self.state.active_segments():
             worker = self.state.workers.get(seg.worker_id)
             if worker is None or worker.state != "started" or not worker.info:
@@ -140,6 +143,12 @@ class WorkerManagingController(IngestingController):
                 continue
             if seg.status is SegmentStatus.RUNNING:
                 self._check_report_timeout(seg, worker, now)
+            if seg.decision and now - self._decision_sent.get(seg.segment_id, now) > (
+                self.assignment_timeout
+            ):  # its file may not have been written (a full disk): again, idempotent
+                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+            if seg.decision:
+                self._decision_sent.setdefault(seg.segment_id, now)
 
     def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
         """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
@@ -181,7 +190,7 @@ class WorkerManagingController(IngestingController):
             return
         reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
         self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
-        self._log(st.WORKER, worker=worker.worker_id, event="lost", reason=reason)
+        self._worker_gone(worker, "lost", reason, self._beats.get(worker.worker_id), killed=True)
 
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
@@ -210,8 +219,16 @@ class WorkerManagingController(IngestingController):
             )
 
     def _worker_gone(
-        self, worker: st.WorkerRecord, event: str, reason: str, beat: Heartbeat | None
+        self,
+        worker: st.WorkerRecord,
+        event: str,
+        reason: str,
+        beat: Heartbeat | None,
+        *,
+        killed: bool = False,
     ) -> None:
+        """Journal that a worker is gone (and its segment lost); ``killed``: the controller
+        killed it on purpose, so it is no sign of workers failing to start."""
         segment_id = worker.segment_id
         if segment_id is not None:
             seg = self.state.segments[segment_id]
@@ -226,7 +243,7 @@ class WorkerManagingController(IngestingController):
             last = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
-        if event == "lost" and beat is None:
+        if event == "lost" and beat is None and not killed:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
                 log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")

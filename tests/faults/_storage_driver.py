@@ -19,27 +19,14 @@ from typing import Any
 
 from benchmarks._tmpfs import fill, free
 from hpctune.journal import open_study
-from tests.conftest import hpctune_env, wait_for, write_study
+from tests.conftest import count_reports, start_hpctune, wait_for, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")
 MAX_STEPS = 8
 
 
-def _reports(study_dir: Path) -> int:
-    events = study_dir / "events"
-    files = events.glob("*.jsonl") if events.exists() else []
-    return sum(p.read_bytes().count(b'"report"') for p in files)
-
-
 def _hpctune(*args: str, patience: float) -> subprocess.Popen[str]:
-    env = {**hpctune_env(), "HPCTUNE_STORAGE_PATIENCE": str(patience)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "hpctune.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    return start_hpctune(*args, env={"HPCTUNE_STORAGE_PATIENCE": str(patience)})
 
 
 def _summary(study_dir: Path) -> dict[str, Any]:
@@ -74,30 +61,29 @@ def full_for_a_while(mount: Path) -> dict[str, Any]:
     """The disk fills mid-run and has room again 4 s later."""
     spec = _study(mount / "a")
     process = _hpctune("launch", str(spec), "--local", patience=120)
-    assert wait_for(lambda: _reports(mount / "a" / "study") >= 4, 120)
+    assert wait_for(lambda: count_reports(mount / "a" / "study") >= 4, 120)
     filler = fill(mount)
     time.sleep(4.0)
     free(filler)
-    out, err = process.communicate(timeout=300)
-    return {"code": process.returncode, "out": out, "err": err, **_summary(mount / "a" / "study")}
+    out, _ = process.communicate(timeout=300)
+    return {"code": process.returncode, "out": out, **_summary(mount / "a" / "study")}
 
 
 def full_for_good(mount: Path) -> dict[str, Any]:
     """The disk stays full: the controller gives up (exit 1); resumed once there is room."""
     spec = _study(mount / "b")
     process = _hpctune("launch", str(spec), "--local", patience=3)
-    assert wait_for(lambda: _reports(mount / "b" / "study") >= 2, 120)
+    assert wait_for(lambda: count_reports(mount / "b" / "study") >= 2, 120)
     filler = fill(mount)
-    out, err = process.communicate(timeout=300)
+    out, _ = process.communicate(timeout=300)
     free(filler)
     resume = _hpctune("resume", str(mount / "b" / "study"), "--local", patience=120)
-    resumed_out, resumed_err = resume.communicate(timeout=300)
+    resumed_out, _ = resume.communicate(timeout=300)
     return {
         "code": process.returncode,
         "out": out,
-        "err": err,
         "resume_code": resume.returncode,
-        "resume_out": resumed_out + resumed_err,
+        "resume_out": resumed_out,
         **_summary(mount / "b" / "study"),
     }
 

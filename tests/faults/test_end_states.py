@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import pytest
 from hpctune.executors import LocalExecutor, WorkerState
 from hpctune.journal import Study, open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import kill_workers, run_hpctune, wait_for, write_study
+from tests.conftest import launch_local, run_hpctune, wait_for, write_study
 from tests.faults.faulty import NAMES
 
 FAULTY = Path(__file__).with_name("faulty.py")
@@ -29,7 +28,7 @@ MAX_STEPS = 4
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Study, str]]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Study, str]:
     folder = tmp_path_factory.mktemp("end-states")
     spec = write_study(
         folder,
@@ -40,12 +39,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Study, str]]
         generator={"name": "grid"},
         space={"behaviour": BEHAVIOURS, "x": 1.0},
     )
-    try:
-        result = run_hpctune("launch", str(spec), "--local")
-        assert result.returncode == 0, result.stdout + result.stderr
-        yield open_study(folder / "study"), result.stdout
-    finally:
-        kill_workers(folder / "study")
+    result = launch_local(spec)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return open_study(folder / "study"), result.stdout
 
 
 def _trial(study: Study, behaviour: str) -> int:

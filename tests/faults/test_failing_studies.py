@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import kill_workers, run_hpctune, write_study
+from tests.conftest import launch_local, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")
 
@@ -23,10 +23,7 @@ def test_a_metric_no_trial_reports_fails_the_study(tmp_path: Path) -> None:
         num_trials=3,
         space={"behaviour": "other_metric", "x": 1.0},
     )
-    try:
-        result = run_hpctune("launch", str(spec), "--local")
-    finally:
-        kill_workers(tmp_path / "study")
+    result = launch_local(spec)
     assert result.returncode == 1, result.stdout + result.stderr
     # a warning when the first trial ends, naming the metric and what was reported
     warning = "ended without reporting the study metric 'score' ([study] metric); it reported: "
@@ -44,10 +41,7 @@ def test_identical_failures_at_start_stop_the_study(tmp_path: Path) -> None:
     spec = write_study(
         tmp_path, train=train, num_trials=10, resources={"slots": 1}, space={"x": 1.0}
     )
-    try:
-        result = run_hpctune("launch", str(spec), "--local")
-    finally:
-        kill_workers(tmp_path / "study")
+    result = launch_local(spec)
     assert result.returncode == 1, result.stdout + result.stderr
     study = open_study(tmp_path / "study")
     assert study.record.state is StudyState.FAILED

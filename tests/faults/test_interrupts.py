@@ -16,15 +16,16 @@ import pytest
 
 from hpctune.journal import Study, open_study
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import kill_workers, run_hpctune, start_hpctune, wait_for, write_study
+from tests.conftest import (
+    count_reports,
+    kill_workers,
+    run_hpctune,
+    start_hpctune,
+    wait_for,
+    write_study,
+)
 
 FAULTY = Path(__file__).with_name("faulty.py")
-
-
-def _reports(study_dir: Path) -> int:
-    events = study_dir / "events"
-    files = events.glob("*.jsonl") if events.exists() else []
-    return sum(p.read_bytes().count(b'"report"') for p in files)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     study_dir = folder / "study"
     launch = start_hpctune("launch", str(spec), "--local")
     try:  # both trials hang in step 3: a stop cannot reach them before they report again
-        assert wait_for(lambda: _reports(study_dir) >= 4, 120)
+        assert wait_for(lambda: count_reports(study_dir) >= 4, 120)
         os.killpg(launch.pid, signal.SIGINT)  # Ctrl-C: stop cooperatively
         assert wait_for(lambda: open_study(study_dir).record.state is StudyState.STOPPING, 60)
         os.killpg(launch.pid, signal.SIGINT)  # and again: kill the workers

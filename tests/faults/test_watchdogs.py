@@ -16,7 +16,7 @@ from hpctune.journal import open_study
 from hpctune.launch import create_study
 from hpctune.spec import load_spec
 from hpctune.states import StudyState, TrialStatus
-from tests.conftest import kill_workers, run_hpctune, start_hpctune, wait_for, write_study
+from tests.conftest import kill_workers, launch_local, start_hpctune, wait_for, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")
 
@@ -60,10 +60,7 @@ def test_a_trial_that_stops_reporting_is_ended_and_frees_its_slot(tmp_path: Path
         resources={"slots": 1},
         space={"x": 1.0, "behaviour": "hang_once"},
     )
-    try:
-        result = run_hpctune("launch", str(spec), "--local")
-    finally:
-        kill_workers(tmp_path / "study")
+    result = launch_local(spec)
     assert result.returncode == 0, result.stdout + result.stderr
     study = open_study(tmp_path / "study")
     assert study.record.state is StudyState.FINISHED
