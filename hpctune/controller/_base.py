@@ -237,7 +237,7 @@ class ControllerBase:
                 )
                 self._dirty = True
                 return True
-            return False
+            self.storage_fault.since = fault.since  # still failing: patience runs from the first
         if now - fault.since > self.storage_patience:
             mount, kind = filesystem_of(self.paths.root)
             raise StorageError(
