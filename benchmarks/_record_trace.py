@@ -155,3 +155,29 @@ def record_trace(
         f"best {trace.metric} {best:.4f}, metric_bounds {trace.metric_bounds}"
     )
     return trace
+
+
+def script_main(
+    argv: list[str] | None,
+    description: str,
+    job: Path,
+    out: Path,
+    *,
+    name: str,
+    num_trials: int,
+    epochs: int,
+    random_level: float,
+) -> int:
+    """The ``main`` of a trace script: parse its options (:func:`parser`), record the trace."""
+    args = parser(description, out, num_trials=num_trials, epochs=epochs).parse_args(argv)
+    record_trace(
+        job,
+        args.out,
+        name=name,
+        num_trials=args.num_trials,
+        epochs=args.epochs,
+        slots=args.slots,
+        random_level=random_level,
+        keep=args.keep,
+    )
+    return 0

@@ -1,7 +1,7 @@
 """Prediction quality of the learning-curve model on real learning curves, against two baselines.
 
     python benchmarks/curves_eval.py            # full run: both traces, every complete curve
-    python benchmarks/curves_eval.py --quick    # CI smoke run: 6 curves per trace, small budget
+    python benchmarks/curves_eval.py --quick    # CI smoke run: 3 curves per trace, small budget
     python benchmarks/curves_eval.py --json     # only the JSON line
 
 **Data.** Two real workloads recorded with hpctune itself (``hpctune launch --local``, then
@@ -62,13 +62,17 @@ from scipy import stats  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-TRACES = {
-    "digits": REPO / "benchmarks" / "traces" / "digits.h5",
-    "diabetes": REPO / "benchmarks" / "traces" / "diabetes.h5",
-}
+TRACE_DIR = REPO / "benchmarks" / "traces"
 FRACTIONS = (0.1, 0.25, 0.5)
-METHODS = ("domhan", "last", "pow3")
-QUICK_CURVES = 6
+#: Curve models (fitted through ``CurveFitter``) and baselines; the first model is judged.
+MODELS = ("amortised", "domhan")
+METHODS = ("amortised", "domhan", "last", "pow3")
+QUICK_CURVES = 3
+
+
+def all_traces() -> dict[str, Path]:
+    """Every trace of ``benchmarks/traces/`` by name (its file name without ``.h5``)."""
+    return {path.stem: path for path in sorted(TRACE_DIR.glob("*.h5"))}
 
 
 @dataclass(frozen=True)
@@ -145,11 +149,16 @@ class Predictive:
         return float(np.interp(p, self.levels, self.q))
 
     def sf(self, u: float) -> float:
-        """P(value >= u) (normalised, larger is better)."""
+        """P(value >= u) (normalised, larger is better).
+
+        From quantiles: linear between the stored levels, and beyond the outer ones the
+        exponential tails of :func:`quantile_log_density` (the distribution the LPD scores), so
+        that curves beyond 99.9 % are still ranked by how far beyond they are.
+        """
         if self.q is None:
             return float(stats.norm.sf(u, self.mean, self.sd))
         assert self.levels is not None
-        return float(1.0 - np.interp(u, self.q, self.levels, left=0.0, right=1.0))
+        return quantile_sf(self.levels, self.q, u)
 
     def log_density(self, u: float) -> float:
         """log density at ``u`` (normalised units)."""
@@ -177,6 +186,18 @@ def quantile_log_density(levels: np.ndarray, q: np.ndarray, u: float, dq: float 
         return float(math.log(d1) - d1 / (1.0 - levels[-1]) * (u - q[-1]))
     i = int(np.clip(np.searchsorted(q, u, side="right") - 1, 0, len(density) - 1))
     return float(math.log(density[i]))
+
+
+def quantile_sf(levels: np.ndarray, q: np.ndarray, u: float, dq: float = 1e-5) -> float:
+    """P(value >= u) of the distribution of :func:`quantile_log_density` (same tails)."""
+    q = np.maximum.accumulate(np.asarray(q, dtype=float))
+    density = np.diff(levels) / np.maximum(np.diff(q), dq)
+    if u > q[-1]:
+        tail = 1.0 - levels[-1]
+        return float(tail * math.exp(-density[-1] / tail * (u - q[-1])))
+    if u < q[0]:
+        return float(1.0 - levels[0] * math.exp(-density[0] / levels[0] * (q[0] - u)))
+    return float(1.0 - np.interp(u, q, levels))
 
 
 def last_value(work: Workload, u: np.ndarray) -> Predictive:
@@ -249,8 +270,27 @@ def evaluate(
     }
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children (the fit pool's processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _predictive(prediction: Any, fallback: Predictive) -> tuple[Predictive, bool]:
+    """The final value's predictive of a prediction; the fallback if it is unknown."""
+    if prediction.unknown:
+        return fallback, True
+    q = prediction.u_quantiles[-1]
+    return Predictive(levels=np.asarray(prediction.levels), q=q), False
+
+
 def run(
-    max_curves: int | None, budget: Any, workers: int, fractions: tuple[float, ...]
+    max_curves: int | None,
+    budget: Any,
+    workers: int,
+    fractions: tuple[float, ...],
+    methods: tuple[str, ...] = METHODS,
+    traces: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Fit and score every workload, cut and method."""
     from hpctune.curves import CurveFitter, CurveRequest, FitOptions
@@ -259,15 +299,14 @@ def run(
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
     workloads: dict[str, Any] = {}
-    fit_seconds = 0.0
-    fits = 0
-    fitter = CurveFitter(workers=workers, options=FitOptions(budget=budget))
-    for name, path in TRACES.items():
+    models = [m for m in methods if m in MODELS]
+    cost = {m: {"fits": 0, "cpu_seconds": 0.0, "seconds": 0.0} for m in models}
+    for name, path in (traces or all_traces()).items():
         work = load_workload(name, path, max_curves)
         finals = work.curves[:, -1]
         threshold = float(np.quantile(finals, 0.9 if work.mode == "max" else 0.1))
         workloads[name] = {
-            "path": str(path.relative_to(REPO)),
+            "path": str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path),
             "curves": len(work.curves),
             "epochs": work.epochs,
             "mode": work.mode,
@@ -289,44 +328,81 @@ def run(
                 )
                 for cid, row in zip(work.ids, work.curves, strict=True)
             ]
-            t0 = time.perf_counter()
-            fitted = fitter.fit(requests)
-            fit_seconds += time.perf_counter() - t0
-            fits += len(requests)
             lasts = [last_value(work, u) for u in prefixes]
-            domhan, unknown = [], 0
-            for request, fallback in zip(requests, lasts, strict=True):
-                prediction = fitted[request.key]
-                if prediction.unknown:
-                    unknown += 1
-                    domhan.append(fallback)
-                    continue
-                q = prediction.u_quantiles[-1]
-                domhan.append(Predictive(levels=np.asarray(prediction.levels), q=q))
-            methods = {
-                "domhan": domhan,
-                "last": lasts,
-                "pow3": [pow3_fit(work, u) for u in prefixes],
-            }
-            for method, predictive in methods.items():
+            predictive: dict[str, list[Predictive]] = {}
+            unknown: dict[str, int] = {}
+            for model in models:
+                options = FitOptions(model=model, budget=budget)  # type: ignore[arg-type]
+                fitter = CurveFitter(workers=workers if model == "domhan" else 0, options=options)
+                cpu0, t0 = _cpu_seconds(), time.perf_counter()
+                fitted = fitter.fit(requests)
+                cost[model]["cpu_seconds"] += _cpu_seconds() - cpu0
+                cost[model]["seconds"] += time.perf_counter() - t0
+                cost[model]["fits"] += len(requests)
+                pairs = [
+                    _predictive(fitted[r.key], fallback)
+                    for r, fallback in zip(requests, lasts, strict=True)
+                ]
+                predictive[model] = [p for p, _ in pairs]
+                unknown[model] = sum(u for _, u in pairs)
+            if "last" in methods:
+                predictive["last"] = lasts
+            if "pow3" in methods:
+                predictive["pow3"] = [pow3_fit(work, u) for u in prefixes]
+            for method in methods:
                 row = {"workload": name, "fraction": fraction, "n": n, "method": method}
-                row.update(evaluate(work, predictive, n, threshold))
-                row["unknown"] = unknown if method == "domhan" else 0
+                row.update(evaluate(work, predictive[method], n, threshold))
+                row["unknown"] = unknown.get(method, 0)
                 results.append(row)
+    for figures in cost.values():
+        figures["fits_per_cpu_second"] = (
+            figures["fits"] / figures["cpu_seconds"] if figures["cpu_seconds"] > 0 else math.nan
+        )
     return {
-        "format": "hpctune.curves_eval/1",
+        "format": "hpctune.curves_eval/2",
         "budget": budget if isinstance(budget, str) else vars(budget),
         "workers": workers,
+        "methods": list(methods),
         "workloads": workloads,
         "results": results,
-        "fits": fits,
-        "fit_seconds": round(fit_seconds, 2),
+        "summary": summarise(results, methods),
+        "cost": cost,
         "seconds": round(time.perf_counter() - started, 2),
     }
 
 
+def summarise(results: list[dict[str, Any]], methods: tuple[str, ...]) -> dict[str, Any]:
+    """Per workload and method: the metrics' means over the cuts, and the goals of issue 17.
+
+    Goals (for the first model method): mean cov90 >= 0.85, mean cov50 in [0.40, 0.60], mean MAE
+    no worse than ``last`` and ``pow3``, mean AUC at least ``last``'s.
+    """
+    out: dict[str, Any] = {}
+    for workload in dict.fromkeys(r["workload"] for r in results):
+        means: dict[str, dict[str, float]] = {}
+        for method in methods:
+            rows = [r for r in results if r["workload"] == workload and r["method"] == method]
+            means[method] = {
+                key: float(np.nanmean([r[key] for r in rows]))
+                for key in ("mae", "cov50", "cov90", "lpd", "auc")
+            }
+        goals: dict[str, bool] = {}
+        model = next((m for m in methods if m in MODELS), None)
+        if model is not None:
+            m = means[model]
+            goals["cov90 >= 0.85"] = m["cov90"] >= 0.85
+            goals["cov50 in 0.40-0.60"] = 0.40 <= m["cov50"] <= 0.60
+            for base in ("last", "pow3"):
+                if base in means:
+                    goals[f"mae <= {base}"] = m["mae"] <= means[base]["mae"]
+            if "last" in means:
+                goals["auc >= last"] = m["auc"] >= means["last"]["auc"] - 1e-12
+        out[workload] = {"means": means, "goals": {"model": model, **goals}}
+    return out
+
+
 def table(report: dict[str, Any]) -> str:
-    """The results as a text table."""
+    """The results as text: every cut, then the means per workload, the goals and the cost."""
     header = ["workload", "cut", "n", "method", "MAE", "cov50", "cov90", "LPD", "AUC", "unknown"]
     rows = [header]
     for r in report["results"]:
@@ -344,6 +420,22 @@ def table(report: dict[str, Any]) -> str:
                 str(r["unknown"]),
             ]
         )
+    for workload, part in report["summary"].items():
+        for method, m in part["means"].items():
+            rows.append(
+                [
+                    workload,
+                    "mean",
+                    "",
+                    method,
+                    f"{m['mae']:.4f}",
+                    f"{m['cov50']:.2f}",
+                    f"{m['cov90']:.2f}",
+                    f"{m['lpd']:.2f}",
+                    f"{m['auc']:.3f}",
+                    "",
+                ]
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     for name, w in report["workloads"].items():
@@ -351,10 +443,22 @@ def table(report: dict[str, Any]) -> str:
             f"{name}: {w['curves']} curves x {w['epochs']} epochs ({w['mode']}, bounds "
             f"{w['bounds']}), top-10% threshold {w['threshold']:.4f} ({w['positives']} reach it)"
         )
-    lines.append(
-        f"{report['fits']} fits in {report['fit_seconds']:.0f} s on {report['workers']} "
-        f"processes; total {report['seconds']:.0f} s"
-    )
+    for name, part in report["summary"].items():
+        goals = part["goals"]
+        if goals.get("model"):
+            met = [f"{k}: {'yes' if v else 'NO'}" for k, v in goals.items() if k != "model"]
+            lines.append(f"goals, {goals['model']} on {name}: " + ", ".join(met))
+    cost = report["cost"]
+    for model, c in cost.items():
+        lines.append(
+            f"{model}: {c['fits']} fits, {c['cpu_seconds']:.1f} CPU-s "
+            f"({c['seconds']:.1f} s wall), "
+            f"{c['fits_per_cpu_second']:.1f} fits per CPU-second"
+        )
+    if "amortised" in cost and "domhan" in cost:
+        ratio = cost["amortised"]["fits_per_cpu_second"] / cost["domhan"]["fits_per_cpu_second"]
+        lines.append(f"amortised / domhan fits per CPU-second: {ratio:.0f}x")
+    lines.append(f"total {report['seconds']:.0f} s")
     return "\n".join(lines)
 
 
@@ -366,15 +470,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="CI smoke run")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument("--max-curves", type=int, default=None, help="curves per trace")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="processes of the domhan fits")
     parser.add_argument("--budget", choices=["hyperdrive", "domhan"], default="hyperdrive")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated, of {', '.join(METHODS)} (the first model is judged)",
+    )
+    parser.add_argument(
+        "--trace", action="append", type=Path, default=None, help="a trace (default: all)"
+    )
     args = parser.parse_args(argv)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown methods {unknown}; valid: {', '.join(METHODS)}")
     budget: Any = args.budget
     max_curves = args.max_curves
-    if args.quick:
-        budget = Budget(nwalkers=40, nsamples=150, burn_in=75)
+    workers = args.workers
+    if args.quick:  # small budget, few curves, no pool to spawn for every cut
+        budget = Budget(nwalkers=32, nsamples=100, burn_in=50)
         max_curves = QUICK_CURVES if max_curves is None else max_curves
-    report = run(max_curves, budget, args.workers, FRACTIONS)
+        workers = 0
+    traces = None if args.trace is None else {p.stem: p for p in args.trace}
+    report = run(max_curves, budget, workers, FRACTIONS, methods, traces)
     if not args.json:
         print(table(report))
     print(json.dumps(report, separators=(",", ":")))

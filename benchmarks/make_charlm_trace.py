@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from _record_trace import REPO, parser, record_trace
+from _record_trace import REPO, script_main
 
 JOB = REPO / "jobs" / "charlm"
 OUT = REPO / "benchmarks" / "traces" / "charlm.h5"
@@ -23,18 +23,16 @@ RANDOM_LEVEL = 3.16  # [study].random_level of jobs/charlm/study.toml
 
 def main(argv: list[str] | None = None) -> int:
     """Run the study and export the trace."""
-    args = parser(__doc__.split("\n\n")[0], OUT, num_trials=128, epochs=60).parse_args(argv)
-    record_trace(
+    return script_main(
+        argv,
+        __doc__.split("\n\n")[0],
         JOB,
-        args.out,
+        OUT,
         name="charlm-trace",
-        num_trials=args.num_trials,
-        epochs=args.epochs,
-        slots=args.slots,
+        num_trials=128,
+        epochs=60,
         random_level=RANDOM_LEVEL,
-        keep=args.keep,
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,21 +80,3 @@ def test_the_committed_charlm_trace_is_complete_and_has_long_late_ranking_curves
     rank_final = np.argsort(np.argsort(trace.curves[:, -1]))
     assert np.corrcoef(rank_at_5, rank_final)[0, 1] < 0.97
     assert rank_at_5[reaching].max() >= 10
-
-
-@pytest.mark.slow
-def test_make_charlm_trace_records_a_small_trace(tmp_path: Path) -> None:
-    out = tmp_path / "small.h5"
-    script = REPO / "benchmarks/make_charlm_trace.py"
-    result = subprocess.run(
-        [sys.executable, str(script), "--num-trials", "2", "--epochs", "2", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "2 configurations x 2 steps (2 complete)" in result.stdout
-    trace = Trace.load(out)
-    assert trace.curves.shape == (2, 2)
-    assert (trace.metric, trace.mode, trace.random_level) == ("val_loss", "min", 3.16)
-    assert np.all(np.isfinite(trace.curves))

@@ -68,7 +68,9 @@ class PredictingPolicy(DefaultPolicy):
         return super().decide(view, event, rng)
 
 
-def _study(tmp_path: Path, a: list[float], max_steps: int, sleep: float) -> StudyPaths:
+def _study(
+    tmp_path: Path, a: list[float], max_steps: int, sleep: float, model: str = "domhan"
+) -> StudyPaths:
     spec = write_study(
         tmp_path,
         train=TRAIN,
@@ -78,7 +80,8 @@ def _study(tmp_path: Path, a: list[float], max_steps: int, sleep: float) -> Stud
         max_steps=max_steps,
         num_trials=len(a),
     )
-    spec.write_text(spec.read_text() + "\n[curves]\nworkers = 2\n")
+    # Domhan's MCMC takes ~0.5 s a fit: long enough to see that nobody waits for one
+    spec.write_text(spec.read_text() + f'\n[curves]\nworkers = 2\nmodel = "{model}"\n')
     return create_study(load_spec(spec))
 
 
@@ -159,6 +162,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     trial_id = next(t.trial_id for t in study.trials if t.params["a"] == 1.0)
     ref = study.record.predictions[trial_id]
     argv = ["fit-curves", str(paths.root), "--trial", str(trial_id), "--at-epoch", str(ref.n)]
+    argv += ["--model", "domhan"]
     capsys.readouterr()
     assert main([*argv, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -179,7 +183,9 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     tmp_path: Path,
 ) -> None:
     paths = _study(tmp_path, [0.5, 1.0], max_steps=16, sleep=0.3)
-    options = FitOptions(budget=Budget(nwalkers=32, nsamples=150, burn_in=75), n_keep=64)
+    options = FitOptions(
+        model="domhan", budget=Budget(nwalkers=32, nsamples=150, burn_in=75), n_keep=64
+    )
     first = _controller(paths, curve_options=options)
     first.start()
     service = first.curve_service
@@ -223,3 +229,36 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     records = [(t, d["n"]) for t, d in _prediction_records(paths)]
     assert len(records) == len(set(records))  # no fit journaled twice across the restart
     assert set(records) > journaled
+
+
+def test_the_amortised_model_is_the_default_and_its_predictions_reach_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = _study(tmp_path, [0.0, 1.0], max_steps=8, sleep=0.05, model="amortised")
+    controller = _controller(paths)
+    try:
+        assert controller.run() is StudyState.FINISHED
+    finally:
+        controller.executor.close()
+    study = open_study(paths.root)
+    assert study.spec["curves"]["model"] == "amortised"
+    records = _prediction_records(paths)
+    assert {t for t, _ in records} == {t.trial_id for t in study.trials}
+    # fitted in the controller's process in the iteration that asked: every boundary from 3
+    # points to 7 has its prediction (a pool drops waiting requests a newer one replaces)
+    for trial in study.trials:
+        mine = [d for t, d in records if t == trial.trial_id]
+        assert [d["n"] for d in mine] == [3, 4, 5, 6, 7]
+        assert {d["backend"] for d in mine} == {"inline"}
+    learning = next(t.trial_id for t in study.trials if t.params["a"] == 1.0)
+    ref = study.record.predictions[learning]
+    assert not ref.unknown
+    # 0.9 - 0.6 / step: the prediction of step 8 lies between the last value and the asymptote
+    last = 0.9 - 0.6 / ref.n
+    assert last - 0.05 < ref.median < 0.95
+    # fit-curves with its default model gives the same prediction
+    argv = ["fit-curves", str(paths.root), "--trial", str(learning), "--at-epoch", str(ref.n)]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["median"] == pytest.approx(ref.median, abs=2e-6)

@@ -29,7 +29,7 @@ def _module() -> ModuleType:
         os.environ.update(saved)
 
 
-def test_quick_run_reports_every_metric_for_every_cut_and_method() -> None:
+def test_quick_run_reports_every_metric_for_every_trace_cut_and_method() -> None:
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json"],
         capture_output=True,
@@ -41,13 +41,15 @@ def test_quick_run_reports_every_metric_for_every_cut_and_method() -> None:
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, "--json prints only the JSON line"
     report = json.loads(lines[0])
-    assert report["format"] == "hpctune.curves_eval/1"
-    assert set(report["workloads"]) == {"digits", "diabetes"}
+    assert report["format"] == "hpctune.curves_eval/2"
+    traces = {p.stem for p in (REPO / "benchmarks" / "traces").glob("*.h5")}
+    assert set(report["workloads"]) == traces >= {"digits", "diabetes", "charlm"}
     assert report["workloads"]["diabetes"]["mode"] == "min"
     assert report["workloads"]["diabetes"]["bounds"] == [0.0, 2.0]
     rows = report["results"]
-    assert len(rows) == 2 * 3 * 3
-    assert {(r["workload"], r["n"]) for r in rows} == {
+    methods = ("amortised", "domhan", "last", "pow3")
+    assert len(rows) == len(traces) * 3 * len(methods)
+    assert {(r["workload"], r["n"]) for r in rows} >= {
         ("digits", 3),
         ("digits", 8),
         ("digits", 15),
@@ -56,15 +58,25 @@ def test_quick_run_reports_every_metric_for_every_cut_and_method() -> None:
         ("diabetes", 20),
     }
     for row in rows:
-        assert row["method"] in ("domhan", "last", "pow3")
-        assert 0 <= row["mae"] < 1
+        assert row["method"] in methods
+        assert row["mae"] >= 0
         assert 0 <= row["cov50"] <= row["cov90"] + 1e-12 <= 1 + 1e-12
         assert math.isfinite(row["lpd"])
         assert 0 <= row["auc"] <= 1
-    # with half of each curve seen, the model's error is small on both workloads
+    # with half of each curve seen, both models' errors are small on every workload (a tenth
+    # of the metric's range)
     for row in rows:
-        if row["method"] == "domhan" and row["fraction"] == 0.5:
-            assert row["mae"] < 0.1
+        if row["method"] in ("amortised", "domhan") and row["fraction"] == 0.5:
+            low, high = report["workloads"][row["workload"]]["bounds"]
+            assert row["mae"] < 0.1 * (high - low)
+    # the summary judges the amortised model, and the cost compares both models' CPU time
+    for part in report["summary"].values():
+        assert part["goals"]["model"] == "amortised"
+        assert set(part["means"]) == set(methods)
+    cost = report["cost"]
+    fits = 3 * sum(w["curves"] for w in report["workloads"].values())
+    assert cost["amortised"]["fits"] == cost["domhan"]["fits"] == fits == len(traces) * 3 * 3
+    assert cost["amortised"]["fits_per_cpu_second"] > cost["domhan"]["fits_per_cpu_second"]
 
 
 def test_density_from_quantiles_and_auc_match_closed_forms() -> None:

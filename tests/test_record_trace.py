@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks._record_trace import make_spec
+from hpctune.traces import Trace
 from tests.conftest import REPO
 
 
-@pytest.mark.parametrize("job", ["digits", "diabetes", "charlm"])
+@pytest.mark.parametrize("job", ["digits", "diabetes", "charlm", "digits-cnn"])
 def test_make_spec_keeps_the_job_and_changes_only_the_size(tmp_path: Path, job: str) -> None:
     source = REPO / "jobs" / job
     spec = make_spec(source, tmp_path, name="x-trace", num_trials=7, epochs=9, slots=3, extra=None)
@@ -45,3 +49,30 @@ def test_make_spec_refuses_other_policies_and_unmatched_fields(tmp_path: Path) -
             slots=1,
             extra={r"^warmup = \d+": "warmup = 3"},
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "metric", "mode", "random_level"),
+    [
+        ("make_charlm_trace.py", "val_loss", "min", 3.16),
+        ("make_digits_cnn_trace.py", "val_accuracy", "max", 0.1),
+    ],
+)
+def test_a_trace_script_records_a_small_trace(
+    tmp_path: Path, script: str, metric: str, mode: str, random_level: float
+) -> None:
+    out = tmp_path / "small.h5"
+    argv = ["--num-trials", "2", "--epochs", "2", "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 configurations x 2 steps (2 complete)" in result.stdout
+    trace = Trace.load(out)
+    assert trace.curves.shape == (2, 2)
+    assert (trace.metric, trace.mode, trace.random_level) == (metric, mode, random_level)
+    assert np.all(np.isfinite(trace.curves))

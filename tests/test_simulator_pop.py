@@ -78,3 +78,70 @@ def test_predictions_are_kept_between_runs(
     assert out.stat().st_size > 1000
     with pytest.raises(ValueError, match="POP only"):
         plot_split(many.runs["default"][0], tmp_path / "x.png")
+
+
+def test_run_many_reports_each_run_and_the_progress_bar_draws_it(trace: Trace) -> None:
+    import io
+
+    from rich.console import Console
+
+    from hpctune.simulator.progress import run_progress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    seen: list[tuple[str, int]] = []
+    with run_progress(4, console=console) as on_run:
+
+        def record(label: str, seed: int) -> None:
+            seen.append((label, seed))
+            on_run(label, seed)
+
+        run_many(
+            trace, ["default", ("earlyterm", {"boundary": 10})], slots=2, seeds=2, on_run=record
+        )
+    assert seen == [
+        ("default", 0),
+        ("default", 1),
+        ("earlyterm(boundary=10)", 0),
+        ("earlyterm(boundary=10)", 1),
+    ]
+    assert "simulating" in out.getvalue()
+    assert "4/4" in out.getvalue()
+    # not a terminal (a pipe, --json): nothing is drawn
+    quiet = io.StringIO()
+    with run_progress(1, console=Console(file=quiet, force_terminal=False)) as on_run:
+        on_run("default", 0)
+    assert quiet.getvalue() == ""
+
+
+def test_pop_and_earlyterm_decide_the_same_without_their_per_view_memos(trace: Trace) -> None:
+    from hpctune.policies.earlyterm import EarlyTermOptions, EarlyTermPolicy
+    from hpctune.policies.pop import PopOptions, PopPolicy
+
+    class Forgetful(PopPolicy):
+        def decide(self, view, event, rng):  # type: ignore[no-untyped-def]
+            self._best_memo, self._split_memo = None, None
+            self._seconds_memo.clear()
+            self._trial_best.clear()
+            return super().decide(view, event, rng)
+
+    class ForgetfulEarlyTerm(EarlyTermPolicy):
+        def decide(self, view, event, rng):  # type: ignore[no-untyped-def]
+            self._best_memo = None
+            self._trial_best.clear()
+            return super().decide(view, event, rng)
+
+    for seed in (0, 1):
+        for fresh, remembering in (
+            (Forgetful(PopOptions(boundary=5)), PopPolicy(PopOptions(boundary=5))),
+            (
+                ForgetfulEarlyTerm(EarlyTermOptions(boundary=5)),
+                EarlyTermPolicy(EarlyTermOptions(boundary=5)),
+            ),
+        ):
+            a = simulate(trace, fresh, slots=3, seed=seed)
+            b = simulate(trace, remembering, slots=3, seed=seed)
+            assert [(t.trial, t.status, t.step, t.reason) for t in a.trials] == [
+                (t.trial, t.status, t.step, t.reason) for t in b.trials
+            ]
+            assert a.decisions == b.decisions

@@ -1,6 +1,9 @@
-"""Learning-curve extrapolation: Domhan et al. (IJCAI 2015) as HyperDrive (Middleware 2017) uses.
+"""Learning-curve extrapolation: an amortised network (the default, :func:`predict_curves`) and
+Domhan et al. (IJCAI 2015) as HyperDrive (Middleware 2017) uses.
 
-Fit one curve with :func:`fit_curve` (a :class:`CurvePosterior`), summarise it with
+Predict many curves at once with :func:`predict_curves` (or :func:`fit_many` with
+``FitOptions(model="amortised")``). Fit one curve with Domhan's model with :func:`fit_curve` (a
+:class:`CurvePosterior`), summarise it with
 :meth:`CurvePrediction.from_posterior`, or fit many with :class:`CurveFitter` /
 :func:`fit_many`. A :class:`CurvePrediction` answers POP's and EarlyTerm's questions
 (:meth:`~CurvePrediction.prob_at_least`, :meth:`~CurvePrediction.first_reach_mass`,
@@ -18,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hpctune.curves.amortised import predict_curves
     from hpctune.curves.families import (
         DEFAULT_FAMILIES,
         FAMILIES,
@@ -38,8 +42,11 @@ if TYPE_CHECKING:
     from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions, fit_many, fit_one
     from hpctune.curves.model import CurveModel, PriorCurve, build_model, sample_prior_curve
     from hpctune.curves.predict import DEFAULT_QUANTILES, LEVELS, CurvePrediction
+    from hpctune.curves.prior import PriorBatch, sample_curves
 
 _MODULES = {
+    "amortised": ("predict_curves",),
+    "prior": ("PriorBatch", "sample_curves"),
     "families": ("DEFAULT_FAMILIES", "FAMILIES", "Family", "Grid", "Param", "get_families"),
     "fit": (
         "BUDGETS",
@@ -80,6 +87,7 @@ __all__ = [
     "FitOptions",
     "Grid",
     "Param",
+    "PriorBatch",
     "PriorCurve",
     "build_model",
     "denormalise",
@@ -88,5 +96,7 @@ __all__ = [
     "fit_one",
     "get_families",
     "normalise",
+    "predict_curves",
+    "sample_curves",
     "sample_prior_curve",
 ]

@@ -1,5 +1,9 @@
 """Fit many learning curves at once: in process or in a pool of spawned processes.
 
+Two curve models (``FitOptions.model``): ``"amortised"`` (the default; :mod:`.amortised`, one
+vectorised pass for a whole batch, always in process) and ``"domhan"`` (Domhan et al.'s MCMC,
+:mod:`.fit`, one curve at a time, in a pool when ``workers`` > 0).
+
 :func:`fit_many` is a plain top-level function of picklable arguments (a list of
 :class:`CurveRequest` and one :class:`FitOptions`), so a Slurm job-array backend can ship chunks
 of requests to it as they are (e.g. submitit's ``executor.map_array(fit_many, chunks,
@@ -21,6 +25,7 @@ import numpy as np
 
 from hpctune.curves.fit import Budget, Mode, fit_curve
 from hpctune.curves.model import InitWeights, Monotonicity
+from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 
 logger = logging.getLogger(__name__)
@@ -54,8 +59,10 @@ class CurveRequest:
 
 @dataclass(frozen=True)
 class FitOptions:
-    """Options of :func:`~hpctune.curves.fit.fit_curve` shared by a batch (see its docs)."""
+    """Options shared by a batch: the curve model, and for ``"domhan"`` the options of
+    :func:`~hpctune.curves.fit.fit_curve` (see its docs); ``min_points`` applies to both."""
 
+    model: CurveModelName = "amortised"
     budget: str | Budget = "hyperdrive"
     recency_weighting: bool = True
     families: tuple[str, ...] | None = None
@@ -73,6 +80,8 @@ def fit_one(request: CurveRequest, options: FitOptions) -> CurvePrediction:
     Degenerate data already give unknown results inside :func:`fit_curve`; the guard here keeps
     one broken request (invalid bounds, a bug) from failing a whole batch. It is logged.
     """
+    if options.model == "amortised":
+        return _amortised_many([request], options)[0]
     try:
         posterior = fit_curve(
             np.asarray(request.y, dtype=float),
@@ -115,10 +124,53 @@ def fit_many(
     """Fit ``requests`` one after the other in this process; results in request order.
 
     A top-level function of picklable arguments: the unit of work shipped to pool workers and,
-    later, to Slurm array tasks.
+    later, to Slurm array tasks. The amortised model predicts the whole batch in one pass.
     """
     opts = FitOptions() if options is None else options
+    if opts.model == "amortised":
+        return _amortised_many(requests, opts)
     return [fit_one(r, opts) for r in requests]
+
+
+def _amortised_many(
+    requests: Sequence[CurveRequest], options: FitOptions
+) -> list[CurvePrediction]:
+    """The amortised model on every request; a request it refuses gets an unknown prediction."""
+    from hpctune.curves.amortised import predict_curves
+
+    try:
+        return predict_curves(
+            [r.y for r in requests],
+            [r.x_max for r in requests],
+            bounds=[r.bounds for r in requests],
+            mode=[r.mode for r in requests],
+            min_points=options.min_points,
+        )
+    except ValueError:  # one invalid request (bounds, mode, horizon): predict one by one
+        out = []
+        for r in requests:
+            try:
+                out.extend(
+                    predict_curves(
+                        [r.y],
+                        r.x_max,
+                        bounds=r.bounds,
+                        mode=r.mode,
+                        min_points=options.min_points,
+                    )
+                )
+            except ValueError as exc:
+                logger.warning("curve prediction of %r refused: %s", r.key, exc)
+                out.append(
+                    CurvePrediction.unknown_result(
+                        len(r.y),
+                        max(int(r.x_max), 1),
+                        _safe_bounds(r.bounds),
+                        r.mode if r.mode in ("max", "min") else "max",
+                        f"error: ValueError: {exc}",
+                    )
+                )
+        return out
 
 
 def _chunks(requests: Sequence[CurveRequest], size: int) -> list[list[CurveRequest]]:
@@ -128,6 +180,8 @@ def _chunks(requests: Sequence[CurveRequest], size: int) -> list[list[CurveReque
 @dataclass(frozen=True)
 class CurveFitter:
     """Fit batches of curves in process (``workers=0``) or in ``workers`` spawned processes.
+
+    The amortised model always runs in process (one vectorised pass is faster than a pool).
 
     The pool is created per :meth:`fit` call and shut down afterwards (no state between calls).
     Workers inherit the environment; set ``OMP_NUM_THREADS=1`` (etc.) before starting the
@@ -160,7 +214,7 @@ class CurveFitter:
         keys = [r.key for r in requests]
         if len(set(keys)) != len(keys):
             raise ValueError("request keys must be unique")
-        if self.workers == 0 or len(requests) <= 1:
+        if self.workers == 0 or len(requests) <= 1 or self.options.model == "amortised":
             results = fit_many(requests, self.options)
         else:
             size = self.chunk_size or max(1, math.ceil(len(requests) / (4 * self.workers)))

@@ -17,7 +17,10 @@ from hpctune.errors import StudySpecError, check_table_keys
 Backend = Literal["auto", "pool", "slurm"]
 BACKENDS: tuple[Backend, ...] = ("auto", "pool", "slurm")
 BUDGET_NAMES = ("hyperdrive", "domhan")
-CURVES_KEYS = ("backend", "workers", "budget", "task_seconds")
+CurveModelName = Literal["amortised", "domhan"]
+#: The curve models: the amortised network (default) and Domhan et al.'s MCMC (the paper's).
+MODEL_NAMES: tuple[CurveModelName, ...] = ("amortised", "domhan")
+CURVES_KEYS = ("model", "backend", "workers", "budget", "task_seconds")
 
 
 @dataclass(frozen=True)
@@ -25,17 +28,21 @@ class CurvesSpec:
     """How a study fits learning curves.
 
     Attributes:
+        model: The curve model: ``"amortised"`` (a network trained on curves from a prior, one
+            pass per batch of curves; the default) or ``"domhan"`` (Domhan et al.'s model
+            sampled by MCMC, as HyperDrive; ``budget`` applies to it only).
         backend: ``"pool"``: a process pool in the controller's process; ``"slurm"``: Slurm job
             arrays (submitit ``map_array``, several curves per task); ``"auto"``: Slurm arrays
             when the controller runs in a Slurm job and the backlog of pending fits would keep
             the pool busy longer than ``task_seconds``, the pool otherwise.
         workers: Processes of the pool (spawned on first use).
-        budget: MCMC budget: ``"hyperdrive"`` (100 walkers x 700 steps) or ``"domhan"``
-            (100 x 3600).
+        budget: MCMC budget of the ``domhan`` model: ``"hyperdrive"`` (100 walkers x 700
+            steps) or ``"domhan"`` (100 x 3600).
         task_seconds: Wall-clock seconds one Slurm array task should run; the number of curves
             per task is this divided by the measured seconds per fit.
     """
 
+    model: CurveModelName = "amortised"
     backend: Backend = "auto"
     workers: int = 1
     budget: str = "hyperdrive"
@@ -49,6 +56,8 @@ class CurvesSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> CurvesSpec:
         """Inverse of :meth:`to_dict`."""
         return cls(
+            # a journaled spec without it predates the option: it used Domhan's model
+            model=data.get("model", "domhan"),
             backend=data.get("backend", "auto"),
             workers=int(data.get("workers", 1)),
             budget=str(data.get("budget", "hyperdrive")),
@@ -64,6 +73,14 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
     """
     check_table_keys(table, CURVES_KEYS, "curves", path)
     default = CurvesSpec()
+    model = table.get("model", default.model)
+    if model not in MODEL_NAMES:
+        raise StudySpecError(
+            path,
+            "curves.model",
+            f"`curves.model` must be one of {', '.join(repr(m) for m in MODEL_NAMES)} (the "
+            f"amortised network or Domhan et al.'s MCMC), but got {model!r}",
+        )
     backend = table.get("backend", default.backend)
     if backend not in BACKENDS:
         raise StudySpecError(
@@ -102,5 +119,9 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
             f"task of curve fits should run, e.g. 60), but got {task_seconds!r}",
         )
     return CurvesSpec(
-        backend=backend, workers=workers, budget=budget, task_seconds=float(task_seconds)
+        model=model,
+        backend=backend,
+        workers=workers,
+        budget=budget,
+        task_seconds=float(task_seconds),
     )

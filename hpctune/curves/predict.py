@@ -84,6 +84,9 @@ class CurvePrediction:
     u_quantiles: FloatArray = field(default_factory=_empty)
     sigma: float = math.nan
     families: tuple[str, ...] = ()
+    _memo: dict[float, FloatArray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     # -- construction -------------------------------------------------------------------------
 
@@ -180,11 +183,16 @@ class CurvePrediction:
         """P(y(m) at least as good as ``target`` | y(1..n)) for m = n+1..x_max (eq. 1, §3.1.1).
 
         Predictive: the noise is included. Linear interpolation of the stored quantile function;
-        beyond the outermost stored levels (0.1 % and 99.9 %) the probability is 1 or 0.
+        beyond the outermost stored levels (0.1 % and 99.9 %) the probability is 1 or 0. The
+        result is read-only and remembered per target (a few dozen).
         """
         if self.unknown:
             return self._nan()
-        t = float(normalise(float(target), self.bounds, self.mode))
+        key = float(target)
+        cached = self._memo.get(key)
+        if cached is not None:  # policies ask again for the same target within a decision
+            return cached
+        t = float(normalise(key, self.bounds, self.mode))
         q = self.u_quantiles
         lev = np.asarray(self.levels)
         count = np.sum(q <= t, axis=1)  # F(t) lies between levels[count-1] and levels[count]
@@ -197,7 +205,11 @@ class CurvePrediction:
         cdf = np.where(
             inner, lev[i] + frac * (lev[i + 1] - lev[i]), np.where(count == 0, 0.0, 1.0)
         )
-        return np.asarray(1.0 - cdf, dtype=float)
+        out = np.asarray(1.0 - cdf, dtype=float)
+        out.setflags(write=False)
+        if len(self._memo) < 64:
+            self._memo[key] = out
+        return out
 
     def first_reach_mass(self, target: float) -> FloatArray:
         """HyperDrive's p_j (§3.1.1): p_1 = P_1, p_j = P_j - P_{j-1}, j = 1..x_max - n.

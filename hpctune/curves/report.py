@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions
+from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
@@ -135,6 +136,7 @@ def fit_curves(
     threshold: float | None = None,
     workers: int = 0,
     budget: str = "hyperdrive",
+    model: CurveModelName = "amortised",
 ) -> tuple[list[dict[str, Any]], dict[int, CurvePrediction]]:
     """Fit the selected curves; return the report rows and the predictions by id.
 
@@ -171,7 +173,7 @@ def fit_curves(
                 seed=curve_fit_seed(curves.seed, cid, len(y)),
             )
         )
-    fitter = CurveFitter(workers=workers, options=FitOptions(budget=budget))
+    fitter = CurveFitter(workers=workers, options=FitOptions(model=model, budget=budget))
     predictions = {int(k): v for k, v in fitter.fit(requests).items()}  # type: ignore[call-overload]
     rows = [
         _row(curves, request, predictions[int(request.key)], thr)  # type: ignore[call-overload]
@@ -258,13 +260,9 @@ def plot_curves(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    try:
-        import matplotlib
+    from hpctune.plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise UsageError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
+    plt = pyplot()
     full = dict(zip(curves.ids, curves.curves, strict=True))
     cols = min(4, len(rows))
     nrows = math.ceil(len(rows) / cols)

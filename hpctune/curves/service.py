@@ -9,15 +9,17 @@ Rules:
   newer request for a trial whose request waits replaces it (the newest curve wins; the trial
   keeps its place in the queue).
 * **One writer per result file.** Whoever runs a fit (a pool process, a Slurm array task) writes
-  ``<study>/curves/trial-<T>-n<N>.json`` atomically; a task finding the file already there
+  ``<study>/curves/trial-<TTTTTT>-n<NNNNNNNN>.json`` atomically; a task finding the file there
   (a resubmitted request) leaves it alone. Only for a fit whose process or job died without a
   file does the controller write the file itself, with an unknown prediction.
 * **Failures are unknown predictions.** A failed fit is resubmitted once; after that (or for an
   unreadable file) the result is an unknown prediction. Nothing raises into the controller.
 
-Backends: :class:`PoolBackend` (spawned processes of the controller) and
+Backends: for the amortised model :class:`InlineBackend` (fits at once in the controller's
+process, a batch per call: a prediction is there in the iteration that asked for it); for
+Domhan's model :class:`PoolBackend` (spawned processes of the controller) and
 :class:`~hpctune.slurm.curve_fits.SlurmArrayBackend` (submitit ``map_array``, several curves per
-task). Both run :func:`run_fit_task`, which calls :func:`~hpctune.curves.fitter.fit_many`.
+task), which run :func:`run_fit_task`. All call :func:`~hpctune.curves.fitter.fit_many`.
 """
 
 from __future__ import annotations
@@ -290,6 +292,47 @@ class PoolBackend(FitBackend):
         self._futures.clear()
 
 
+class InlineBackend(FitBackend):
+    """Fits run at once in the controller's process, a whole batch in one call (the amortised
+    model: about a millisecond per curve, so a pool would only add start-up and lag)."""
+
+    name = "inline"
+
+    def __init__(self, options: FitOptions) -> None:
+        self.options = options
+        self._done: list[FitJob] = []
+        self._failed: list[tuple[FitJob, str]] = []
+
+    def submit(self, jobs: list[FitJob], per_task: int) -> list[tuple[FitJob, str]]:
+        """Fit the jobs whose file does not exist yet, write their files; all done at return."""
+        todo = [job for job in jobs if not Path(job.path).exists()]
+        start = time.perf_counter()
+        try:
+            predictions = fit_many([job.request for job in todo], self.options)
+        except Exception as exc:  # a bug in the model must not stop the controller
+            return [(job, f"inline: {type(exc).__name__}: {exc}") for job in jobs]
+        seconds = (time.perf_counter() - start) / max(len(todo), 1)
+        for job, prediction in zip(todo, predictions, strict=True):
+            try:
+                write_result(job, prediction, seconds, self.name)
+            except OSError as exc:
+                self._failed.append((job, f"inline: {exc}"))
+                continue
+            self._done.append(job)
+        self._done.extend(job for job in jobs if job not in todo)
+        return []
+
+    def poll(self) -> tuple[list[FitJob], list[tuple[FitJob, str]]]:
+        """The jobs fitted since the last poll."""
+        done, self._done = self._done, []
+        failed, self._failed = self._failed, []
+        return done, failed
+
+    def in_flight(self) -> int:
+        """Jobs fitted and not yet reported."""
+        return len(self._done) + len(self._failed)
+
+
 class CurveService:
     """Asynchronous fits for the controller (see the module's rules).
 
@@ -314,11 +357,15 @@ class CurveService:
     ) -> None:
         self.folder = Path(folder)
         self.spec = spec
-        self.options = options or FitOptions(budget=spec.budget)
+        self.options = options or FitOptions(model=spec.model, budget=spec.budget)
         self.on_slurm = on_slurm
         self._make_slurm = slurm_backend
         self._clock = clock
-        self.pool: FitBackend = PoolBackend(spec.workers, self.options)
+        self.pool: FitBackend = (
+            InlineBackend(self.options)
+            if self.options.model == "amortised"
+            else PoolBackend(spec.workers, self.options)
+        )
         self.slurm: FitBackend | None = None
         self._pending: dict[int, FitJob] = {}  # newest waiting request per trial, oldest first
         self._running: dict[int, tuple[FitJob, FitBackend]] = {}
@@ -358,18 +405,24 @@ class CurveService:
         """Collect finished fits, then start waiting ones; never blocks on a fit."""
         results: list[FitResult] = []
         for backend in (self.pool, self.slurm):
-            if backend is None or not backend.in_flight():
-                continue
-            done, failed = backend.poll()
-            for job in done:
-                self._running.pop(job.trial_id, None)
-                result = self._load(job, backend.name)
-                if result is not None:
-                    results.append(result)
-            for job, reason in failed:
-                self._running.pop(job.trial_id, None)
-                results.extend(self._failed(job, reason))
+            if backend is not None and backend.in_flight():
+                results.extend(self._collect(backend))
         results.extend(self._submit())
+        if isinstance(self.pool, InlineBackend) and self.pool.in_flight():
+            results.extend(self._collect(self.pool))  # fitted just now: no lag
+        return results
+
+    def _collect(self, backend: FitBackend) -> list[FitResult]:
+        results: list[FitResult] = []
+        done, failed = backend.poll()
+        for job in done:
+            self._running.pop(job.trial_id, None)
+            result = self._load(job, backend.name)
+            if result is not None:
+                results.append(result)
+        for job, reason in failed:
+            self._running.pop(job.trial_id, None)
+            results.extend(self._failed(job, reason))
         return results
 
     def _submit(self) -> list[FitResult]:
@@ -388,7 +441,7 @@ class CurveService:
         if not ready:
             return results
         backend = self._choose(len(ready))
-        if backend is self.pool:
+        if backend is self.pool and not isinstance(backend, InlineBackend):
             room = max(self.spec.workers - self.pool.in_flight(), 0)
             for job in ready[room:]:  # back to the queue, in order, unless replaced meanwhile
                 self._pending.setdefault(job.trial_id, job)
@@ -405,7 +458,10 @@ class CurveService:
         return results
 
     def _choose(self, ready: int) -> FitBackend:
-        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`)."""
+        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`); the
+        amortised model always fits inline."""
+        if isinstance(self.pool, InlineBackend):
+            return self.pool
         backlog = (ready + len(self._pending)) * self.fit_seconds / self.spec.workers
         use_slurm = self.spec.backend == "slurm" or (
             self.spec.backend == "auto" and self.on_slurm and backlog > self.spec.task_seconds

@@ -247,6 +247,8 @@ class StudyRecord:
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
     warnings: list[StudyWarning] = field(default_factory=list)
+    # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
+    _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -429,16 +431,14 @@ class StudyRecord:
             ref = self.checkpoints.get(row)
             if ref is not None:
                 ref.deleted = True
+                if self._live_rows is not None:
+                    self._live_rows.get(ref.trial_id, set()).discard(row)
         for tr in self.trials.values():  # its own or (stage trees) one it went on from
             if tr.checkpoint_row in rows:
                 ref = self.checkpoints.get(tr.checkpoint_row)
-                own = [  # its own previous one left, as readers find it (load_state)
-                    r.row
-                    for r in self.checkpoints.values()
-                    if r.trial_id == tr.trial_id and not r.deleted
-                ]
+                own = self.live_checkpoints(tr.trial_id)  # its previous one, as readers find it
                 mine = ref is not None and ref.trial_id == tr.trial_id
-                tr.checkpoint_row = max(own) if own and mine else None
+                tr.checkpoint_row = own[-1].row if own and mine else None
 
     def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
@@ -489,6 +489,8 @@ class StudyRecord:
     def add_checkpoint(self, ref: CheckpointRef) -> None:
         """Record a checkpoint row; it becomes its trial's latest checkpoint."""
         self.checkpoints[ref.row] = ref
+        if self._live_rows is not None and not ref.deleted:
+            self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
         trial = self.trials.get(ref.trial_id)
         if trial is not None and not ref.deleted:
             trial.checkpoint_row = ref.row
@@ -512,6 +514,15 @@ class StudyRecord:
             trial.curve_steps.append(step)
             trial.curve_values.append(float(value))
             trial.curve_times.append(time)
+
+    def live_checkpoints(self, trial_id: int) -> list[CheckpointRef]:
+        """A trial's checkpoints that are not deleted, by row."""
+        if self._live_rows is None:
+            self._live_rows = {}
+            for ref in self.checkpoints.values():
+                if not ref.deleted:
+                    self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
+        return [self.checkpoints[r] for r in sorted(self._live_rows.get(trial_id, ()))]
 
     def checkpoint_step(self, trial_id: int) -> int | None:
         """The step of a trial's latest checkpoint, or ``None``."""

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from hpctune.policies._base import OptionError, TrialView
+from hpctune.policies._base import OptionError, StudyView, TrialView
 
 
 def value_at(trial: TrialView, step: int) -> float:
@@ -25,6 +25,35 @@ def best_until(trial: TrialView, step: int, sign: float) -> float:
     values = sign * np.asarray(trial.values[:n], dtype=float)
     values = values[~np.isnan(values)]
     return float(values.max()) if len(values) else math.nan
+
+
+def best_value(
+    view: StudyView, memo: dict[int, tuple[TrialView, float | None]] | None = None
+) -> float | None:
+    """The best value any trial has reported, in the metric's direction (``None`` before any).
+
+    ``memo`` (trial id -> (its view, its best)) keeps each trial's best while its view is the
+    same object, so a policy asking at every decision only looks at trials that changed.
+    """
+    best: float | None = None
+    sign = view.sign
+    for trial in view.trials.values():
+        known = memo.get(trial.trial_id) if memo is not None else None
+        if known is not None and known[0] is trial:
+            value = known[1]
+        else:
+            values = np.asarray(trial.values, dtype=float)
+            values = values[np.isfinite(values)]
+            value = (
+                float(values.max() if view.mode == "max" else values.min())
+                if len(values)
+                else None
+            )
+            if memo is not None:
+                memo[trial.trial_id] = (trial, value)
+        if value is not None and (best is None or sign * value > sign * best):
+            best = value
+    return best
 
 
 def last_step(trial: TrialView) -> int:

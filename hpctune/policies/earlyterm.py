@@ -14,8 +14,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
-from hpctune.policies._common import require
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    StudyView,
+    TrialView,
+)
+from hpctune.policies._common import best_value, require
 from hpctune.states import TrialStatus
 
 
@@ -40,6 +48,9 @@ class EarlyTermPolicy(Policy):
         require("boundary", self.options.boundary, 1)
         if not 0 < self.options.delta < 1:
             raise OptionError("delta", f"must be between 0 and 1, but got {self.options.delta}")
+        # the best value of one frozen view (one instant's events share a view)
+        self._best_memo: tuple[StudyView, float | None] | None = None
+        self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
 
     def wants_fit(self, step: int) -> bool:
         """Fit at evaluation boundaries only."""
@@ -62,7 +73,9 @@ class EarlyTermPolicy(Policy):
         if not (at_boundary or event.kind is EventKind.PREDICTION):
             return []
         prediction = view.predictions.get(trial.trial_id)
-        best = _global_best(view)
+        if self._best_memo is None or self._best_memo[0] is not view:
+            self._best_memo = (view, best_value(view, self._trial_best))
+        best = self._best_memo[1]
         if prediction is None or prediction.unknown or best is None:
             return []
         p_val = prediction.prob_final_at_least(best)
@@ -74,16 +87,3 @@ class EarlyTermPolicy(Policy):
                 )
             ]
         return []
-
-
-def _global_best(view: StudyView) -> float | None:
-    """The best value any trial has reported (``None`` before any)."""
-    best: float | None = None
-    for trial in view.trials.values():
-        values = np.asarray(trial.values, dtype=float)
-        values = values[np.isfinite(values)]
-        if len(values):
-            value = float(values.max() if view.mode == "max" else values.min())
-            if best is None or view.sign * value > view.sign * best:
-                best = value
-    return best

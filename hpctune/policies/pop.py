@@ -44,7 +44,7 @@ from hpctune.policies._base import (
     StudyView,
     TrialView,
 )
-from hpctune.policies._common import require
+from hpctune.policies._common import best_value, require
 from hpctune.states import TrialStatus
 
 if TYPE_CHECKING:
@@ -151,6 +151,12 @@ class PopPolicy(Policy):
             raise OptionError("dynamic_step", f"must be > 0, but got {o.dynamic_step}")
         self.target: float | None = o.target
         self.last_split: Split = Split(math.inf, (), 0)
+        # results computed from one frozen view, kept while the same view is asked again (one
+        # instant's events share a view): the best value, the split, each trial's epoch time
+        self._best_memo: tuple[StudyView, float | None] | None = None
+        self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
+        self._split_memo: tuple[StudyView, float | None, Split] | None = None
+        self._seconds_memo: dict[int, tuple[TrialView, float]] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -255,18 +261,32 @@ class PopPolicy(Policy):
     # -- classification ------------------------------------------------------------------------
 
     def _split(self, view: StudyView) -> Split:
+        memo = self._split_memo
+        if memo is not None and memo[0] is view and memo[1] == self.target:
+            self.last_split = memo[2]
+            return memo[2]
         assessments = [self._assess(view, t) for t in view.trials.values() if t.status in ACTIVE]
         self.last_split = split_slots(
             assessments, view.total_slots, self.options.k, self._time_left(view)
         )
+        self._split_memo = (view, self.target, self.last_split)
         return self.last_split
+
+    def _epoch_seconds(self, trial: TrialView) -> float:
+        """:func:`epoch_seconds`, remembered for as long as the trial's view is the same."""
+        memo = self._seconds_memo.get(trial.trial_id)
+        if memo is not None and memo[0] is trial:
+            return memo[1]
+        seconds = epoch_seconds(trial)
+        self._seconds_memo[trial.trial_id] = (trial, seconds)
+        return seconds
 
     def _time_left(self, view: StudyView) -> float:
         return math.inf if self.options.t_max is None else max(self.options.t_max - view.now, 0.0)
 
     def _assess(self, view: StudyView, trial: TrialView) -> Assessment:
         prediction = view.predictions.get(trial.trial_id)
-        seconds = epoch_seconds(trial)
+        seconds = self._epoch_seconds(trial)
         target = self.target
         if prediction is None or prediction.unknown or target is None or math.isnan(seconds):
             return Assessment(trial.trial_id, math.nan, math.inf, seconds)
@@ -316,7 +336,9 @@ class PopPolicy(Policy):
             self.target = self.options.target
             return
         step = self.options.dynamic_step * (view.bounds[1] - view.bounds[0])
-        best = _best_value(view)
+        if self._best_memo is None or self._best_memo[0] is not view:
+            self._best_memo = (view, best_value(view, self._trial_best))
+        best = self._best_memo[1]
         if best is None:
             base = (
                 view.random_level
@@ -327,16 +349,3 @@ class PopPolicy(Policy):
             return
         if self.target is None or view.sign * best >= view.sign * self.target:
             self.target = best + view.sign * step
-
-
-def _best_value(view: StudyView) -> float | None:
-    best: float | None = None
-    for trial in view.trials.values():
-        values = np.asarray(trial.values, dtype=float)
-        values = values[np.isfinite(values)]
-        if not len(values):
-            continue
-        value = float(values.max() if view.mode == "max" else values.min())
-        if best is None or view.sign * value > view.sign * best:
-            best = value
-    return best

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,7 @@ def run_many(
     config: SimulatorConfig | None = None,
     budget: float | None = None,
     predictions: PredictionCache | None = None,
+    on_run: Callable[[str, int], None] | None = None,
     **settings: Any,
 ) -> ManyResult:
     """Simulate every policy over the same ``seeds`` (configuration orders).
@@ -134,6 +135,7 @@ def run_many(
         budget: Also summarise the best value found by this time (seconds).
         predictions: Learning-curve predictions shared by every run (fitted once per
             configuration and number of points); ``None``: one cache for this call.
+        on_run: Called with the policy's label and the seed after each run (progress).
         **settings: Fields of :class:`SimulatorConfig` overriding ``config``.
     """
     data = _trace(trace)
@@ -150,10 +152,13 @@ def run_many(
         key = label(name, options)
         while key in runs:
             key += "'"
-        runs[key] = [
-            simulate(data, name, options, slots, seed, config=cfg, predictions=predictions)
-            for seed in seed_list
-        ]
+        runs[key] = []
+        for seed in seed_list:
+            runs[key].append(
+                simulate(data, name, options, slots, seed, config=cfg, predictions=predictions)
+            )
+            if on_run is not None:
+                on_run(key, seed)
     target = next(iter(runs.values()))[0].target if runs else float("nan")
     summary = {key: summarize(results, budget) for key, results in runs.items()}
     return ManyResult(runs, summary, target, budget)

@@ -36,7 +36,7 @@ def _coverage(names: tuple[str, ...] | None, seeds: range) -> tuple[float, float
         requests.append(CurveRequest(key=seed, y=tuple(curve.y[:n]), x_max=X_MAX, seed=seed))
         hidden[seed] = curve.y[-1]
         sigmas[seed] = curve.sigma
-    options = FitOptions(recency_weighting=False, families=names)
+    options = FitOptions(model="domhan", recency_weighting=False, families=names)
     results = CurveFitter(workers=2, options=options).fit(requests)
     covered, sigma_ok, known = 0, 0, 0
     for seed, pred in results.items():

@@ -9,7 +9,9 @@ import pytest
 
 from hpctune.curves import Budget, CurveFitter, CurveRequest, FitOptions, fit_many
 
-OPTIONS = FitOptions(budget=Budget(nwalkers=40, nsamples=120, burn_in=60), n_keep=100)
+OPTIONS = FitOptions(
+    model="domhan", budget=Budget(nwalkers=40, nsamples=120, burn_in=60), n_keep=100
+)
 
 
 def _requests() -> list[CurveRequest]:

@@ -22,7 +22,7 @@ from hpctune.curves.service import (
 )
 from hpctune.errors import StudySpecError
 
-SMALL = FitOptions(budget=Budget(nwalkers=32, nsamples=100, burn_in=50), n_keep=64)
+SMALL = FitOptions(model="domhan", budget=Budget(nwalkers=32, nsamples=100, burn_in=50), n_keep=64)
 
 
 def _job(folder: Path, trial: int, n: int, a: float = 0.5) -> FitJob:
@@ -190,12 +190,25 @@ def test_pool_fits_run_beside_the_caller_and_match_in_process_fits(tmp_path: Pat
 
 def test_the_curves_section_is_checked_precisely(tmp_path: Path) -> None:
     spec = parse_curves(
-        {"backend": "slurm", "workers": 3, "budget": "domhan", "task_seconds": 30}, tmp_path
+        {
+            "model": "domhan",
+            "backend": "slurm",
+            "workers": 3,
+            "budget": "domhan",
+            "task_seconds": 30,
+        },
+        tmp_path,
     )
-    assert spec == CurvesSpec(backend="slurm", workers=3, budget="domhan", task_seconds=30.0)
+    assert spec == CurvesSpec(
+        model="domhan", backend="slurm", workers=3, budget="domhan", task_seconds=30.0
+    )
     assert CurvesSpec.from_dict(spec.to_dict()) == spec
     assert parse_curves({}, tmp_path) == CurvesSpec()
+    assert CurvesSpec().model == "amortised"
+    # a study journaled before the option existed used Domhan's model
+    assert CurvesSpec.from_dict({"backend": "auto"}).model == "domhan"
     cases = {
+        "model": ("lcpfn", "must be one of 'amortised', 'domhan'"),
         "backend": ("gpu", "must be one of 'auto', 'pool', 'slurm'"),
         "workers": (0, "an integer >= 1"),
         "budget": ("fast", "must be one of 'hyperdrive', 'domhan'"),
@@ -210,3 +223,34 @@ def test_the_curves_section_is_checked_precisely(tmp_path: Path) -> None:
     assert info.value.field == "curves.worker"
     with pytest.raises(StudySpecError, match="workers"):
         parse_curves({"workers": True}, tmp_path)
+
+
+def test_amortised_fits_run_inline_and_come_back_in_the_same_poll(tmp_path: Path) -> None:
+    service = CurveService(tmp_path, CurvesSpec())  # the default model: amortised
+    jobs = [
+        FitJob.build(
+            tmp_path,
+            t,
+            [0.1, 0.3, 0.4, 0.45],
+            x_max=10,
+            bounds=(0.0, 1.0),
+            mode="max",
+            study_seed=0,
+        )
+        for t in (1, 2)
+    ]
+    for job in jobs:
+        service.request(job)
+    results = service.poll()
+    assert sorted(r.trial_id for r in results) == [1, 2]
+    assert all(r.backend == "inline" and not r.prediction.unknown for r in results)
+    assert all(Path(job.path).exists() for job in jobs)
+    assert service.idle
+    # asked again (a restarted controller): the file is read, nothing is refitted
+    again = CurveService(tmp_path, CurvesSpec())
+    again.request(jobs[0])
+    (result,) = again.poll()
+    assert result.backend == "file"
+    assert result.prediction.to_dict() == results[0].prediction.to_dict()
+    service.close()
+    again.close()

@@ -21,7 +21,9 @@ from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(150)]
 
-OPTIONS = FitOptions(budget=Budget(nwalkers=40, nsamples=200, burn_in=100), n_keep=100)
+OPTIONS = FitOptions(
+    model="domhan", budget=Budget(nwalkers=40, nsamples=200, burn_in=100), n_keep=100
+)
 
 
 def _jobs(folder: Path) -> list[FitJob]:

@@ -5,7 +5,8 @@ sum) goes through real checkpoints (torch serialization), so a resumed trial con
 Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
 (the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions);
 ``hang`` (step 3 never ends).
-``sleep`` seconds are spent per step.
+``sleep`` seconds are spent per step. ``boost`` multiplies the scores of trials that will fail
+or diverge (``raise``, ``nan``), so that a test can check they are never the best trial.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def train(ctx) -> None:
         if behaviour == "exit" and step == 2 and not os.environ.get("HPCTUNE_TEST_NO_EXIT"):
             os._exit(3)
         score = p["x"] * step / ctx.max_steps
+        if behaviour in ("raise", "nan"):
+            score *= p.get("boost", 1.0)
         if behaviour == "nan" and step == 3:
             score = float("nan")
         state["total"] += score
