@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.files import read_json, write_json_atomic
+from hpctune.files import read_json
+from hpctune.inbox import check_keys, send_command
 from hpctune.journal.state import StudyRecord
 from hpctune.space import (
     CategoricalParam,
@@ -44,15 +45,6 @@ from hpctune.space import (
 
 ANSWERS_DIR = "asked"
 TELL_STATES = ("completed", "terminated", "failed", "running")
-_COMMON = ("command", "reason", "time", "user", "host")
-
-
-def _keys(command: Mapping[str, Any], allowed: tuple[str, ...]) -> str:
-    unknown = sorted(set(command) - set(_COMMON) - set(allowed))
-    if unknown:
-        valid = ", ".join((*_COMMON, *allowed))
-        return f"unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {valid}"
-    return ""
 
 
 def _param_problem(name: str, param: Param, value: Any) -> str:
@@ -135,7 +127,7 @@ def complete_params(space: SearchSpace, given: Mapping[str, Any], rng: Any) -> d
 
 def check_add_trials(command: Mapping[str, Any], record: StudyRecord) -> str:
     """``{"command": "add_trials", "params": [{...}, ...]}``: enqueue configurations."""
-    problem = _keys(command, ("params",))
+    problem = check_keys(command, ("params",))
     if problem:
         return problem
     if int(record.spec.get("resources", {}).get("slots", 1)) == 0:
@@ -153,7 +145,7 @@ def check_add_trials(command: Mapping[str, Any], record: StudyRecord) -> str:
 
 def check_ask(command: Mapping[str, Any], record: StudyRecord) -> str:
     """``{"command": "ask", "request": "<id>"}``: a new external trial from the generator."""
-    problem = _keys(command, ("request",))
+    problem = check_keys(command, ("request",))
     if problem:
         return problem
     request = command.get("request")
@@ -169,7 +161,7 @@ def check_ask(command: Mapping[str, Any], record: StudyRecord) -> str:
 
 def check_tell(command: Mapping[str, Any], record: StudyRecord) -> str:
     """``{"command": "tell", "trial": 3, "values": {...}, "step": 20, "state": "completed"}``."""
-    problem = _keys(command, ("trial", "values", "step", "state"))
+    problem = check_keys(command, ("trial", "values", "step", "state"))
     if problem:
         return problem
     tid = command.get("trial")
@@ -218,14 +210,6 @@ class AskedTrial:
 
     trial_id: int
     params: dict[str, Any]
-
-
-def send_command(inbox: Path, command: dict[str, Any]) -> Path:
-    """Drop ``command`` in the inbox (atomically); return the file's path."""
-    inbox.mkdir(parents=True, exist_ok=True)
-    path = inbox / f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(path, {**command, "time": time.time()}, fsync=True)
-    return path
 
 
 class AskTellClient:
@@ -308,5 +292,4 @@ __all__ = [
     "check_tell",
     "complete_params",
     "params_problem",
-    "send_command",
 ]

@@ -10,19 +10,16 @@ import json
 import os
 import shutil
 import sys
-import time
 import traceback
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from hpctune.errors import AccessError, HpctuneError, UsageError
-from hpctune.files import write_json_atomic
+from hpctune.errors import AccessError, HpctuneError, Interrupted, UsageError
 from hpctune.layout import StudyPaths
-from hpctune.states import StudyState
+from hpctune.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -426,6 +423,7 @@ def status(
     from hpctune.journal.reader import open_study
     from hpctune.summary import (
         best_text,
+        notices,
         pareto_text,
         policy_lines,
         status_json,
@@ -474,7 +472,7 @@ def status(
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
-    for line in policy_lines(study.record):
+    for line in [*policy_lines(study.record), *notices(study.record)]:
         click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
@@ -565,20 +563,26 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     """Stop a study cooperatively: running trials suspend at their next report.
 
     The command drops a file in the study's inbox and returns; the controller carries it out.
+    Refused (exit 2) when no controller runs or waits in the Slurm queue for the study: there
+    is nothing to stop, and the file would stop the next `resume` at once.
     """
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
     from hpctune.launch import prepare_study_dir
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
+    _require_controller(paths, "stop")
     if trial_id is None:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
         command = {"command": "stop_trial", "trial": trial_id}
-    paths.inbox.mkdir(parents=True, exist_ok=True)
-    name = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(paths.inbox / name, command, fsync=True)
+        problem = check_command(command, open_study(paths.root).record)
+        if problem:
+            raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
-    click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    click.echo(f"asked the controller to stop {what} ({path})")
     return EXIT_OK
 
 
@@ -598,12 +602,15 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
     out are drawn at random. A running controller picks them up at its next iteration; a
     finished or stopped study runs again with `hpctune resume STUDY_DIR`.
     """
-    from hpctune.asktell import params_problem, send_command
+    from hpctune.asktell import params_problem
     from hpctune.controller import controller_alive
+    from hpctune.inbox import send_command
     from hpctune.journal.reader import open_study
+    from hpctune.launch import prepare_study_dir
     from hpctune.space import SearchSpace
 
     paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
     study = open_study(paths.root)
     space = SearchSpace.from_dict(study.spec["space"])
     configs = []
@@ -624,6 +631,63 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
             f"`hpctune resume {paths.root}` trains them"
         )
     return EXIT_OK
+
+
+def _require_controller(paths: StudyPaths, what: str) -> None:
+    """Refuse a command only a running (or queued) controller can carry out."""
+    from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
+    from hpctune.slurm.controller_job import queued_controller
+
+    if controller_alive(paths) is not None or queued_controller(paths) is not None:
+        return
+    state = open_study(paths.root).record.state
+    raise UsageError(
+        f"no controller is running on {paths.root} (study {state.value}), so there is "
+        f"nothing to {what}; a command left in its inbox would act on the next "
+        f"`hpctune resume {paths.root}`"
+    )
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--trial", "trials", type=int, multiple=True, help="A failed trial to retry; repeatable."
+)
+@click.option("--failed", is_flag=True, help="Retry every failed trial.")
+def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
+    """Queue failed (or ended-early) trials of STUDY_DIR again, from their last good checkpoint.
+
+    The command goes through the study's inbox and is journaled by the controller: a running
+    controller picks it up at once; otherwise it is carried out by the next `hpctune resume`
+    (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
+    skipped: the trial goes on from its previous checkpoint, or from its start.
+    """
+    from hpctune.controller import controller_alive
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
+    from hpctune.launch import prepare_study_dir
+
+    paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
+    record = open_study(paths.root).record
+    command: dict[str, Any] = {"command": "retry", "trials": list(trials), "failed": failed}
+    problem = check_command(command, record)
+    statuses = [t.status for t in record.trials.values()]
+    if not problem and not trials and TrialStatus.FAILED not in statuses:
+        problem = "no trial has failed"
+    if problem:
+        raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
+    click.echo(f"asked the controller to retry {_retry_text(trials, failed)} ({path})")
+    if controller_alive(paths) is None:
+        click.echo(f"no controller is running: carry it out with `hpctune resume {paths.root}`")
+    return EXIT_OK
+
+
+def _retry_text(trials: tuple[int, ...], failed: bool) -> str:
+    parts = [f"trial {t}" for t in trials] + (["every failed trial"] if failed else [])
+    return ", ".join(parts)
 
 
 def _parse_options(texts: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -1292,7 +1356,7 @@ def main(argv: list[str] | None = None) -> int:
     except HpctuneError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{'' if isinstance(exc, Interrupted) else 'error: '}{exc}", err=True)
         return exc.exit_code
     except (PermissionError, NotADirectoryError, IsADirectoryError) as exc:
         if debug:

@@ -29,6 +29,7 @@ from typing import Any
 from hpctune.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
+from hpctune.metric_names import metric_name_problem
 from hpctune.policies import OptionError, make_policy
 from hpctune.policies.generators import make_generator
 from hpctune.seeding import component_seed
@@ -63,11 +64,22 @@ STUDY_KEYS = (
     "random_level",
     "share_with_group",
     "objectives",
+    "report_timeout",
     "best",
     "keep_checkpoints",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
+# Upper bounds of counts (a typo like 1e23 or 2**63-1 is refused, not run).
+MAX_STEPS = 10**9
+MAX_TRIALS = 10**6
+MAX_RETRIES = 1000
+MAX_SEED = 2**63 - 1
+MAX_SLOTS = 10_000
+MAX_CPUS = 4096
+MAX_GPUS = 64
+DEFAULT_REPORT_TIMEOUT = 3600.0
+MAX_REPORT_TIMEOUT = 30 * 86400.0
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _REQUIRED = object()
@@ -221,6 +233,8 @@ class StudySpec:
             None: POP's default kill threshold and traces use it.
         share_with_group: The study directory is readable by the owner's group (0750/0640
             instead of 0700/0600; never writable by it).
+        report_timeout: Seconds a running trial may go without a report before its worker is
+            cancelled and the trial resumes from its checkpoint (a retry); 0: no limit.
         space: The search space.
         generator: The generator and its options.
         policy: The policy and its options.
@@ -256,6 +270,7 @@ class StudySpec:
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
     metric_bounds: tuple[float, float] = (0.0, 1.0)
     random_level: float | None = None
+    report_timeout: float = DEFAULT_REPORT_TIMEOUT
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
     share_with_group: bool = False
@@ -294,6 +309,7 @@ class StudySpec:
             "slurm": self.slurm.to_dict(),
             "metric_bounds": list(self.metric_bounds),
             "random_level": self.random_level,
+            "report_timeout": self.report_timeout,
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
             "share_with_group": self.share_with_group,
@@ -340,6 +356,7 @@ class StudySpec:
                 slurm=SlurmSpec.from_dict(d["slurm"]) if "slurm" in d else SlurmSpec(),
                 metric_bounds=tuple(d.get("metric_bounds", (0.0, 1.0))),  # type: ignore[arg-type]
                 random_level=d.get("random_level"),
+                report_timeout=float(d.get("report_timeout", DEFAULT_REPORT_TIMEOUT)),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
                 share_with_group=bool(d.get("share_with_group", False)),
@@ -433,7 +450,10 @@ class _Section:
         high: int | None = None,
         what: str = "",
         high_text: str = "",
+        limit: int | None = None,
     ) -> int:
+        """An integer >= ``low`` (and <= ``high``, named ``high_text``); ``limit``: hpctune's
+        documented upper bound of the count (a typo such as 2**63-1 is refused)."""
         value = self.get(key, default, what)
         rule = f"an integer >= {low}" if high is None else f"between {low} and {high_text}"
         if not isinstance(value, int) or isinstance(value, bool):
@@ -441,6 +461,8 @@ class _Section:
             raise self.must(key, rule, value, hint)
         if value < low or (high is not None and value > high):
             raise self.must(key, rule, value)
+        if limit is not None and value > limit:
+            raise self.must(key, f"at most {limit} (hpctune's limit for it)", value)
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -508,6 +530,8 @@ def parse_spec(
         first[0],
         what='the metric the training function reports, e.g. metric = "val_loss"',
     )
+    if metric_name_problem(metric):
+        raise study.error("metric", metric_name_problem(metric))
     mode = study.get("mode", first[1], 'whether larger metric values are better: "max" or "min"')
     if mode not in ("max", "min"):
         raise study.must("mode", '"max" or "min"', mode)
@@ -518,15 +542,18 @@ def parse_spec(
             f"{dict(objectives)} with the same mode: the policies judge trials by it; leave "
             "`metric` and `mode` out to use the first objective",
         )
-    max_steps = study.integer("max_steps", low=1, what="the number of steps of a full trial")
+    max_steps = study.integer(
+        "max_steps", low=1, limit=MAX_STEPS, what="the number of steps of a full trial"
+    )
     step_unit = study.string("step_unit", "epoch")
     boundary = study.integer(
         "boundary", 1, low=1, high=max_steps, high_text=f"max_steps ({max_steps})"
     )
-    seed = study.integer("seed", 0, low=0)
+    seed = study.integer("seed", 0, low=0, limit=MAX_SEED)
     fail_fast = study.boolean("fail_fast", False)
     share_with_group = study.boolean("share_with_group", False)
-    max_retries = study.integer("max_retries", 2, low=0)
+    max_retries = study.integer("max_retries", 2, low=0, limit=MAX_RETRIES)
+    report_timeout = _report_timeout(study)
     metric_bounds = _metric_bounds(study)
     random_level = study.get("random_level", None, "")
     if random_level is not None and (
@@ -566,7 +593,7 @@ def parse_spec(
             "trials to create, e.g. num_trials = 32",
         )
     num_trials = study.integer(
-        "num_trials", size, low=1, high=size, high_text=f"the grid size ({size})"
+        "num_trials", size, low=1, high=size, high_text=f"the grid size ({size})", limit=MAX_TRIALS
     )
 
     policy = _component(data, "policy", "default", source)
@@ -586,9 +613,13 @@ def parse_spec(
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
     resources = ResourcesSpec(
-        slots=res.integer("slots", ResourcesSpec.slots, low=0),
-        cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
-        gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
+        slots=res.integer("slots", ResourcesSpec.slots, low=0, limit=MAX_SLOTS),
+        cpus_per_worker=res.integer(
+            "cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1, limit=MAX_CPUS
+        ),
+        gpus_per_worker=res.integer(
+            "gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0, limit=MAX_GPUS
+        ),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
@@ -619,6 +650,7 @@ def parse_spec(
         max_retries=max_retries,
         metric_bounds=metric_bounds,
         random_level=None if random_level is None else float(random_level),
+        report_timeout=report_timeout,
         space=space,
         generator=generator,
         policy=policy,
@@ -645,12 +677,27 @@ def _objectives(study: _Section) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping) or len(value) < 2:
         raise study.must("objectives", f"a table of two or more metrics ({example})", value)
     for name, mode in value.items():
+        if metric_name_problem(str(name)):
+            raise study.error("objectives", metric_name_problem(str(name)))
         if mode not in ("max", "min"):
             raise study.error(
                 "objectives",
                 f'objective {name!r} must be "max" or "min", but got {mode!r} ({example})',
             )
     return tuple((str(k), str(v)) for k, v in value.items())
+
+
+def _report_timeout(study: _Section) -> float:
+    value = study.get("report_timeout", DEFAULT_REPORT_TIMEOUT, "")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_REPORT_TIMEOUT:
+        raise study.must(
+            "report_timeout",
+            f"seconds between 0 (no limit) and {MAX_REPORT_TIMEOUT:.0f} (30 days)",
+            value,
+            "set it above your longest step plus its checkpoint, e.g. report_timeout = 7200",
+        )
+    return float(value)
 
 
 def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:

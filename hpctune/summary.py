@@ -33,6 +33,8 @@ def trials_table(record: StudyRecord, *, limit: int | None = None) -> str:
         best, _ = peak_value(record, tr)
         last = tr.curve_values[-1] if tr.curve_values else math.nan
         status = tr.status.value + (f" ({tr.retries} retries)" if tr.retries else "")
+        if tr.missing_rows:
+            status += f" with {tr.missing_rows} missing rows"
         rows.append(
             [
                 str(tr.trial_id),
@@ -181,6 +183,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
                 "initiator": tr.initiator,
                 "end_step": tr.end_step,
                 "retries": tr.retries,
+                "missing_rows": tr.missing_rows,
                 "segments": len(tr.segments),
                 "training_s": trial_training_s(record, tr, now),
                 "wall_s": trial_wall_s(record, tr, now),
@@ -214,6 +217,14 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
             "elapsed_s": _elapsed(record, time.time() if now is None else now),
             "counts": record.counts(),
             "workers": sum(w.state in ("started", "stopping") for w in record.workers.values()),
+            "warnings": [
+                {"code": w.code, "message": w.message, "time": w.time, "trial": _id(w.trial)}
+                for w in record.warnings
+            ],
+            "rejected_commands": [
+                {"file": c.file, "reason": c.reason, "time": c.time}
+                for c in record.rejected_commands
+            ],
         },
         "accounting": study_usage(record, now).to_dict(),
         "trials": trials,
@@ -229,6 +240,24 @@ def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:
     if not record.spec.get("objectives"):
         return None
     return [entry.to_dict() for entry in pareto_front(record)]
+
+
+def notices(record: StudyRecord, limit: int = 10) -> list[str]:
+    """Lines for `hpctune status`: rejected inbox files, warnings, missing metric rows."""
+    lines = []
+    for command in record.rejected_commands[-limit:]:
+        lines.append(f"rejected inbox file {command.file} (see inbox/rejected/): {command.reason}")
+    for warning in record.warnings[-limit:]:
+        lines.append(f"warning: {warning.message}")
+    missing = {t.trial_id: t.missing_rows for t in record.trials.values() if t.missing_rows}
+    if missing:
+        shown = ", ".join(f"trial {t}: {n}" for t, n in sorted(missing.items())[:limit])
+        lines.append(f"metric rows missing (corrupt event lines skipped): {shown}")
+    return lines
+
+
+def _id(value: int) -> int | None:
+    return value if value >= 0 else None
 
 
 def _num(value: float) -> float | None:

@@ -97,17 +97,36 @@ def run_hpctune(
     return result
 
 
-def start_hpctune(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """Start the ``hpctune`` CLI in the background (its own session)."""
+def start_hpctune(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start the ``hpctune`` CLI in the background (its own session); ``env``: extra
+    variables."""
     return subprocess.Popen(
         [sys.executable, "-m", "hpctune.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
-        env=hpctune_env(),
+        env={**hpctune_env(), **(env or {})},
         start_new_session=True,
     )
+
+
+def launch_local(spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `hpctune launch SPEC --local` to its end, then kill workers left behind (a study
+    directory named ``study`` next to the spec, as :func:`write_study` makes)."""
+    try:
+        return run_hpctune("launch", str(spec), "--local", *args)
+    finally:
+        kill_workers(spec.parent / "study")
+
+
+def count_reports(study_dir: Path) -> int:
+    """Report lines the workers of a study wrote so far (ingested or not)."""
+    events = study_dir / "events"
+    files = events.glob("*.jsonl") if events.exists() else []
+    return sum(p.read_bytes().count(b'"report"') for p in files)
 
 
 def kill_workers(study_dir: Path) -> None:

@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Any
 
-from hpctune.asktell import ANSWERS_DIR, VALIDATORS, complete_params
+from hpctune.asktell import ANSWERS_DIR, complete_params
 from hpctune.controller._base import ControllerBase
 from hpctune.files import write_json_atomic
 from hpctune.journal import state as st
@@ -25,22 +25,9 @@ _TELL_STATUS = {
 class TrialCommandsController(ControllerBase):
     """Carry out ``add_trials``, ``ask`` and ``tell`` (each checked by its validator first)."""
 
-    def _trial_command(self, command: dict[str, Any], name: str) -> None:
-        """Carry out an inbox command of one of these kinds, or set it aside with the reason
-        in ``inbox/rejected/<name>.reason.txt`` (what ``ask()`` waits for)."""
-        kind = str(command.get("command"))
-        problem = VALIDATORS[kind](command, self.state)
-        if problem:
-            logger.warning("inbox command %s (%s) refused: %s", kind, name, problem)
-            path = self.paths.inbox / "rejected" / f"{name}.reason.txt"
-
-            def write() -> None:
-                path.parent.mkdir(exist_ok=True)
-                write_json_atomic(path.with_suffix(".json"), command)
-                path.write_text(problem + "\n")
-
-            self._outbox.append(write)
-            return
+    def _trial_command(self, command: dict[str, Any]) -> None:
+        """Carry out an inbox command of one of these kinds (its validator accepted it)."""
+        kind = str(command["command"])
         if kind == "add_trials":
             self._add_trials(command["params"])
         elif kind == "ask":

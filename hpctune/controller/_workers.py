@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from hpctune.controller._base import REQUEUE_SILENCE, STARTUP_FAILURES_LIMIT, _tail
+from hpctune.controller._base import (
+    ASSIGNMENT_RESENDS,
+    REQUEUE_SILENCE,
+    STARTUP_FAILURES_LIMIT,
+    _tail,
+)
 from hpctune.controller._ingest import IngestingController
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
-from hpctune.protocol import Heartbeat
+from hpctune.journal.state import SegmentRecord
+from hpctune.protocol import Heartbeat, write_assignment
 from hpctune.states import Decision, SegmentStatus, StudyState
 
 logger = logging.getLogger(__name__)
@@ -32,6 +38,7 @@ class WorkerManagingController(IngestingController):
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
             beat = Heartbeat.read(self.paths.heartbeat(wid))
+            self._beats[wid] = beat
             state = self.executor.state(wid, worker.info)
             if self._worker_states.get(wid) is not state:
                 self._worker_states[wid] = state
@@ -42,7 +49,8 @@ class WorkerManagingController(IngestingController):
                 if exited:
                     self._worker_gone(worker, "exited", "exited", beat)
                 else:
-                    self._worker_gone(worker, "lost", "its process or job is gone", beat)
+                    how = self.executor.end_reason(wid, worker.info)
+                    self._worker_gone(worker, "lost", how or "its process or job is gone", beat)
                 continue
             if state is WorkerState.PENDING:
                 self._running_since.pop(wid, None)
@@ -100,6 +108,90 @@ class WorkerManagingController(IngestingController):
             at = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=wid, event="down", at=at)
 
+    def _watch_segments(self) -> None:
+        """Watchdogs over active segments whose worker is alive.
+
+        * An assignment the worker has not taken while it sits idle (its file was not
+          written, e.g. a full disk) is re-sent every ``assignment_timeout`` seconds; after
+          ``ASSIGNMENT_RESENDS`` re-sends its segment ends lost (no retry counted) and the trial
+          goes to another worker.
+        * A running segment whose worker went idle without its end line (a corrupt or unwritten
+          line) ends lost after ``assignment_timeout`` seconds (no retry counted).
+        * A running segment that has not reported for ``[study] report_timeout`` seconds (a
+          hung training function) ends lost: its worker is cancelled, the trial resumes from its
+          last checkpoint and a retry is counted.
+        * A stop or suspend decision still in force is written again every
+          ``assignment_timeout`` seconds (its file may not have been written).
+        """
+        now = self.clock.now()
+        active = {seg.segment_id for seg in self.state.active_segments()}
+        for table in (self._idle_since, self._decision_sent):
+            for key in [k for k in table if k not in active]:
+                del table[key]
+        for seg in self.state.active_segments():
+            worker = self.state.workers.get(seg.worker_id)
+            if worker is None or worker.state != "started" or not worker.info:
+                continue
+            beat = self._beats.get(worker.worker_id)
+            fresh = beat is not None and now - beat.time < self.worker_timeout
+            idle = fresh and beat is not None and beat.state == "idle"
+            if not idle:
+                self._idle_since.pop(seg.segment_id, None)
+            elif now - self._idle_since.setdefault(seg.segment_id, now) > self.assignment_timeout:
+                self._idle_since[seg.segment_id] = now
+                self._idle_worker(seg, worker)
+                continue
+            if seg.status is SegmentStatus.RUNNING:
+                self._check_report_timeout(seg, worker, now)
+            if seg.decision and now - self._decision_sent.get(seg.segment_id, now) > (
+                self.assignment_timeout
+            ):  # its file may not have been written (a full disk): again, idempotent
+                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+            if seg.decision:
+                self._decision_sent.setdefault(seg.segment_id, now)
+
+    def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
+        """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
+        wid = worker.worker_id
+        if seg.status is SegmentStatus.ASSIGNED:
+            sent = self._resends.get(seg.segment_id, 0)
+            if sent < ASSIGNMENT_RESENDS:
+                self._resends[seg.segment_id] = sent + 1
+                logger.warning(
+                    "segment %d: worker %s has not taken its assignment; re-sending it",
+                    seg.segment_id,
+                    wid,
+                )
+                self._outbox.append(self._assignment_writer(seg))
+                return
+            reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
+            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self._order_exit(worker, reason)
+            return
+        self._ingest_segment(seg)  # its end line may have come just now
+        if not seg.status.is_final:
+            reason = (
+                f"worker {wid} is idle but the segment's end line is missing (corrupt or "
+                "not written)"
+            )
+            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+
+    def _check_report_timeout(
+        self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
+    ) -> None:
+        """End a running segment whose function has not reported for ``report_timeout`` s."""
+        limit = self.spec.report_timeout
+        last = self._last_event.setdefault(seg.segment_id, now)
+        if limit <= 0 or now - last <= limit or seg.decision:
+            return
+        self.executor.cancel(worker.worker_id, worker.info)
+        self._ingest_segment(seg)
+        if seg.status.is_final:
+            return
+        reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
+        self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
+        self._worker_gone(worker, "lost", reason, self._beats.get(worker.worker_id), killed=True)
+
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
         now = self.clock.now()
@@ -127,8 +219,16 @@ class WorkerManagingController(IngestingController):
             )
 
     def _worker_gone(
-        self, worker: st.WorkerRecord, event: str, reason: str, beat: Heartbeat | None
+        self,
+        worker: st.WorkerRecord,
+        event: str,
+        reason: str,
+        beat: Heartbeat | None,
+        *,
+        killed: bool = False,
     ) -> None:
+        """Journal that a worker is gone (and its segment lost); ``killed``: the controller
+        killed it on purpose, so it is no sign of workers failing to start."""
         segment_id = worker.segment_id
         if segment_id is not None:
             seg = self.state.segments[segment_id]
@@ -143,7 +243,7 @@ class WorkerManagingController(IngestingController):
             last = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
-        if event == "lost" and beat is None:
+        if event == "lost" and beat is None and not killed:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
                 log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")
@@ -169,6 +269,12 @@ class WorkerManagingController(IngestingController):
             return
         for worker_id, info in infos.items():
             self._log(st.WORKER, worker=worker_id, event="submitted", info=info)
+
+    def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+        self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
+        path = self.paths.assignment(worker.worker_id)
+        epoch = self.epoch
+        self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
 
     def _new_worker(self) -> str:
         worker_id = f"w{len(self.state.workers):04d}"

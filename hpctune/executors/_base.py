@@ -45,5 +45,10 @@ class Executor(abc.ABC):
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """Stop the worker at once (SIGKILL or scancel). Idempotent."""
 
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """How a worker that is gone ended, as far as the backend knows ("" if it does not):
+        its exit code or signal, "out of memory" when the kernel or Slurm says so."""
+        return ""
+
     def close(self) -> None:  # noqa: B027
         """Release resources held by the executor (not the workers)."""

@@ -374,6 +374,7 @@ class Study:
                 "parent_step": tr.parent_step,
                 "generation": tr.generation,
                 "initiator": tr.initiator,
+                "missing_rows": tr.missing_rows,
             }
             row.update({f"param.{k}": v for k, v in tr.params.items()})
             rows.append(row)

@@ -33,6 +33,8 @@ PREDICTION = "prediction"
 LINEAGE = "lineage"
 REQUEST = "request"
 IMPORTED = "imported"
+WARNING = "warning"
+CORRUPT_LINES = "corrupt_lines"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -50,6 +52,8 @@ LOG_KINDS = (
     LINEAGE,
     REQUEST,
     IMPORTED,
+    WARNING,
+    CORRUPT_LINES,
 )
 
 
@@ -134,6 +138,14 @@ class TrialRecord:
     curve_values: list[float] = field(default_factory=list)
     curve_times: list[float] = field(default_factory=list)
     last_metrics: dict[str, float] = field(default_factory=dict)  # latest value of each metric
+    # Corrupt event lines that may have held a report, as (segment, step reached before it);
+    # dropped when a later segment retrains from a step at or before it.
+    missing: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def missing_rows(self) -> int:
+        """Metric rows lost to corrupt event lines (skipped, never silently)."""
+        return len(self.missing)
 
     def truncate_curve(self, step: int) -> None:
         """Drop curve points after ``step`` (a new segment restarts there)."""
@@ -195,6 +207,25 @@ class WorkerRecord:
 
 
 @dataclass
+class RejectedCommand:
+    """An inbox file the controller refused (moved to ``inbox/rejected/``)."""
+
+    file: str
+    reason: str
+    time: float
+
+
+@dataclass
+class StudyWarning:
+    """Something the user should know, journaled once (``code`` tells its kind)."""
+
+    code: str
+    message: str
+    time: float
+    trial: int = -1
+
+
+@dataclass
 class StudyRecord:
     """The fold of the journal's log: the whole state of a study."""
 
@@ -214,6 +245,8 @@ class StudyRecord:
     controller_starts: int = 0
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
+    rejected_commands: list[RejectedCommand] = field(default_factory=list)
+    warnings: list[StudyWarning] = field(default_factory=list)
     # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
     _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
 
@@ -276,7 +309,7 @@ class StudyRecord:
         record = self.trials[trial]
         record.status = TrialStatus(data["status"])
         record.reason = data.get("reason", "")
-        if data.get("error"):
+        if "error" in data:
             record.error = data["error"]
         if "retries" in data:
             record.retries = int(data["retries"])
@@ -301,6 +334,7 @@ class StudyRecord:
         tr = self.trials[trial]
         tr.segments.append(segment)
         tr.truncate_curve(record.start_step)
+        tr.missing = [m for m in tr.missing if m[1] < record.start_step]  # retrained
         tr.step = record.start_step
         tr.status = TrialStatus.RUNNING
         tr.history.append(StatusChange(time, TrialStatus.RUNNING, tr.step))
@@ -365,6 +399,24 @@ class StudyRecord:
     def _on_command(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("file"):
             self.commands_done.add(data["file"])
+            if data.get("rejected"):
+                self.rejected_commands.append(
+                    RejectedCommand(str(data["file"]), str(data["rejected"]), time)
+                )
+
+    def _on_warning(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        self.warnings.append(
+            StudyWarning(str(data.get("code", "")), str(data.get("message", "")), time, trial)
+        )
+
+    def _on_corrupt_lines(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        """Corrupt lines of a segment's event file were skipped; ``rows``: how many may have
+        held a report, after ``step`` (the last step read before them)."""
+        record = self.trials.get(trial)
+        if record is not None:
+            record.missing.extend([(segment, int(data.get("step", 0)))] * int(data["rows"]))
 
     def _on_policy_state(
         self, trial: int, segment: int, time: float, data: dict[str, Any]
@@ -383,7 +435,10 @@ class StudyRecord:
                     self._live_rows.get(ref.trial_id, set()).discard(row)
         for tr in self.trials.values():  # its own or (stage trees) one it went on from
             if tr.checkpoint_row in rows:
-                tr.checkpoint_row = None
+                ref = self.checkpoints.get(tr.checkpoint_row)
+                own = self.live_checkpoints(tr.trial_id)  # its previous one, as readers find it
+                mine = ref is not None and ref.trial_id == tr.trial_id
+                tr.checkpoint_row = own[-1].row if own and mine else None
 
     def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step

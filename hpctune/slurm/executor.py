@@ -23,7 +23,7 @@ import submitit
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
-from hpctune.slurm.queue import SlurmQueue
+from hpctune.slurm.queue import SlurmQueue, job_end_reason
 from hpctune.spec import StudySpec
 
 logger = logging.getLogger(__name__)
@@ -127,6 +127,11 @@ class SlurmExecutor(Executor):
         if not job:
             return WorkerState.UNKNOWN
         return self.queue.state(str(job), info.get("submitted"))
+
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """What ``sacct`` says of the worker's job: its state and exit code or signal."""
+        job = info.get("job_id")
+        return job_end_reason(str(job)) if job else ""
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """``scancel`` the worker's job."""
