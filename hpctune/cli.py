@@ -93,15 +93,25 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
     spec = load_spec(study_toml, directory=study_dir)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
+    if slurm:  # before anything is created: would Slurm take the controller and the workers?
+        from hpctune.slurm.cluster import check_jobs
+
+        check_jobs(spec)
     if dry_run:
         _print_plan(spec, slurm)
         return EXIT_OK
     if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
     paths = create_study(spec)
-    click.echo(f"study directory: {paths.root}")
     if slurm:
-        return _submit_controller(paths, spec)
+        try:
+            job = _submit_controller(paths, spec)
+        except HpctuneError:
+            shutil.rmtree(paths.root, ignore_errors=True)  # a failed launch leaves nothing
+            raise
+        click.echo(f"study directory: {paths.root}")
+        return job
+    click.echo(f"study directory: {paths.root}")
     click.echo(f"watch it from another shell with: hpctune status {paths.root}")
     return _exit_code(run_local(paths))
 
@@ -141,13 +151,15 @@ def _print_plan(spec: Any, slurm: bool) -> None:
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
     if slurm:
+        from hpctune.slurm.cluster import resolve_times
         from hpctune.slurm.controller_job import render_controller_script
         from hpctune.slurm.executor import worker_parameters
 
+        resolved = resolve_times(spec)
         click.echo("\ncontroller job (sbatch script):")
-        click.echo(render_controller_script(StudyPaths.of(spec.directory), spec))
+        click.echo(render_controller_script(StudyPaths.of(spec.directory), resolved))
         click.echo("worker jobs (submitit SlurmExecutor parameters, one job array per batch):")
-        click.echo(json.dumps(worker_parameters(spec), indent=2))
+        click.echo(json.dumps(worker_parameters(resolved), indent=2))
 
 
 @cli.command("plan")
@@ -292,21 +304,43 @@ def plan_command(
     is_flag=True,
     help="Run the controller here with local workers (the default without sbatch).",
 )
-def resume(study_dir: Path, local: bool) -> int:
+@click.option(
+    "--slurm",
+    "slurm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a [slurm] setting (controller.KEY for [slurm.controller]); repeatable.",
+)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
+)
+def resume(
+    study_dir: Path, local: bool, slurm_settings: tuple[str, ...], spec_file: Path | None
+) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
-    controller are adopted.
+    controller are adopted. --slurm and --spec change the study's [slurm] settings (journaled);
+    its search space and policy stay as they are.
     """
+    from hpctune.journal.reader import open_study
     from hpctune.launch import ensure_no_controller, run_local
+    from hpctune.spec import StudySpec
 
     paths = _study_paths(str(study_dir))
+    spec = StudySpec.from_dict(open_study(paths.root).spec)
+    changed = _changed_slurm(paths, spec, slurm_settings, spec_file)
     if local or shutil.which("sbatch") is None:
+        if changed is not None:
+            _write_inbox(paths, changed[1])
         click.echo(f"resuming {paths.root}")
         return _exit_code(run_local(paths))
-    from hpctune.journal.reader import open_study
+    from hpctune.slurm.cluster import check_jobs
     from hpctune.slurm.controller_job import queued_controller
-    from hpctune.spec import StudySpec
 
     ensure_no_controller(paths)
     queued = queued_controller(paths)
@@ -315,8 +349,63 @@ def resume(study_dir: Path, local: bool) -> int:
             f"the controller job {queued} of {paths.root} is still queued or "
             f"running; cancel it with `scancel {queued}` first"
         )
-    spec = StudySpec.from_dict(open_study(paths.root).spec)
-    return _submit_controller(paths, spec)
+    if changed is None:
+        check_jobs(spec)
+        return _submit_controller(paths, spec)
+    spec = changed[0]
+    check_jobs(spec, spec_file or Path("--slurm"))
+    inbox = _write_inbox(paths, changed[1])  # the controller journals and uses the change
+    try:
+        return _submit_controller(paths, spec)
+    except HpctuneError:
+        inbox.unlink(missing_ok=True)
+        raise
+
+
+def _changed_slurm(
+    paths: StudyPaths, spec: Any, assignments: tuple[str, ...], spec_file: Path | None
+) -> tuple[Any, dict[str, Any]] | None:
+    """The spec with the [slurm] settings of ``--spec`` and ``--slurm`` and the inbox command
+    that carries them to the controller; ``None`` when nothing changes."""
+    import dataclasses
+
+    from hpctune.slurm import settings
+    from hpctune.spec import load_spec
+
+    if not assignments and spec_file is None:
+        return None
+    slurm = spec.slurm
+    sources = []
+    if spec_file is not None:
+        other = load_spec(spec_file, directory=paths.root)
+        slurm = other.slurm
+        sources.append(f"--spec {spec_file}")
+        skip = ("slurm", "source", "directory")
+        mine = {k: v for k, v in spec.to_dict().items() if k not in skip}
+        if {k: v for k, v in other.to_dict().items() if k not in skip} != mine:
+            click.echo(
+                f"note: only [slurm] and [slurm.controller] are taken from {spec_file}; the "
+                "search space, policy and other settings stay as the study has them"
+            )
+    if assignments:
+        slurm = settings.apply_assignments(slurm, settings.parse_assignments(assignments))
+        sources.append("--slurm " + " ".join(assignments))
+    diff = settings.differences(spec.slurm, slurm)
+    if not diff:
+        click.echo("[slurm] settings unchanged")
+        return None
+    for key, (old, new) in diff.items():
+        click.echo(f"[slurm] {key}: {old!r} -> {new!r}")
+    command = settings.command(slurm, spec.slurm, "; ".join(sources))
+    return dataclasses.replace(spec, slurm=slurm), command
+
+
+def _write_inbox(paths: StudyPaths, command: dict[str, Any]) -> Path:
+    """Drop a command file into the study's inbox (the controller carries it out)."""
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    path = paths.inbox / f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
+    write_json_atomic(path, command, fsync=True)
+    return path
 
 
 @cli.command(hidden=True)
@@ -347,9 +436,15 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
     controller = controller_alive(paths)
+    on_slurm = None
+    if shutil.which("squeue") is not None and (paths.root / "slurm").is_dir():
+        from hpctune.slurm.status import slurm_status, status_lines
+
+        on_slurm = slurm_status(paths, study.record, controller is not None)
     if as_json:
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
+        data["study"]["slurm"] = on_slurm
         if sacct:
             from hpctune.slurm.accounting import sacct_allocated_s
 
@@ -367,8 +462,13 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
         click.echo(f"sacct: worker jobs held their allocation {shown}")
     if controller is not None:
         click.echo(f"controller: pid {controller.get('pid')} on {controller.get('host')}")
+    elif on_slurm is not None and on_slurm["controller_job"] is not None:
+        pass  # the controller job's state follows
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
+    if on_slurm is not None:
+        for line in status_lines(on_slurm, str(paths.root)):
+            click.echo(line)
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
     click.echo("")
@@ -397,11 +497,9 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
         command = {"command": "stop_trial", "trial": trial_id}
-    paths.inbox.mkdir(parents=True, exist_ok=True)
-    name = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(paths.inbox / name, command, fsync=True)
+    path = _write_inbox(paths, command)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
-    click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    click.echo(f"asked the controller to stop {what} ({path})")
     return EXIT_OK
 
 

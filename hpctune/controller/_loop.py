@@ -168,6 +168,8 @@ class Controller(StageTreeController):
             trial = self.state.trials.get(int(command.get("trial", -1)))
             if trial is not None and not trial.status.is_final:
                 self._terminate(trial, "stopped by the user")
+        elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
+            self._change_slurm(command)
         else:
             logger.warning("unknown inbox command %r ignored", command)
 
