@@ -44,9 +44,9 @@ _UNREACHABLE = ("unable to contact", "socket timed out", "connection refused", "
 
 #: sbatch's error text -> the study.toml keys that cause it (first match wins).
 _ERROR_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("partition", ("partition",)),
     ("account", ("account",)),
     ("qos", ("qos",)),
+    ("partition", ("partition",)),
     ("time limit", ("time",)),
     ("feature", ("constraint",)),
     ("generic resource", ("gpus",)),
@@ -273,7 +273,7 @@ def check_jobs(spec: StudySpec, source: Path | None = None) -> None:
         if message is None:
             continue
         keys = keys_for(message)
-        field = _field_of(section, keys[0]) if keys else section
+        field = _field_of(section, keys[0]) if len(keys) == 1 else section
         change = (
             " or ".join(f"`{_field_of(section, k)}`" for k in keys) if keys else f"[{section}]"
         )

@@ -61,9 +61,11 @@ def _value(raw: str) -> Any:
     if raw == "":
         return None
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+    # TOML reads 12:00:00 as a time of day and 2024-01-01 as a date: Slurm means text
+    return value if isinstance(value, str | int | float | bool | list | dict) else raw
 
 
 def apply_assignments(slurm: SlurmSpec, changes: Mapping[str, Any]) -> SlurmSpec:

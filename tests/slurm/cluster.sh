@@ -29,8 +29,12 @@ PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 export PATH
 umask 022
 
-readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server)
 VARIANT=${HPCTUNE_SLURM_VARIANT:-default}
+if [[ $VARIANT == site ]]; then # a module system, as sites load their Python with
+    readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server environment-modules)
+else
+    readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server)
+fi
 case $VARIANT in
 default) OTHER_VARIANT=site ;;
 site) OTHER_VARIANT=default ;;
