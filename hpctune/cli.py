@@ -445,6 +445,7 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
         data["study"]["slurm"] = on_slurm
+        data["study"]["slurm_changes"] = study.record.slurm_changes
         if sacct:
             from hpctune.slurm.accounting import sacct_allocated_s
 
