@@ -94,9 +94,15 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
     if slurm:  # before anything is created: would Slurm take the controller and the workers?
+        from hpctune.errors import SubmissionError
         from hpctune.slurm.cluster import check_jobs
 
-        check_jobs(spec)
+        try:
+            check_jobs(spec)
+        except SubmissionError as exc:  # Slurm does not answer
+            if not dry_run:
+                raise
+            click.echo(f"note: not checked against the cluster: {exc}")
     if dry_run:
         _print_plan(spec, slurm)
         return EXIT_OK
