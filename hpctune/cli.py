@@ -112,7 +112,7 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
     if slurm:
         try:
             job = _submit_controller(paths, spec)
-        except HpctuneError:
+        except BaseException:
             shutil.rmtree(paths.root, ignore_errors=True)  # a failed launch leaves nothing
             raise
         click.echo(f"study directory: {paths.root}")
