@@ -31,8 +31,7 @@ TEMPLATE = """#!/bin/bash
 #SBATCH --output={log!s}
 #SBATCH --open-mode=append
 {options!s}
-{exports!s}
-{setup!s}
+{body!s}
 exec {python!s} -m hpctune.cli controller {root_quoted!s}
 """
 
@@ -86,8 +85,7 @@ def render_controller_script(
         root_quoted=shlex.quote(str(paths.root)),
         log=paths.logs / "controller-%j.out",
         options="\n".join(lines),
-        exports="\n".join(export_lines(env)),
-        setup="\n".join(options.setup),
+        body="\n".join([*export_lines(env), *options.setup]),
         python=shlex.quote(python or sys.executable),
     ).replace("\n\n\n", "\n\n")
 
