@@ -297,10 +297,10 @@ def test_failing_worker_submissions_show_stop_and_resume_with_other_settings(
 def test_a_worker_that_dies_at_start_points_at_its_traceback(
     tmp_path: Path, slurm_cluster: SlurmCluster, study_name: str
 ) -> None:
-    broken = tmp_path / "broken" / "hpctune"
+    broken = tmp_path / "broken" / "zarr"  # hpctune needs zarr: a broken copy comes first
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text(
-        'raise ImportError("a broken hpctune shadows the real one")\n'
+        'raise ImportError("a broken zarr shadows the real one")\n'
     )
     spec = write_study(
         tmp_path,
@@ -325,5 +325,5 @@ def test_a_worker_that_dies_at_start_points_at_its_traceback(
     assert path.is_relative_to(study_dir / "slurm" / "workers"), reason
     text = path.read_text()
     assert "Traceback" in text
-    assert "a broken hpctune shadows the real one" in text
-    assert "a broken hpctune shadows the real one" in reason  # its tail is quoted
+    assert "a broken zarr shadows the real one" in text
+    assert "a broken zarr shadows the real one" in reason  # its tail is quoted
