@@ -219,14 +219,16 @@ class WorkerManagingController(IngestingController):
             seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
             if worker.runs or (seg is not None and seg.status.is_final):
                 continue
-            if worker.info:
-                if self._worker_states.get(worker.worker_id) is not WorkerState.PENDING:
-                    continue
-                self.executor.cancel(worker.worker_id, worker.info)
+            queued = self._worker_states.get(worker.worker_id) is WorkerState.PENDING
+            if worker.info and not queued:
+                continue
             if seg is not None:
                 self._ingest_segment(seg)
                 if seg.started_time is not None or seg.status.is_final:
                     continue  # it started after all: it suspends like the others
+            if worker.info:
+                self.executor.cancel(worker.worker_id, worker.info)
+            if seg is not None:
                 self._end_segment(
                     seg,
                     SegmentStatus.LOST,
