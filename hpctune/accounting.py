@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from hpctune.journal.state import StudyRecord, TrialRecord
 
@@ -118,3 +121,21 @@ def trial_wall_s(record: StudyRecord, trial: TrialRecord, now: float | None = No
         last = record.segments[trial.segments[-1]]
         end = last.ended_time or now
     return max(0.0, end - trial.created_time)
+
+
+def allocated_by(
+    record: StudyRecord, times: Sequence[float], now: float | None = None
+) -> np.ndarray:
+    """Seconds of allocation the workers had used by each of ``times`` (absolute)."""
+    now = time.time() if now is None else now
+    end = record.ended_time or now
+    since, stop = [], []
+    for worker in record.workers.values():
+        for run in worker.runs:
+            since.append(run.since)
+            stop.append(
+                max(run.until if run.until is not None else (worker.ended_time or end), run.since)
+            )
+    t = np.asarray(times, dtype=float)[:, None]
+    a, b = np.asarray(since, dtype=float)[None, :], np.asarray(stop, dtype=float)[None, :]
+    return np.clip(t - a, 0.0, b - a).sum(axis=1) if len(since) else np.zeros(len(times))

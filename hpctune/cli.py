@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,17 @@ def _study_paths(directory: str) -> StudyPaths:
             "that `hpctune launch` printed"
         )
     return paths
+
+
+def _plot_option(help_text: str) -> Callable[[Any], Any]:
+    """The ``--plot OUT.png`` option (drawn with matplotlib; exit 2 without it)."""
+    return click.option(
+        "--plot",
+        "plot_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
 
 
 def _exit_code(state: StudyState) -> int:
@@ -81,7 +93,12 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 @click.option(
     "--dry-run", is_flag=True, help="Validate the spec and print what would run; create nothing."
 )
-def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool) -> int:
+@click.option(
+    "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
+)
+def launch(
+    study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool, show_params: bool
+) -> int:
     """Validate STUDY_TOML, create the study directory and run the study.
 
     With --local the study runs in the foreground and ends with a table of the trials and the
@@ -118,8 +135,8 @@ def launch(study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool)
         click.echo(f"study directory: {paths.root}")
         return job
     click.echo(f"study directory: {paths.root}")
-    click.echo(f"watch it from another shell with: hpctune status {paths.root}")
-    return _exit_code(run_local(paths))
+    click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
+    return _exit_code(run_local(paths, show_params=show_params))
 
 
 def _submit_controller(paths: StudyPaths, spec: Any) -> int:
@@ -134,9 +151,9 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 
 def _print_plan(spec: Any, slurm: bool) -> None:
+    from hpctune.formatting import format_params
     from hpctune.policies.generators import make_generator
     from hpctune.seeding import component_seed
-    from hpctune.summary import format_params
 
     generator = make_generator(
         spec.generator.name,
@@ -180,13 +197,7 @@ def _print_plan(spec: Any, slurm: bool) -> None:
     show_default=True,
     help="Stage lines to print (0: all).",
 )
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the stage tree to this file (PNG).",
-)
+@_plot_option("Also draw the stage tree to this file (PNG).")
 def plan_command(
     study_tomls: tuple[Path, ...], as_json: bool, max_lines: int, plot_path: Path | None
 ) -> int:
@@ -311,6 +322,9 @@ def plan_command(
     help="Run the controller here with local workers (the default without sbatch).",
 )
 @click.option(
+    "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
+)
+@click.option(
     "--slurm",
     "slurm_settings",
     multiple=True,
@@ -325,7 +339,11 @@ def plan_command(
     help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
 )
 def resume(
-    study_dir: Path, local: bool, slurm_settings: tuple[str, ...], spec_file: Path | None
+    study_dir: Path,
+    local: bool,
+    show_params: bool,
+    slurm_settings: tuple[str, ...],
+    spec_file: Path | None,
 ) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
@@ -344,7 +362,7 @@ def resume(
         if changed is not None:
             _write_inbox(paths, changed[1])
         click.echo(f"resuming {paths.root}")
-        return _exit_code(run_local(paths))
+        return _exit_code(run_local(paths, show_params=show_params))
     from hpctune.slurm.cluster import check_jobs
     from hpctune.slurm.controller_job import queued_controller
 
@@ -433,13 +451,48 @@ def controller(study_dir: Path) -> int:
 )
 @click.option("--limit", type=int, default=None, help="Show only the last N trials.")
 @click.option("--sacct", is_flag=True, help="Cross-check allocated time with Slurm's sacct.")
-def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> int:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Follow the study until it ends: a live display on a terminal, a line every "
+    "--interval seconds otherwise.",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=None,
+    help="Seconds between updates of --watch (2; 10 when not a terminal).",
+)
+def status(
+    study_dir: Path,
+    as_json: bool,
+    limit: int | None,
+    sacct: bool,
+    watch: bool,
+    interval: float | None,
+) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
-    from hpctune.summary import best_text, status_json, study_line, trials_table, usage_line
+    from hpctune.summary import (
+        best_text,
+        policy_lines,
+        status_json,
+        study_line,
+        trials_table,
+        usage_line,
+    )
 
     paths = _study_paths(str(study_dir))
+    if watch:
+        from hpctune.progress import watch as follow
+
+        if as_json:
+            raise UsageError("--watch and --json cannot be combined; poll `status --json`")
+        if interval is not None and interval <= 0:
+            raise UsageError(f"--interval must be > 0, but got {interval}")
+        every = interval if interval is not None else (2.0 if sys.stdout.isatty() else 10.0)
+        follow(paths.root, interval=every)
     study = open_study(paths.root)
     controller = controller_alive(paths)
     on_slurm = None
@@ -478,10 +531,78 @@ def status(study_dir: Path, as_json: bool, limit: int | None, sacct: bool) -> in
             click.echo(line)
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
+    for line in policy_lines(study.record):
+        click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
-    click.echo(best_text(study.record))
+    click.echo(best_text(study.record, paths.root))
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+def best(study_dir: Path, as_json: bool) -> int:
+    """Print the best trial of STUDY_DIR: its configuration as TOML and its checkpoint.
+
+    Only completed trials count. A trial's value follows the study's `[study] best` rule (its
+    best step, or its last). Under PBT the best trial is the fittest final model, and its
+    lineage's schedule is printed too. Exit 1 when no trial has completed yet.
+    """
+    from hpctune.best import describe_best
+    from hpctune.formatting import format_params_toml, format_value
+    from hpctune.journal.reader import open_study
+    from hpctune.summary import schedule_lines
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    found = describe_best(study.record, paths.root)
+    if found is None:
+        click.echo(
+            f"no completed trial in {paths.root} yet: only a trial that completes can be the "
+            "best (see `hpctune status`)",
+            err=True,
+        )
+        return EXIT_FAILURE
+    lineage = found.trial.generation is not None
+    if as_json:
+        out = {
+            "version": 1,
+            "trial": found.trial_id,
+            "metric": study.metric,
+            "mode": study.mode,
+            "rule": found.mode,
+            "value": found.value,
+            "step": found.step,
+            "checkpoint": None if found.checkpoint is None else str(found.checkpoint),
+            "params": found.params,
+        }
+        if lineage:
+            from hpctune.lineage import schedule
+
+            out["schedule"] = [
+                {"trial": s.trial_id, "start": s.start_step, "end": s.end_step, "params": s.params}
+                for s in schedule(study.record, found.trial_id)
+            ]
+        click.echo(json.dumps(out, indent=1))
+        return EXIT_OK
+    rule = "its best step" if found.mode == "peak" else "its last step"
+    click.echo(
+        f"# best trial {found.trial_id} of {study.record.spec.get('name')}: {study.metric} = "
+        f"{format_value(found.value)} at step {found.step} ({rule}, [study] best = "
+        f'"{found.mode}")'
+    )
+    if found.checkpoint is not None:
+        click.echo(f"# checkpoint: {found.checkpoint}")
+        click.echo(f'#   state = torch.load("{found.checkpoint}", weights_only=True)')
+    else:
+        click.echo(f"# checkpoint: none kept at step {found.step}")
+    if lineage:
+        for line in schedule_lines(study.record, found.trial_id):
+            click.echo(f"# {line}")
+    click.echo("[search_space]")
+    click.echo(format_params_toml(found.params))
     return EXIT_OK
 
 
@@ -751,13 +872,42 @@ def simulate(
     default=None,
     help="The metric's value for a random model (e.g. 0.1 for ten classes).",
 )
-def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
-    """Write a finished study's curves and step times as a trace file (HDF5) OUT."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write the trace of a study whose trials were forked from others (PBT) anyway.",
+)
+def export_trace(study_dir: Path, out: Path, random_level: float | None, force: bool) -> int:
+    """Write a finished study's curves and step times as a trace file (HDF5) OUT.
+
+    A trace holds one fixed configuration per curve, trained from step 0; the trials of a
+    study that forks (PBT) are short sessions that go on from other trials' checkpoints with
+    changed hyperparameters, so their curves do not fit that form: refused without --force.
+    """
     import math
 
+    from hpctune.journal.reader import open_study
     from hpctune.traces import Trace
 
     paths = _study_paths(str(study_dir))
+    forked = [
+        t.trial_id
+        for t in open_study(paths.root).trials
+        if t.parent_trial is not None and not t.shares_prefix
+    ]
+    if forked and not force:
+        raise UsageError(
+            f"{paths.root}: {len(forked)} trials were forked from other trials' checkpoints "
+            "(PBT), so their curves are sessions of lineages, not whole runs of fixed "
+            "configurations, and a trace of them would mislead the simulator; use "
+            "`hpctune export --format hdf5` for analysis, or --force to write it anyway"
+        )
+    if forked:
+        click.echo(
+            f"warning: {len(forked)} trials were forked (PBT): their curves start at their "
+            "parents' fork steps; the trace does not replay PBT",
+            err=True,
+        )
     trace = Trace.from_study(
         paths.root, random_level=math.nan if random_level is None else random_level
     )
@@ -767,6 +917,123 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None) -> int:
         f"wrote {out}: {trace.num_configs} configurations x {trace.num_epochs} epochs "
         f"({done} ran to the end), metric {trace.metric} ({trace.mode})"
     )
+    return EXIT_OK
+
+
+@cli.command("report")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The report folder to write (default: STUDY_DIR/report).",
+)
+@click.option("--no-png", is_flag=True, help="Skip the static PNGs (faster).")
+def report_command(study_dir: Path, out: Path | None, no_png: bool) -> int:
+    """Write a study report: one folder with index.html (open it from disk; no server, no
+    network), its plotting library and a PNG per plot. Works on a running study."""
+    from hpctune.journal.reader import open_study
+    from hpctune.report.html import write_report
+
+    paths = _study_paths(str(study_dir))
+    target = out if out is not None else paths.root / "report"
+    page = write_report(open_study(paths.root), target, pngs=not no_png)
+    click.echo(f"wrote {page}")
+    click.echo(f"open it with a browser (file://{page.resolve()}); copy the folder to share it")
+    return EXIT_OK
+
+
+EXPORT_FORMATS = ("csv", "hdf5", "optuna", "tensorboard", "mlflow")
+
+
+@cli.command("export")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    required=True,
+    help="csv (trials.csv, metrics.csv), hdf5 (one file), optuna (a journal file), "
+    "tensorboard (event files per trial), mlflow (a file store).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where to write (default: STUDY_DIR/export/<name>.<format>).",
+)
+def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
+    """Export a study for the tools you already use (read from the journal; also while it
+    runs). Each export is written under a temporary name and renamed: nothing half-written."""
+    from hpctune.journal.reader import open_study
+
+    paths = _study_paths(str(study_dir))
+    study = open_study(paths.root)
+    name = str(study.spec.get("name", "study"))
+    suffix = {"csv": "csv", "hdf5": "h5", "optuna": "optuna.log", "tensorboard": "tb",
+              "mlflow": "mlruns"}[fmt]  # fmt: skip
+    target = out if out is not None else paths.root / "export" / f"{name}.{suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "csv":
+        from hpctune.export.csv_files import write_csv
+
+        for path in write_csv(study, target):
+            click.echo(f"wrote {path}")
+    elif fmt == "hdf5":
+        from hpctune.export.hdf5 import write_hdf5
+
+        click.echo(f"wrote {write_hdf5(study, target)}")
+        click.echo(f'read it with hpctune.open_study("{target}") or h5py (docs/journal.md)')
+    elif fmt == "optuna":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--format optuna needs optuna, which is not installed: pip install "
+                "'hpctune[report]'"
+            ) from None
+        from hpctune.export.optuna_journal import write_optuna_journal
+
+        if target.exists():
+            raise UsageError(f"{target} exists already; remove it or give another --out")
+        click.echo(f"wrote {write_optuna_journal(study, target)}")
+        click.echo(f"open it with: optuna-dashboard {target}")
+    elif fmt == "tensorboard":
+        from hpctune.export.tensorboard import write_tensorboard
+
+        folders = write_tensorboard(study, target)
+        click.echo(f"wrote {len(folders)} trial folders under {target}")
+        click.echo(f"open them with: tensorboard --logdir {target}")
+    else:
+        from hpctune.export.mlflow_store import write_mlflow
+
+        click.echo(f"wrote {write_mlflow(study, target)}")
+        click.echo(
+            f"open it with: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri "
+            f"{target.resolve().as_uri()}"
+        )
+    return EXIT_OK
+
+
+@cli.command("compare")
+@click.argument("study_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_plot_option("Also draw the best-so-far curves against time and GPU-hours (PNG).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (docs/cli.md).")
+def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_json: bool) -> int:
+    """Compare studies side by side: best value, when it was reached, trials, GPU-hours."""
+    from hpctune.analysis.compare import compare_rows, compare_table, plot_compare
+    from hpctune.journal.reader import open_study
+
+    studies = [open_study(_study_paths(str(d)).root) for d in study_dirs]
+    rows = compare_rows(studies)
+    if plot_path is not None:
+        plot_compare(studies, plot_path)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return EXIT_OK
+    click.echo(compare_table(rows))
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}")
     return EXIT_OK
 
 
@@ -850,13 +1117,7 @@ def fit_curves(
 @click.option(
     "--max-lines", type=int, default=60, show_default=True, help="Stage lines to print (0: all)."
 )
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the stage tree, coloured by status, to this file (PNG).",
-)
+@_plot_option("Also draw the stage tree, coloured by status, to this file (PNG).")
 def stagetree_command(
     study_dir: Path, as_json: bool, max_lines: int, plot_path: Path | None
 ) -> int:
@@ -909,13 +1170,7 @@ def stagetree_command(
 @cli.command()
 @click.argument("study_dir", type=click.Path(path_type=Path))
 @click.option("--trial", "trials", type=int, multiple=True, help="Only these trials' lineages.")
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also draw the tree and the learning-rate schedule into this PNG.",
-)
+@_plot_option("Also draw the tree and the learning-rate schedule into this PNG.")
 @click.option(
     "--param", default="lr", show_default=True, help="Parameter whose schedule is plotted."
 )

@@ -80,3 +80,15 @@ class SubmissionError(HpctuneError):
 
 class CurveFitError(HpctuneError):
     """A learning-curve fit failed."""
+
+
+class UnknownNameError(HpctuneError, KeyError):
+    """A trial id or metric name that the study does not have (the message lists what it has).
+
+    A ``KeyError`` too, so ``except KeyError`` around a lookup keeps working.
+    """
+
+    exit_code = 2
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,27 @@ def atomic_open(path: Path, *, fsync: bool = False) -> Iterator[IO[bytes]]:
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path`` to build a file or a folder at; on success it
+    replaces ``path`` (a folder there is removed first), on an exception it is removed, so
+    nothing half-written is ever left at ``path`` (exports, reports)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        yield tmp
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         raise
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO
 
@@ -28,16 +28,10 @@ from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.store import JournalWriter
 from hpctune.layout import StudyPaths
+from hpctune.progress import LiveProgress
 from hpctune.spec import StudySpec
-from hpctune.states import StudyState, TrialStatus
-from hpctune.summary import (
-    best_text,
-    best_value,
-    format_params,
-    format_value,
-    study_line,
-    trials_table,
-)
+from hpctune.states import StudyState
+from hpctune.summary import best_text, policy_lines, study_line, trials_table
 
 
 def check_entry_point(spec: StudySpec) -> None:
@@ -181,46 +175,6 @@ def _job_signals(controller: Controller) -> Iterator[list[int]]:
             signal.signal(signum, old)
 
 
-class Progress:
-    """Live progress on the terminal: one refreshed line on a TTY, a line every 10 s otherwise,
-    and one line per trial that ends."""
-
-    def __init__(self, out: TextIO, *, interval: float | None = None) -> None:
-        self.out = out
-        self.tty = out.isatty()
-        self.interval = interval if interval is not None else (0.5 if self.tty else 10.0)
-        self._last = 0.0
-        self._seen: dict[int, TrialStatus] = {}
-
-    def __call__(self, controller: Controller) -> None:
-        record = controller.state
-        for tid, trial in sorted(record.trials.items()):
-            if trial.status.is_final and self._seen.get(tid) is not trial.status:
-                self._seen[tid] = trial.status
-                value, _ = best_value(record, trial)
-                text = (
-                    f"trial {tid} {trial.status.value} at step {trial.step}: best "
-                    f"{record.metric} {format_value(value)}  {format_params(trial.params)}"
-                )
-                if trial.status is TrialStatus.FAILED:
-                    text += f"\n  {trial.reason}"
-                self._print(text)
-        now = time.monotonic()
-        if now - self._last >= self.interval:
-            self._last = now
-            line = study_line(record)
-            if self.tty:
-                self.out.write("\r\x1b[K" + line)
-                self.out.flush()
-            else:
-                self._print(line)
-
-    def _print(self, text: str) -> None:
-        if self.tty:
-            self.out.write("\r\x1b[K")
-        print(text, file=self.out, flush=True)
-
-
 def setup_controller_logging(paths: StudyPaths) -> logging.Handler:
     """Log the controller (one line per action) to ``logs/controller.log``."""
     paths.controller_log.parent.mkdir(parents=True, exist_ok=True)
@@ -237,22 +191,26 @@ def run_local(
     *,
     out: TextIO = sys.stdout,
     poll_interval: float = 0.1,
-    make_progress: Callable[[TextIO], Callable[[Controller], None]] | None = Progress,
+    show_params: bool = False,
 ) -> StudyState:
-    """Run the controller in the foreground with local workers; print progress and a summary."""
+    """Run the controller in the foreground with local workers; print progress and a summary.
+
+    ``show_params``: print each ended trial's parameters below its completion line.
+    """
     ensure_no_controller(paths)
     with _controller_logging(paths):
-        progress = make_progress(out) if make_progress is not None else None
+        progress = LiveProgress(out, show_params=show_params)
         controller = Controller(
             paths.root,
             lambda spec: local_executor(paths, spec),
             poll_interval=poll_interval,
             on_progress=progress,
         )
-        with _signals(controller, out):
-            state = controller.run()
-        if progress is not None and getattr(progress, "tty", False):
-            out.write("\n")
+        try:
+            with _signals(controller, out):
+                state = controller.run()
+        finally:
+            progress.close()
         _print_summary(controller, out)
         if controller.aborted:
             print(f"workers killed; resume with: hpctune resume {paths.root}", file=out)
@@ -274,7 +232,7 @@ def run_in_slurm_job(paths: StudyPaths, *, out: TextIO = sys.stdout) -> StudySta
             lambda spec: SlurmExecutor(paths.root, spec),
             poll_interval=0.5,
             worker_timeout=120.0,
-            on_progress=Progress(out, interval=30.0),
+            on_progress=LiveProgress(out, interval=30.0, live=False),
         )
         with _job_signals(controller) as received:
             state = controller.run()
@@ -297,7 +255,9 @@ def _print_summary(controller: Controller, out: TextIO) -> None:
     record = controller.state
     print(trials_table(record), file=out)
     print(study_line(record), file=out)
-    print(best_text(record), file=out)
+    for line in policy_lines(record):
+        print(line, file=out)
+    print(best_text(record, controller.paths.root), file=out)
     if record.state is StudyState.STOPPED:
         print(f"stopped; resume with: hpctune resume {controller.paths.root}", file=out)
     elif record.state is StudyState.FAILED:

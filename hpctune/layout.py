@@ -10,9 +10,9 @@
   workers/<W>/assignment.json   W's current assignment       controller
   decisions/segment-<S>.json    latest decision for S        controller
   inbox/<time>-<id>.json        user commands                `hpctune stop`; controller deletes
-  checkpoints/trial-<T>/step-<N>-segment-<S>.pt              the worker running S
-  curves/trial-<T>-n<N>.json    a learning-curve fit          the pool process or array task
-  logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<T>.out|.err
+  checkpoints/trial-<TTTTTT>/step-<NNNNNNNN>-segment-<SSSSSS>.pt              the worker running S
+  curves/trial-<TTTTTT>-n<NNNNNNNN>.json    a learning-curve fit    a pool process or array task
+  logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<TTTTTT>.out|.err
 ```
 """
 

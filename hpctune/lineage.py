@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import UsageError
+from hpctune.formatting import format_params, format_value
 from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.summary import format_params, format_value
 
 
 def _trial(record: StudyRecord, trial_id: int) -> TrialRecord:
@@ -173,10 +173,9 @@ def plot_lineage(
 ) -> Path:
     """Plot the population tree (metric by step, each trial joined to its parent) and the
     ``param`` schedule of the lineage of ``highlight`` (default: the best last value)."""
-    import matplotlib
+    from hpctune.plotting import metric_scale, pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sign = 1.0 if record.spec.get("mode", "max") == "max" else -1.0
     finished = [t for t in record.trials.values() if t.curve_values]
@@ -184,8 +183,17 @@ def plot_lineage(
         highlight = max(finished, key=lambda t: (sign * _last_value(t), -t.trial_id)).trial_id
     best_chain = set(ancestors(record, [highlight])) if highlight is not None else set()
     show_param = any(param in t.params for t in record.trials.values())
-    fig, axes = plt.subplots(2 if show_param else 1, 1, figsize=(9, 7 if show_param else 4.5))
+    fig, axes = plt.subplots(
+        2 if show_param else 1,
+        1,
+        figsize=(9, 7 if show_param else 4.5),
+        sharex=True,
+        height_ratios=[2, 1] if show_param else None,
+    )
     ax = axes[0] if show_param else axes
+    values = [v for t in record.trials.values() for v in t.curve_values]
+    metric_scale(ax, values, str(record.spec.get("mode", "max")))
+    ax.set_xlim(0, int(record.spec.get("max_steps", 1) or 1))
     for t in record.trials.values():
         xs, ys = list(t.curve_steps), list(t.curve_values)
         parent = record.trials.get(t.parent_trial) if t.parent_trial is not None else None
@@ -200,7 +208,8 @@ def plot_lineage(
             lw=2 if on else 0.8,
             alpha=1.0 if on else 0.4,
         )
-    ax.set_xlabel("step")
+    if not show_param:
+        ax.set_xlabel(str(record.spec.get("step_unit", "step")))
     ax.set_ylabel(record.metric)
     ax.set_title(f"population (black: lineage of trial {highlight})")
     if show_param and highlight is not None:
@@ -210,7 +219,7 @@ def plot_lineage(
             value = s.params.get(param)
             if isinstance(value, int | float):
                 ax2.hlines(value, s.start_step, s.end_step, color="black", lw=2)
-        ax2.set_xlabel("step")
+        ax2.set_xlabel(str(record.spec.get("step_unit", "step")))
         ax2.set_ylabel(param)
         if all(
             isinstance(s.params.get(param), int | float) and s.params[param] > 0 for s in sessions

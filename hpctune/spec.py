@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hpctune.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
 from hpctune.policies import OptionError, make_policy
@@ -60,6 +61,8 @@ STUDY_KEYS = (
     "max_retries",
     "metric_bounds",
     "random_level",
+    "best",
+    "keep_checkpoints",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -221,6 +224,10 @@ class StudySpec:
         slurm: What the workers and the controller ask Slurm for.
         curves: Where and how learning-curve fits run (``[curves]``).
         stages: Whether the study runs as a stage tree (``[stages]``).
+        best: What a trial's value is: ``"peak"`` (its best step) or ``"last"`` (its last
+            step); :mod:`hpctune.best`.
+        keep_checkpoints: Which checkpoints of ended trials are kept: ``"last"``, ``"best"``
+            or ``"best_and_last"``.
     """
 
     source: Path
@@ -245,6 +252,8 @@ class StudySpec:
     random_level: float | None = None
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
+    best: str = "peak"
+    keep_checkpoints: str = DEFAULT_KEEP
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (paths as strings) that :meth:`from_dict` turns back."""
@@ -279,6 +288,8 @@ class StudySpec:
             "random_level": self.random_level,
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
+            "best": self.best,
+            "keep_checkpoints": self.keep_checkpoints,
         }
 
     @classmethod
@@ -321,6 +332,8 @@ class StudySpec:
                 random_level=d.get("random_level"),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
+                best=d.get("best", "peak"),
+                keep_checkpoints=d.get("keep_checkpoints", "last"),  # journals before it: last
             )
         except KeyError as exc:
             raise StudySpecError(
@@ -526,11 +539,17 @@ def parse_spec(
 
     policy = _component(data, "policy", "default", source)
     try:
-        make_policy(policy.name, policy.options).check_space(space)
+        policy_object = make_policy(policy.name, policy.options)
+        policy_object.check_space(space)
     except OptionError as exc:
         raise StudySpecError(source, f"policy.{exc.key}", exc.message) from None
     except ValueError as exc:
         raise StudySpecError(source, "policy", str(exc)) from None
+    # a policy that makes configurations (PBT) trains a model through a lineage: its final one
+    best = _choice(
+        study, "best", "last" if policy_object.makes_configurations else "peak", BEST_MODES
+    )
+    keep_checkpoints = _choice(study, "keep_checkpoints", DEFAULT_KEEP, KEEP_MODES)
 
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
@@ -575,7 +594,16 @@ def parse_spec(
         slurm=slurm,
         curves=curves,
         stages=stages,
+        best=best,
+        keep_checkpoints=keep_checkpoints,
     )
+
+
+def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = section.get(key, default, "")
+    if value not in choices:
+        raise section.must(key, " or ".join(f'"{c}"' for c in choices), value)
+    return str(value)
 
 
 def _metric_bounds(study: _Section) -> tuple[float, float]:

@@ -8,60 +8,16 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from hpctune.accounting import study_usage, trial_training_s, trial_wall_s
-from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.schedules import is_schedule_dict
+from hpctune.best import best_trial, describe_best, leading_trial, peak_value, trial_value
+from hpctune.formatting import format_duration, format_params, format_sessions, format_value
+from hpctune.journal.state import StudyRecord
+from hpctune.states import TrialStatus
 
 STATUS_JSON_VERSION = 1
-
-
-def best_value(record: StudyRecord, trial: TrialRecord) -> tuple[float, int | None]:
-    """The best finite value of the study metric in a trial's curve, and its step."""
-    sign = _sign(record)
-    best, at = math.nan, None
-    for step, value in zip(trial.curve_steps, trial.curve_values, strict=True):
-        if math.isfinite(value) and (math.isnan(best) or sign * value > sign * best):
-            best, at = value, step
-    return best, at
-
-
-def best_trial(record: StudyRecord) -> TrialRecord | None:
-    """The trial with the best value of the study metric at any step."""
-    sign = _sign(record)
-    winner: TrialRecord | None = None
-    winner_value = -math.inf
-    for trial in record.trials.values():
-        value, _ = best_value(record, trial)
-        if not math.isnan(value) and sign * value > winner_value:
-            winner, winner_value = trial, sign * value
-    return winner
-
-
-def _sign(record: StudyRecord) -> float:
-    return -1.0 if record.spec.get("mode") == "min" else 1.0
-
-
-def format_value(value: Any) -> str:
-    """Short text for a hyperparameter or metric value."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}"
-    if is_schedule_dict(value):
-        args = ",".join(
-            f"{k}={format_value(v)}"
-            for k, v in value.items()
-            if k != "schedule" and not (k == "integer" and v is False)
-        )
-        return f"{value['schedule']}({args})"
-    return str(value)
-
-
-def format_params(params: dict[str, Any]) -> str:
-    """``name=value`` pairs, short."""
-    return " ".join(f"{k}={format_value(v)}" for k, v in params.items())
 
 
 def trials_table(record: StudyRecord, *, limit: int | None = None) -> str:
@@ -74,7 +30,7 @@ def trials_table(record: StudyRecord, *, limit: int | None = None) -> str:
     if limit is not None:
         trials = trials[-limit:]
     for tr in trials:
-        best, _ = best_value(record, tr)
+        best, _ = peak_value(record, tr)
         last = tr.curve_values[-1] if tr.curve_values else math.nan
         status = tr.status.value + (f" ({tr.retries} retries)" if tr.retries else "")
         rows.append(
@@ -95,26 +51,42 @@ def trials_table(record: StudyRecord, *, limit: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def study_line(record: StudyRecord, now: float | None = None) -> str:
-    """One line: state, trial counts, best metric so far, elapsed time."""
-    now = time.time() if now is None else now
-    counts = record.counts()
-    total = max(record.spec.get("num_trials", 0), len(record.trials))  # PBT forks add trials
-    done = counts["completed"] + counts["terminated"] + counts["failed"]
-    parts = [
-        f"{record.state.value}",
-        f"trials {done}/{total} done",
-        f"{counts['running']} running",
-    ]
-    for name in ("queued", "suspended", "failed"):
-        if counts[name]:
-            parts.append(f"{counts[name]} {name}")
+def done_count(record: StudyRecord) -> int:
+    """Trials in a final state (whatever final states the project has)."""
+    return sum(t.status.is_final for t in record.trials.values())
+
+
+def total_trials(record: StudyRecord) -> int:
+    """The trials the study will have as far as known (PBT forks add trials)."""
+    return max(int(record.spec.get("num_trials", 0) or 0), len(record.trials))
+
+
+def best_phrase(record: StudyRecord) -> str:
+    """``best val_accuracy 0.97 (trial 6, step 18)``; while no trial has completed, the
+    leading value of a running one; empty without any value."""
     best = best_trial(record)
     if best is not None:
-        value, step = best_value(record, best)
-        parts.append(
-            f"best {record.metric} {format_value(value)} (trial {best.trial_id}, step {step})"
-        )
+        value, step = trial_value(record, best)
+        return f"best {record.metric} {format_value(value)} (trial {best.trial_id}, step {step})"
+    lead = leading_trial(record)
+    if lead is None:
+        return ""
+    value, step = trial_value(record, lead)
+    return (
+        f"leading {record.metric} {format_value(value)} (trial {lead.trial_id} "
+        f"{lead.status.value}, step {step}; none completed yet)"
+    )
+
+
+def study_line(record: StudyRecord, now: float | None = None) -> str:
+    """One line: state, trial counts by state, best metric so far, elapsed time."""
+    now = time.time() if now is None else now
+    counts = record.counts()
+    parts = [f"{record.state.value}", f"trials {done_count(record)}/{total_trials(record)} done"]
+    parts.extend(f"{n} {name}" for name, n in counts.items() if n and name != "completed")
+    best = best_phrase(record)
+    if best:
+        parts.append(best)
     elapsed = _elapsed(record, now)
     if elapsed is not None:
         parts.append(f"elapsed {format_duration(elapsed)}")
@@ -144,31 +116,30 @@ def _elapsed(record: StudyRecord, now: float) -> float | None:
     return (record.ended_time or now) - start
 
 
-def format_duration(seconds: float) -> str:
-    """``1h02m03s`` style."""
-    seconds = max(int(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def best_text(record: StudyRecord) -> str:
-    """The best trial and its configuration, for the end of a run."""
-    best = best_trial(record)
+def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
+    """The best trial, its value, step, checkpoint and configuration, for the end of a run."""
+    best = describe_best(record, directory or record.spec.get("directory", "."))
     if best is None:
+        if any(t.curve_values for t in record.trials.values()):
+            return "no completed trial yet: only a trial that completes can be the best"
         return "no trial reported the study metric yet"
-    value, step = best_value(record, best)
+    rule = "at its best step" if best.mode == "peak" else "at its last step"
     lines = [
-        f"best trial: {best.trial_id} ({best.status.value}), {record.metric} = "
-        f"{format_value(value)} at step {step}",
+        f"best trial: {best.trial_id}, {record.metric} = {format_value(best.value)} at step "
+        f'{best.step} ({rule}; [study] best = "{best.mode}")',
+        f"checkpoint: {best.checkpoint}" if best.checkpoint else _no_checkpoint(best.step),
         "best configuration:",
     ]
     lines.extend(f"  {k} = {format_value(v)}" for k, v in best.params.items())
     return "\n".join(lines)
+
+
+def _no_checkpoint(step: int) -> str:
+    return (
+        f"checkpoint: none at step {step} (the training function saved none there, or it was "
+        "deleted: save a checkpoint after every report and keep [study] keep_checkpoints = "
+        '"best_and_last")'
+    )
 
 
 def status_json(record: StudyRecord, directory: str, now: float | None = None) -> dict[str, Any]:
@@ -176,7 +147,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
     trials = []
     for tid in sorted(record.trials):
         tr = record.trials[tid]
-        best, best_step = best_value(record, tr)
+        best, best_step = peak_value(record, tr)
         trials.append(
             {
                 "id": tid,
@@ -199,14 +170,15 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
                 "error": tr.error.strip().splitlines()[-1] if tr.error.strip() else None,
             }
         )
-    winner = best_trial(record)
+    winner = describe_best(record, directory)
     best_entry = None
     if winner is not None:
-        value, step = best_value(record, winner)
         best_entry = {
             "id": winner.trial_id,
-            "value": _num(value),
-            "step": step,
+            "value": _num(winner.value),
+            "step": winner.step,
+            "rule": winner.mode,
+            "checkpoint": None if winner.checkpoint is None else str(winner.checkpoint),
             "params": winner.params,
         }
     return {
@@ -233,3 +205,71 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
 
 def _num(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def stage_steps(record: StudyRecord) -> tuple[int, int]:
+    """``(steps trained, steps requested)`` of a study: what its segments trained, and what its
+    trials reached (what trial-based training would have trained for the same results)."""
+    trained = 0
+    for seg in record.segments.values():
+        end = seg.end_step
+        if end is None and not seg.status.is_final:
+            end = record.trials[seg.trial_id].step
+        trained += max(int(end or seg.start_step) - seg.start_step, 0)
+    requested = sum(max(t.step, 0) for t in record.trials.values())
+    return trained, requested
+
+
+def policy_lines(record: StudyRecord) -> list[str]:
+    """What the policy did, in a few lines: PBT's generations and the schedule it found, what a
+    stage tree's sharing saved, and trials stopped, suspended and resumed early."""
+    lines: list[str] = []
+    trials = list(record.trials.values())
+    generations = [t.generation for t in trials if t.generation is not None]
+    if generations:
+        lines.append(
+            f"population based training: {len(trials)} trials in {max(generations) + 1} "
+            "generations"
+        )
+        best = best_trial(record)
+        if best is not None:
+            lines.extend(schedule_lines(record, best.trial_id))
+    if record.spec.get("stages", {}).get("enabled"):
+        trained, requested = stage_steps(record)
+        ratio = f", {requested / trained:.2f}x fewer" if trained else ""
+        lines.append(
+            f"stage tree: {trained} steps trained for {requested} steps reached by the trials "
+            f"({requested - trained} saved by sharing{ratio})"
+        )
+    stopped = sum(t.status is TrialStatus.TERMINATED for t in trials)
+    suspensions = [t for t in trials if any(h.status is TrialStatus.SUSPENDED for h in t.history)]
+    times = sum(h.status is TrialStatus.SUSPENDED for t in trials for h in t.history)
+    if stopped or times:
+        policy = record.spec.get("policy", {}).get("name", "")
+        lines.append(
+            f"policy {policy}: {_n(stopped, 'trial')} terminated before the end, "
+            f"{_n(times, 'suspension')} of {_n(len(suspensions), 'trial')}"
+        )
+    return lines
+
+
+def schedule_lines(record: StudyRecord, trial_id: int) -> list[str]:
+    """The hyperparameter schedule behind a (PBT) trial: its lineage's sessions, one line per
+    parameter that changed along it, then the parameters that stayed the same."""
+    from hpctune.lineage import schedule
+
+    sessions = schedule(record, trial_id)
+    names = list(dict.fromkeys(n for s in sessions for n in s.params))
+    changing = [n for n in names if len({repr(s.params.get(n)) for s in sessions}) > 1]
+    fixed = {n: sessions[-1].params.get(n) for n in names if n not in changing}
+    chain = " -> ".join(str(s.trial_id) for s in sessions)
+    lines = [f"schedule found (lineage {chain}, {len(sessions)} sessions):"]
+    rows = [(s.start_step, s.end_step, {n: s.params.get(n) for n in changing}) for s in sessions]
+    lines.extend("  " + text for text in format_sessions(rows))
+    if fixed:
+        lines.append("  unchanged: " + format_params(fixed))
+    return lines
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

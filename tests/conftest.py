@@ -16,24 +16,11 @@ from typing import Any
 
 import pytest
 
+from hpctune.formatting import toml_value
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 DIGITS = REPO / "jobs" / "digits"
-
-
-def toml_value(value: Any) -> str:
-    """Write a Python value as TOML (scalars, lists, inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(value)
 
 
 def write_study(

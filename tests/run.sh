@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command of README.md, and what CI runs: install everything from scratch (Python
-# packages into .venv, Debian's Slurm and munge packages), run the linters, start the local
-# Slurm cluster and run the whole test suite (Slurm and slow tests included), then switch to the
-# cluster's second configuration (the "site" variant: other partitions, no accounting database,
-# SBATCH_EXPORT=NONE) and run the Slurm tests marked `site` against it; stop the cluster.
+# packages into .venv, Debian's Slurm and munge packages, Debian's Chromium for the report's
+# headless-browser test), run the linters, start the local Slurm cluster and run the whole test
+# suite (Slurm and slow tests included), then switch to the cluster's second configuration (the
+# "site" variant: other partitions, no accounting database, SBATCH_EXPORT=NONE) and run the Slurm
+# tests marked `site` against it; stop the cluster.
 #
 #   tests/run.sh                 everything
 #   tests/run.sh -k journal      extra arguments go to pytest (both runs)
@@ -17,6 +18,21 @@ fi
 # torch first, pinned: the CPU build (an unpinned torch would pull a multi-GB CUDA build)
 .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev]"
+
+echo "== Chromium (the report's browser test)"
+if ! command -v chromium >/dev/null; then
+    # Debian's Chromium, as root, without recommends (Playwright drives it; its own browser
+    # download does not work here)
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+        >/tmp/hpctune-chromium-apt.log 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get update >>/tmp/hpctune-chromium-apt.log 2>&1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium \
+            >>/tmp/hpctune-chromium-apt.log 2>&1 || {
+            echo "installing chromium failed; see /tmp/hpctune-chromium-apt.log" >&2
+            exit 1
+        }
+    fi
+fi
 
 echo "== lint"
 .venv/bin/ruff check hpctune tests benchmarks jobs

@@ -98,6 +98,12 @@ def test_controller_killed_at_random_moments(tmp_path: Path, cleanup_studies: li
     assert resumed, "no trial resumed from a checkpoint"
     frame = study.metrics_frame()
     assert len(frame) == NUM_TRIALS * MAX_STEPS  # no valid row lost or duplicated
+    best = study.best_trial()
+    assert best is not None
+    assert (best.trial_id, best.step) == (
+        reference.best_trial().trial_id,
+        reference.best_trial().step,
+    )
     for trial in study.trials:
         expected = reference.trial(trial.trial_id)
         assert trial.params == expected.params
@@ -114,5 +120,8 @@ def test_controller_killed_at_random_moments(tmp_path: Path, cleanup_studies: li
         )
         starts = [study.record.segments[s].start_step for s in trial.segments]
         assert starts == sorted(starts)  # never restarted before an earlier restart point
-        files = list((killed_dir / "checkpoints" / f"trial-{trial.trial_id:06d}").iterdir())
-        assert files == [study.checkpoint_path(trial.trial_id)]
+        files = set((killed_dir / "checkpoints" / f"trial-{trial.trial_id:06d}").iterdir())
+        kept = {study.checkpoint_path(trial.trial_id)}  # its latest, and the best model
+        if trial.trial_id == best.trial_id:
+            kept.add(best.checkpoint)
+        assert files == kept

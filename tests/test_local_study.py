@@ -53,15 +53,22 @@ def test_digits_study_runs_to_the_end(tmp_path: Path, cleanup_studies: list[Path
     study = open_study(study_dir)
     assert study.record.state is StudyState.FINISHED
     assert len(study.trials) == 4
+    best = study.best_trial()
+    assert best is not None
+    assert best.checkpoint is not None
+    assert f"step-{best.step:08d}-" in best.checkpoint.name
     for trial in study.trials:
         assert trial.status is TrialStatus.COMPLETED
         steps, values = study.curve(trial.trial_id)
         assert steps.tolist() == [1, 2, 3, 4]
         assert np.all((values > 0) & (values <= 1))
         assert len(study.curve(trial.trial_id, "val_loss")) == 4
-        # only the latest checkpoint is kept, and it is the one the journal names
-        files = list((study_dir / "checkpoints" / f"trial-{trial.trial_id:06d}").glob("*.pt"))
-        assert files == [study.checkpoint_path(trial.trial_id)]
+        # the latest checkpoint is kept, and the best trial's at its best step
+        files = set((study_dir / "checkpoints" / f"trial-{trial.trial_id:06d}").glob("*.pt"))
+        kept = {study.checkpoint_path(trial.trial_id)}
+        if trial.trial_id == best.trial_id:
+            kept.add(best.checkpoint)
+        assert files == kept
         out = (study_dir / "logs" / "trials" / f"trial-{trial.trial_id:06d}.out").read_text()
         assert f"trial {trial.trial_id}: val_accuracy" in out
     frame = study.metrics_frame()
@@ -193,6 +200,10 @@ def test_stop_then_resume_finishes_every_trial_once(
     study = open_study(study_dir)
     assert study.record.state is StudyState.FINISHED
     assert len(study.trials) == 4
+    best = study.best_trial()
+    assert best is not None
+    assert best.checkpoint is not None
+    assert f"step-{best.step:08d}-" in best.checkpoint.name
     for trial in study.trials:
         assert trial.status is TrialStatus.COMPLETED
         assert [h.status for h in trial.history].count(TrialStatus.COMPLETED) == 1

@@ -10,6 +10,7 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import StudyState, TrialStatus
+from tests.browser import open_report
 from tests.conftest import WORKLOADS, run_hpctune, start_hpctune, wait_for, write_study
 
 TOY = WORKLOADS / "pbt_toy.py"
@@ -82,6 +83,22 @@ def test_budget_mode_pbt_forks_from_parents_reuses_workers_and_collects_checkpoi
     assert plot.stat().st_size > 10_000
     child = next(t for t in trials.values() if t.parent_trial is not None)
     assert f"  trial {child.trial_id} gen {child.generation} steps {child.parent_step}-" in out
+    # the report shows the population and the schedule found (headless Chromium)
+    run_hpctune("report", str(study_dir), "--out", str(tmp_path / "report"), check=True)
+    load = open_report(tmp_path / "report" / "index.html", tmp_path / "shots")
+    assert (load.errors, load.failed) == ([], [])
+    assert load.plots["lineage"] == 2
+    assert (tmp_path / "report" / "lineage.png").stat().st_size > 10_000
+    best_out = run_hpctune("best", str(study_dir), check=True).stdout
+    assert "# schedule found (lineage " in best_out
+    assert f"# best trial {best.trial_id} " in best_out
+    # a trace of PBT sessions would mislead the simulator: refused, or written with a warning
+    refused = run_hpctune("export-trace", str(study_dir), str(tmp_path / "t.h5"))
+    assert refused.returncode == 2
+    assert "trials were forked from other trials' checkpoints (PBT)" in refused.stderr
+    forced = run_hpctune("export-trace", str(study_dir), str(tmp_path / "t.h5"), "--force")
+    assert forced.returncode == 0
+    assert "warning: " in forced.stderr
 
 
 @pytest.mark.slow

@@ -5,12 +5,14 @@ at boundaries and resumed from their checkpoints, and the study finishes."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from tests.browser import open_report
 from tests.conftest import DIGITS, run_hpctune, write_study
 
 LR = [0.0, 0.01, 0.05, 0.2, 0.3]  # lr 0 never learns: its accuracy stays where it started
@@ -91,3 +93,11 @@ def test_pop_study_kills_poor_suspends_and_resumes_from_checkpoints(
 
     # POP acted on learning-curve predictions that the controller journaled
     assert len(record.predictions) >= 2
+    # the report shows POP's pools over time and the predictions (headless Chromium)
+    run_hpctune("report", str(study_dir), "--out", str(tmp_path / "report"), check=True)
+    load = open_report(tmp_path / "report" / "index.html", tmp_path / "shots")
+    assert (load.errors, load.failed) == ([], [])
+    assert load.plots["pools"] == 1
+    assert "curve model" in (tmp_path / "report" / "index.html").read_text()
+    status = run_hpctune("status", str(study_dir), check=True).stdout
+    assert re.search(r"policy pop: \d+ trials? terminated before the end, \d+ suspensions", status)

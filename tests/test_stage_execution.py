@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hpctune.best import best_checkpoint_rows
 from hpctune.journal import open_study
 from hpctune.journal.reader import Study
 from hpctune.stagetree.from_study import plan_from_study
@@ -151,10 +152,27 @@ def test_a_branching_trial_inherits_its_parents_curve(shared: Study) -> None:
 
 def test_checkpoints_nothing_needs_are_deleted(shared: Study) -> None:
     kept = [c for c in shared.record.checkpoints.values() if not c.deleted]
-    assert len(shared.record.checkpoints) > len(kept) == len(shared.trials)
-    assert {c.step for c in kept} == {MAX_STEPS}
+    best = best_checkpoint_rows(shared.record)  # the model behind the best value is kept too
+    assert len(best) <= 1
+    assert {c.row for c in kept} == {t.checkpoint_row for t in shared.trials} | best
+    assert len(shared.record.checkpoints) > len(kept)
+    assert {c.step for c in kept if c.row not in best} == {MAX_STEPS}
     files = sorted((shared.directory / "checkpoints").rglob("*.pt"))
     assert files == sorted(shared.directory / c.path for c in kept)
+
+
+def test_the_report_shows_the_stage_tree(shared: Study, tmp_path: Path) -> None:
+    from tests.browser import open_report
+
+    run_hpctune("report", str(shared.directory), "--out", str(tmp_path / "r"), check=True)
+    load = open_report(tmp_path / "r" / "index.html", tmp_path / "shots")
+    assert (load.errors, load.failed) == ([], [])
+    assert load.plots["stages"] == 1
+    page = (tmp_path / "r" / "index.html").read_text()
+    trained = _trained_steps(shared)
+    assert f"{trained} epochs trained for the {6 * MAX_STEPS} the trials reached" in page
+    status = run_hpctune("status", str(shared.directory), check=True).stdout
+    assert f"stage tree: {trained} steps trained for {6 * MAX_STEPS} steps reached" in status
 
 
 def test_a_trial_through_shared_stages_has_its_curve_when_run_alone(
@@ -364,9 +382,17 @@ def test_pbt_over_the_stage_tree_trains_identical_children_once(
     if keep_last:  # nothing identical is trained twice
         assert _trained_steps(study) == plan.unique_steps() < 2 * len(trials)
         assert kept == {t.checkpoint_row for t in trials}
-    else:  # PBT's garbage collection: in the end only the fittest trial's checkpoint is left
+    else:  # PBT's garbage collection: in the end only the fittest trial's checkpoint is left,
+        # and the best final model's ([study] keep_checkpoints keeps the model behind the best)
         assert plan.unique_steps() <= _trained_steps(study) < 2 * len(trials)
         last = {t.trial_id: study.curve(t.trial_id).values[-1] for t in trials}
         fittest = {t.checkpoint_row for t in trials if last[t.trial_id] == max(last.values())}
-        assert len(kept) == 1
-        assert kept <= fittest
+        best = study.best_trial()
+        assert best is not None
+        assert best.step == MAX_STEPS
+        assert best.checkpoint is not None
+        assert best.checkpoint.is_file()
+        best_row = best_checkpoint_rows(study.record)
+        assert len(best_row) == 1
+        assert len(kept - best_row) <= 1
+        assert kept - best_row <= fittest

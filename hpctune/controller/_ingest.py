@@ -147,7 +147,6 @@ class IngestingController(ControllerBase):
         return ref
 
     def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
-        previous = self.state.trials[seg.trial_id].checkpoint_row
         self._add_checkpoint(
             seg.trial_id,
             seg.segment_id,
@@ -159,13 +158,7 @@ class IngestingController(ControllerBase):
         )
         if self.spec.stages.enabled:
             self._dirty = True  # a branch point's children may be ready; stage GC deletes
-            return
-        if previous is not None and not self._pinned(previous):
-            self._delete_checkpoints([previous])
-
-    def _pinned(self, row: int) -> bool:
-        """True if a trial still needs checkpoint ``row`` (it was forked from it)."""
-        return any(t.parent_checkpoint_row == row for t in self.state.trials.values())
+        # the previous one goes in this iteration's checkpoint collection unless it is kept
 
     def _delete_checkpoints(self, rows: list[int]) -> None:
         refs = [self.state.checkpoints[r] for r in rows if not self.state.checkpoints[r].deleted]

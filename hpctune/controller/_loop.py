@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.best import best_checkpoint_rows, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
@@ -238,33 +239,41 @@ class Controller(StageTreeController):
             self._set_study(final, self.state.reason)
 
     def _collect_checkpoints(self) -> None:
-        """Delete checkpoints the policy can no longer fork from (PBT's garbage collection, §3.7).
+        """Delete the checkpoints nothing needs any more (trial-based studies).
 
-        Only for policies that fork (``makes_configurations``) and name what they need
-        (:meth:`Policy.needed_checkpoints`): the latest checkpoint of an ended trial not in that
-        set, and every checkpoint that is not its trial's latest, are deleted unless a trial not
-        yet ended was forked from them (it may have to restart from there).
+        Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
+        ``[study] keep_checkpoints`` says (:mod:`hpctune.best`); the checkpoint behind the best
+        value of every trial not ended and of the study's best trial (unless ``"last"``); any
+        checkpoint a trial not yet ended was forked from. A policy that forks
+        (``makes_configurations``) and names the ended trials it may still fork from
+        (:meth:`Policy.needed_checkpoints`, PBT's garbage collection, §3.7) has the latest
+        checkpoints of the other ended trials deleted.
         """
-        if not self.policy.makes_configurations:
-            return  # the other policies keep each trial's latest checkpoint (no view needed)
-        needed = self.policy.needed_checkpoints(self._view())
-        if needed is None:
-            return
-        pinned = {
+        needed: set[int] | None = None
+        if self.policy.makes_configurations:
+            needed = self.policy.needed_checkpoints(self._view())
+            if needed is None:
+                return  # the policy keeps everything (e.g. keep_last_checkpoints)
+        keep = best_checkpoint_rows(self.state)
+        keep |= {
             t.parent_checkpoint_row
             for t in self.state.trials.values()
             if not t.status.is_final and t.parent_checkpoint_row is not None
         }
         rows = []
-        for ref in self.state.checkpoints.values():
-            if ref.deleted or ref.row in pinned:
+        for trial in self.state.trials.values():
+            live = self.state.live_checkpoints(trial.trial_id)
+            if not live:
                 continue
-            trial = self.state.trials.get(ref.trial_id)
-            if trial is None:
-                continue
-            latest = trial.checkpoint_row == ref.row
-            if not latest or (trial.status.is_final and ref.trial_id not in needed):
-                rows.append(ref.row)
+            if needed is not None:
+                drop_latest = trial.status.is_final and trial.trial_id not in needed
+            else:
+                drop_latest = not keeps_latest(self.state, trial)
+            for ref in live:
+                if ref.row in keep:
+                    continue
+                if ref.row != trial.checkpoint_row or drop_latest:
+                    rows.append(ref.row)
         if rows:
             self._delete_checkpoints(rows)
 
@@ -346,6 +355,9 @@ class Controller(StageTreeController):
             self._order_exit(worker, "no work for it")
         queued = [t.trial_id for t in self.state.trials.values() if t.status is TrialStatus.QUEUED]
         if not queued:
+            if self.policy.makes_configurations:  # PBT names no parent any more: collect again
+                keep = self.policy.needed_checkpoints(self._view())
+                self._collect_stage_checkpoints(plan, milestones, keep)
             self._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
         elif free_slots > 0:
             self._set_study(

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hpctune.best import best_checkpoint_rows
 from hpctune.controller._curves import CurveFittingController
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
@@ -353,6 +354,7 @@ class StageTreeController(CurveFittingController):
             if t.checkpoint_row is not None
             and (keep is None or not t.status.is_final or t.trial_id in keep)
         }
+        needed |= best_checkpoint_rows(self.state)  # the models behind the best values
         active = {s.segment_id for s in self.state.active_segments()}
         rows = [
             ref.row

@@ -258,13 +258,9 @@ def plot_curves(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    try:
-        import matplotlib
+    from hpctune.plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise UsageError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
+    plt = pyplot()
     full = dict(zip(curves.ids, curves.curves, strict=True))
     cols = min(4, len(rows))
     nrows = math.ceil(len(rows) / cols)

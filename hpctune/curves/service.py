@@ -9,7 +9,7 @@ Rules:
   newer request for a trial whose request waits replaces it (the newest curve wins; the trial
   keeps its place in the queue).
 * **One writer per result file.** Whoever runs a fit (a pool process, a Slurm array task) writes
-  ``<study>/curves/trial-<T>-n<N>.json`` atomically; a task finding the file already there
+  ``<study>/curves/trial-<TTTTTT>-n<NNNNNNNN>.json`` atomically; a task finding the file there
   (a resubmitted request) leaves it alone. Only for a fit whose process or job died without a
   file does the controller write the file itself, with an unknown prediction.
 * **Failures are unknown predictions.** A failed fit is resubmitted once; after that (or for an

@@ -1,7 +1,8 @@
 """Read a study from its journal: offline, read-only, also while the study runs.
 
 >>> study = open_study("runs/digits-20261122-101500")       # doctest: +SKIP
->>> study.best_trial().params                                # doctest: +SKIP
+>>> best = study.best_trial()                                 # doctest: +SKIP
+>>> best.params, best.value, best.step, best.checkpoint       # doctest: +SKIP
 >>> steps, values = study.curve(3)                           # doctest: +SKIP
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.errors import JournalError
+from hpctune.errors import JournalError, UnknownNameError
 from hpctune.journal.state import (
     CheckpointRef,
     StudyRecord,
@@ -29,6 +30,9 @@ from hpctune.journal.store import JournalReader
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpctune.best import BestTrial
+    from hpctune.export.hdf5 import Hdf5Journal
+
 JOURNAL_DIR = "journal.zarr"
 
 
@@ -40,7 +44,7 @@ class MetricRows:
         record: Its study state (whose segments decide which rows are valid).
     """
 
-    def __init__(self, reader: JournalReader, record: StudyRecord) -> None:
+    def __init__(self, reader: JournalReader | Hdf5Journal, record: StudyRecord) -> None:
         self._reader = reader
         self.trial = reader.column("metrics", "trial")
         self.segment = reader.column("metrics", "segment")
@@ -68,12 +72,12 @@ class MetricRows:
         return rows[~np.isnan(self.values(metric)[rows])]
 
 
-def load_state(reader: JournalReader) -> StudyRecord:
+def load_state(reader: JournalReader | Hdf5Journal) -> StudyRecord:
     """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
     return _load(reader)[0]
 
 
-def _load(reader: JournalReader) -> tuple[StudyRecord, MetricRows]:
+def _load(reader: JournalReader | Hdf5Journal) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
     ck = reader.table("checkpoints")
     for row in range(len(ck["trial"])):
@@ -137,19 +141,39 @@ class Study:
     """A read-only view of a study directory, as of the journal's last commit.
 
     Args:
-        directory: The study directory (holding ``journal.zarr``).
+        directory: The study directory (holding ``journal.zarr``), or an HDF5 file written by
+            ``hpctune export --format hdf5`` (read as the study was when exported; checkpoint
+            paths point into the study directory it came from).
     """
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory).resolve()
-        journal = self.directory / JOURNAL_DIR
-        if not journal.exists():
-            raise JournalError(
-                f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
-                "give the directory `hpctune launch` printed"
-            )
-        self._reader = JournalReader(journal)
+        path = Path(directory).resolve()
+        self._reader: JournalReader | Hdf5Journal
+        if path.is_file():  # an HDF5 export (h5py is imported only for one)
+            from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
+
+            if not is_hdf5_export(path):
+                raise JournalError(
+                    f"{path} is a file but not a study export (`hpctune export --format "
+                    "hdf5`); give a study directory or an exported .h5 file"
+                )
+            self._reader = Hdf5Journal(path)
+            self.directory = self._reader.directory
+        else:
+            self.directory = path
+            journal = self.directory / JOURNAL_DIR
+            if not journal.exists():
+                raise JournalError(
+                    f"{self.directory} is not a study directory (no {JOURNAL_DIR} in it); "
+                    "give the directory `hpctune launch` printed"
+                )
+            self._reader = JournalReader(journal)
         self.record, self._metrics = _load(self._reader)
+
+    @property
+    def journal(self) -> JournalReader | Hdf5Journal:
+        """The journal snapshot this view was read from (its tables, as committed)."""
+        return self._reader
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -172,13 +196,25 @@ class Study:
         return [self.record.trials[k] for k in sorted(self.record.trials)]
 
     def trial(self, trial_id: int) -> TrialRecord:
-        """Return one trial; raises ``KeyError`` naming the known ids if it does not exist."""
+        """Return one trial.
+
+        Raises:
+            UnknownNameError: (a ``KeyError``) no such trial; the message names the known ids.
+        """
         try:
             return self.record.trials[trial_id]
-        except KeyError:
-            raise KeyError(
-                f"no trial {trial_id} in {self.directory}; trials are 0..{len(self.trials) - 1}"
+        except (KeyError, TypeError):
+            known = f"0..{len(self.trials) - 1}" if self.trials else "none yet"
+            raise UnknownNameError(
+                f"no trial {trial_id!r} in {self.directory}; its trials are {known}"
             ) from None
+
+    def _check_metric(self, metric: str) -> None:
+        if metric != self.metric and metric not in self.metric_names():
+            names = ", ".join(sorted({self.metric, *self.metric_names()}))
+            raise UnknownNameError(
+                f"no metric {metric!r} in {self.directory}; its metrics are {names}"
+            )
 
     def metric_names(self) -> list[str]:
         """Every metric name reported in the study."""
@@ -192,6 +228,7 @@ class Study:
         """
         tr = self.trial(trial_id)
         metric = metric or self.metric
+        self._check_metric(metric)
         if metric == self.metric:
             return Curve(
                 np.asarray(tr.curve_steps, dtype=np.int64),
@@ -212,20 +249,26 @@ class Study:
         )
 
     def best_value(self, trial_id: int) -> float:
-        """The best value of the study metric a trial reached (NaN if none)."""
-        from hpctune.summary import best_value
+        """The best value of the study metric a trial reached at any step (NaN if none)."""
+        from hpctune.best import peak_value
 
-        return best_value(self.record, self.trial(trial_id))[0]
+        return peak_value(self.record, self.trial(trial_id))[0]
 
-    def best_trial(self) -> TrialRecord | None:
-        """The trial with the best value of the study metric at any step, or ``None``."""
-        from hpctune.summary import best_trial
+    def best_trial(self) -> BestTrial | None:
+        """The study's best trial, or ``None`` while no trial has completed.
 
-        return best_trial(self.record)
+        Only completed trials that trained to ``max_steps`` count; a trial's value follows the
+        study's ``[study] best`` rule (``"peak"``: its best step, ``"last"``: its last). The
+        result has ``trial_id``, ``params``, ``value``, ``step``, ``mode`` and ``checkpoint``
+        (the file with the model at ``step``, or ``None`` when none was saved or kept there).
+        """
+        from hpctune.best import describe_best
+
+        return describe_best(self.record, self.directory)
 
     def checkpoint_path(self, trial_id: int) -> Path | None:
         """The file of a trial's latest checkpoint, or ``None``."""
-        row = self.record.trials[trial_id].checkpoint_row
+        row = self.trial(trial_id).checkpoint_row
         return None if row is None else self.directory / self.record.checkpoints[row].path
 
     def counts(self) -> dict[str, int]:
@@ -260,12 +303,11 @@ class Study:
             rows.append(row)
         return pd.DataFrame(rows)
 
-    def metrics_frame(self) -> pd.DataFrame:
-        """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
-        import pandas as pd
-
+    def metric_rows(self) -> dict[str, np.ndarray]:
+        """Every valid report as columns: ``trial``, ``segment``, ``step``, ``time`` and one
+        column per metric (NaN where a report did not hold it), in journal order."""
         m = self._metrics
-        data: dict[str, Any] = {
+        data: dict[str, np.ndarray] = {
             "trial": m.trial[m.valid],
             "segment": m.segment[m.valid],
             "step": m.step[m.valid],
@@ -273,7 +315,13 @@ class Study:
         }
         for name in self.metric_names():
             data[name] = m.values(name)[m.valid]
-        return pd.DataFrame(data)
+        return data
+
+    def metrics_frame(self) -> pd.DataFrame:
+        """One row per valid report (needs pandas): trial, segment, step, time and every metric."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metric_rows())
 
 
 def open_study(directory: str | Path) -> Study:

@@ -221,6 +221,8 @@ class StudyRecord:
     slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
+    # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
+    _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -385,6 +387,8 @@ class StudyRecord:
             ref = self.checkpoints.get(row)
             if ref is not None:
                 ref.deleted = True
+                if self._live_rows is not None:
+                    self._live_rows.get(ref.trial_id, set()).discard(row)
         for tr in self.trials.values():  # its own or (stage trees) one it went on from
             if tr.checkpoint_row in rows:
                 tr.checkpoint_row = None
@@ -454,6 +458,8 @@ class StudyRecord:
     def add_checkpoint(self, ref: CheckpointRef) -> None:
         """Record a checkpoint row; it becomes its trial's latest checkpoint."""
         self.checkpoints[ref.row] = ref
+        if self._live_rows is not None and not ref.deleted:
+            self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
         trial = self.trials.get(ref.trial_id)
         if trial is not None and not ref.deleted:
             trial.checkpoint_row = ref.row
@@ -477,6 +483,15 @@ class StudyRecord:
             trial.curve_steps.append(step)
             trial.curve_values.append(float(value))
             trial.curve_times.append(time)
+
+    def live_checkpoints(self, trial_id: int) -> list[CheckpointRef]:
+        """A trial's checkpoints that are not deleted, by row."""
+        if self._live_rows is None:
+            self._live_rows = {}
+            for ref in self.checkpoints.values():
+                if not ref.deleted:
+                    self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
+        return [self.checkpoints[r] for r in sorted(self._live_rows.get(trial_id, ()))]
 
     def checkpoint_step(self, trial_id: int) -> int | None:
         """The step of a trial's latest checkpoint, or ``None``."""

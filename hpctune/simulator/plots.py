@@ -16,10 +16,9 @@ def plot_split(result: SimulationResult, path: str | Path) -> Path:
     Raises:
         ValueError: The run recorded no ``s_promising`` (not a POP run).
     """
-    import matplotlib
+    from hpctune.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     points = [(t, s["s_promising"]) for t, s in result.policy_states if "s_promising" in s]
     if not points:

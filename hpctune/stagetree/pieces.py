@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hpctune.formatting import format_schedule, format_value
 from hpctune.schedules import (
     Constant,
     Cosine,
@@ -110,18 +111,14 @@ class Piece:
         )
 
     def describe(self) -> str:
-        """Return a short human form, e.g. ``cosine(0.1, 20, 0)@5``."""
+        """Return a short human form in the one schedule format, e.g.
+        ``cosine(base=0.1, total_steps=20)@5`` (``@``: the step of the function's own step 0)."""
         if self.kind == "value":
-            value = json.loads(self.args[0])
-            return _short(value) if isinstance(value, float) else str(self.args[0])
+            return format_value(json.loads(self.args[0]))
         if self.kind == "constant":
-            return repr(self.args[0])
-        text = f"{self.kind}({', '.join(_short(a) for a in self.args)})"
+            return format_value(self.args[0])
+        text = format_schedule(_elementary(self).to_dict())
         return text + (f"@{self.offset}" if self.offset else "")
-
-
-def _short(arg: Any) -> str:
-    return f"{arg:g}" if isinstance(arg, float) else str(arg)
 
 
 def _elementary(piece: Piece) -> Schedule:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctune.errors import UsageError
 from hpctune.stagetree.pieces import describe_config
 from hpctune.stagetree.tree import StageTree
 
 
-def _rows(tree: StageTree) -> list[float]:
+def stage_rows(tree: StageTree) -> list[float]:
     """A row per stage: leaves in depth-first order, a parent at the mean of its children."""
     row = [0.0] * len(tree.stages)
     next_leaf = 0.0
@@ -55,15 +54,11 @@ def plot_stage_tree(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    try:
-        import matplotlib
+    from hpctune.plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - matplotlib is a dev dependency
-        raise UsageError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
+    plt = pyplot()
     path = Path(path)
-    row = _rows(tree)
+    row = stage_rows(tree)
     served = [len(s.trials) for s in tree.stages]
     for stage in reversed(tree.stages):
         if stage.parent is not None:
@@ -119,4 +114,4 @@ def plot_stage_tree(
     return path
 
 
-__all__ = ["plot_stage_tree"]
+__all__ = ["plot_stage_tree", "stage_rows"]

@@ -4,7 +4,8 @@ The tree is the one every trial of the study would need from scratch (as ``hpctu
 prints it); each stage's status comes from the journal state:
 
 - ``done``: its steps were trained (a trial through its node has reported past its end);
-- ``running``: a worker trains steps of it now (an active segment's claim overlaps it);
+- ``running``: a worker trains it now (an active segment's trial is at a step inside it; only
+  while the study runs: the segments of a stopped or killed study train nothing);
 - ``pending``: not trained yet (waiting for a worker or for the stage before it);
 - ``released``: every trial through it ended (terminated or failed) before it was trained.
 """
@@ -17,6 +18,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.from_study import path_ranges, plan_from_study
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.tree import StageTree, build_stage_tree
+from hpctune.states import StudyState
 
 STATUSES = ("done", "running", "pending", "released")
 
@@ -31,13 +33,23 @@ def study_stage_tree(record: StudyRecord, max_steps: int) -> tuple[StageTree, li
         step = record.trials[trial_id].step
         for node_id, _, end in path_ranges(live, trial_id):
             reached[node_id] = max(reached.get(node_id, 0), min(step, end))
+    training: list[tuple[int, int]] = []  # (node, step) an active segment is at now
+    if record.state in (StudyState.RUNNING, StudyState.STOPPING):
+        for seg in record.active_segments():
+            if seg.trial_id not in live.trials:
+                continue
+            step = record.trials[seg.trial_id].step
+            training.extend(
+                (node_id, step)
+                for node_id, start, end in path_ranges(live, seg.trial_id)
+                if start <= step < end
+            )
     statuses = []
     for stage in tree.stages:
-        node = live.nodes[stage.node]
         through = [record.trials[t] for t in live.trials_through(stage.node)]
         if reached.get(stage.node, 0) >= stage.end:
             status = "done"
-        elif any(a < stage.end and b > stage.start for a, b in node.claims):
+        elif any(n == stage.node and stage.start <= x < stage.end for n, x in training):
             status = "running"
         elif through and all(t.status.is_final for t in through):
             status = "released"

@@ -7,6 +7,7 @@ trains from step 0 on a worker; until its checkpoint at the branch point (step 3
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from hpctune.stagetree.from_study import (
 )
 from hpctune.stagetree.plan import RequestStatus
 from hpctune.stagetree.tree import Point, build_stage_tree, needed_checkpoints
+from hpctune.states import StudyState
 
 
 def lr(after: float) -> dict[str, Any]:
@@ -113,19 +115,22 @@ def test_stage_statuses_follow_the_study() -> None:
     from hpctune.stagetree.status import status_counts, study_stage_tree
 
     record = record_with_two_trials()
+    record.state = StudyState.RUNNING
     record.add_report(0, 1, 2.0, 0.5)
     checkpoint(record, 0, 0, 1)
     tree, statuses = study_stage_tree(record, 6)
     # the shared ramp 0-3, then each trial's 3-6
     assert [(s.start, s.end) for s in tree.stages] == [(0, 3), (3, 6), (3, 6)]
-    # trial 0's segment runs its whole path: both its stages are claimed
-    assert statuses[0] == "running"
-    assert sorted(statuses[1:]) == ["pending", "running"]
+    # trial 0's segment trains the ramp now; the rest of its path comes later
+    assert statuses == ["running", "pending", "pending"]
     for step in (2, 3, 4):
         record.add_report(0, step, 2.0 + step, 0.5)
     tree, statuses = study_stage_tree(record, 6)
     assert statuses[0] == "done"
     assert sorted(statuses[1:]) == ["pending", "running"]
+    stopped = copy.deepcopy(record)  # a stopped study's segments train nothing
+    stopped.state = StudyState.STOPPED
+    assert "running" not in study_stage_tree(stopped, 6)[1]
     record.apply(st.TRIAL_STATUS, 1, -1, 9.0, {"status": "terminated"})
     tree, statuses = study_stage_tree(record, 6)
     assert status_counts(statuses) == {"done": 1, "running": 1, "pending": 0, "released": 1}

@@ -5,8 +5,10 @@ sum) goes through real checkpoints (torch serialization), so a resumed trial con
 Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
 (the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions);
 ``hang`` (step 3 never ends).
-``sleep`` seconds are spent per step. ``checkpoint_every`` (default 1) saves a checkpoint only
-every that many steps (and when told to stop or suspend); ``checkpoint = false`` never does.
+``sleep`` seconds are spent per step. ``boost`` multiplies the scores of trials that will fail
+or diverge (``raise``, ``nan``), so that a test can check they are never the best trial.
+``checkpoint_every`` (default 1) saves a checkpoint only every that many steps (and when told to
+stop or suspend); ``checkpoint = false`` never does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def train(ctx) -> None:
         if behaviour == "exit" and step == 2 and not os.environ.get("HPCTUNE_TEST_NO_EXIT"):
             os._exit(3)
         score = p["x"] * step / ctx.max_steps
+        if behaviour in ("raise", "nan"):
+            score *= p.get("boost", 1.0)
         if behaviour == "nan" and step == 3:
             score = float("nan")
         state["total"] += score

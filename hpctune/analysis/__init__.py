@@ -1,0 +1,1 @@
+"""Analysis of a study from its journal: searched dimensions, parameter importance."""

@@ -1,0 +1,1 @@
+"""``hpctune report``: a study as one static HTML page with interactive plots, and PNGs."""
