@@ -30,11 +30,8 @@ export PATH
 umask 022
 
 VARIANT=${HPCTUNE_SLURM_VARIANT:-default}
-if [[ $VARIANT == site ]]; then # a module system, as sites load their Python with
-    readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server environment-modules)
-else
-    readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server)
-fi
+# environment-modules: a module system, as sites load their Python with (tests' setup lines)
+readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server environment-modules)
 case $VARIANT in
 default) OTHER_VARIANT=site ;;
 site) OTHER_VARIANT=default ;;

@@ -47,8 +47,8 @@ def retrained_steps(study_dir: Path) -> int:
 
 
 def _squeue(*args: str) -> list[str]:
-    out = subprocess.run(
-        ["squeue", "-h", *args], capture_output=True, text=True, timeout=30, check=True
+    out = subprocess.run(  # a job squeue has forgotten is an error: no lines
+        ["squeue", "-h", *args], capture_output=True, text=True, timeout=30, check=False
     ).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
@@ -72,19 +72,19 @@ def test_launch_refuses_what_slurm_would_not_run_and_creates_nothing(
 ) -> None:
     part = slurm_cluster.default_partition
     limit = slurm_cluster.max_time_min(part)
-    cases: list[tuple[dict[str, Any], dict[str, Any], str, str]] = [
-        ({"partition": "nosuchpartition"}, {}, "slurm.partition", "invalid partition"),
+    cases: list[tuple[dict[str, Any], dict[str, Any], str, tuple[str, ...]]] = [
+        ({"partition": "nosuchpartition"}, {}, "slurm.partition", ("invalid partition",)),
         (
             {"partition": part, "controller": {"partition": part, "time": limit + 1}},
             {},
             "slurm.controller.time",
-            "MaxTime",
+            ("MaxTime",),
         ),
         (
             {"partition": part},
             {"gpus_per_worker": slurm_cluster.gpus + 1},
             "resources.gpus_per_worker",
-            "Requested node configuration is not available",
+            ("Requested node configuration is not available", "generic resource"),
         ),
     ]
     for i, (slurm, resources, field, words) in enumerate(cases):
@@ -99,7 +99,7 @@ def test_launch_refuses_what_slurm_would_not_run_and_creates_nothing(
         result = _launch(spec)
         assert result.returncode == 2, (slurm, result.stdout, result.stderr)
         assert field in result.stderr, result.stderr
-        assert words.lower() in result.stderr.lower(), result.stderr
+        assert any(w.lower() in result.stderr.lower() for w in words), result.stderr
         assert not (tmp_path / f"case{i}" / "study").exists()
         assert not list((tmp_path / f"case{i}").glob(".study.creating-*"))
     # Slurm takes --test-only but refuses the real submission: nothing is left either
@@ -274,6 +274,8 @@ def test_failing_worker_submissions_show_stop_and_resume_with_other_settings(
     assert len(never) == 2
     assert all(t.status is TrialStatus.QUEUED for t in study.trials)
     assert all(t.retries == 0 for t in study.trials)
+    old_job = (stopped / "slurm" / "controller-jobs.txt").read_text().split()[-1]
+    assert wait_for(lambda: not _squeue("-j", old_job), 60)  # it has exited
 
     # resume with other settings: journaled, and the study finishes with them
     part = slurm_cluster.default_partition
