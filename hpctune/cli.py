@@ -126,15 +126,31 @@ def launch(
     spec = load_spec(study_toml, directory=study_dir)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
+    if slurm:  # before anything is created: would Slurm take the controller and the workers?
+        from hpctune.errors import SubmissionError
+        from hpctune.slurm.cluster import check_jobs
+
+        try:
+            check_jobs(spec)
+        except SubmissionError as exc:  # Slurm does not answer
+            if not dry_run:
+                raise
+            click.echo(f"note: not checked against the cluster: {exc}")
     if dry_run:
         _print_plan(spec, slurm)
         return EXIT_OK
     if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
     paths = create_study(spec)
-    click.echo(f"study directory: {paths.root}")
     if slurm:
-        return _submit_controller(paths, spec)
+        try:
+            job = _submit_controller(paths, spec)
+        except BaseException:
+            shutil.rmtree(paths.root, ignore_errors=True)  # a failed launch leaves nothing
+            raise
+        click.echo(f"study directory: {paths.root}")
+        return job
+    click.echo(f"study directory: {paths.root}")
     click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
     return _exit_code(run_local(paths, show_params=show_params))
 
@@ -184,13 +200,15 @@ def _print_plan(spec: Any, slurm: bool) -> None:
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
     if slurm:
+        from hpctune.slurm.cluster import resolve_times
         from hpctune.slurm.controller_job import render_controller_script
         from hpctune.slurm.executor import worker_parameters
 
+        resolved = resolve_times(spec)
         click.echo("\ncontroller job (sbatch script):")
-        click.echo(render_controller_script(StudyPaths.of(spec.directory), spec))
+        click.echo(render_controller_script(StudyPaths.of(spec.directory), resolved))
         click.echo("worker jobs (submitit SlurmExecutor parameters, one job array per batch):")
-        click.echo(json.dumps(worker_parameters(spec), indent=2))
+        click.echo(json.dumps(worker_parameters(resolved), indent=2))
 
 
 @cli.command("plan")
@@ -345,25 +363,57 @@ def plan_command(
 @click.option(
     "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
 )
-def resume(study_dir: Path, local: bool, force: bool, show_params: bool) -> int:
+@click.option(
+    "--slurm",
+    "slurm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a [slurm] setting (controller.KEY for [slurm.controller]); repeatable.",
+)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
+)
+def resume(
+    study_dir: Path,
+    local: bool,
+    force: bool,
+    show_params: bool,
+    slurm_settings: tuple[str, ...],
+    spec_file: Path | None,
+) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
     controller are adopted. Refused while another controller holds the study's lease (the
-    message names it); --force takes the study over from it.
+    message names it); --force takes the study over from it. --slurm and --spec change the
+    study's [slurm] settings (journaled); its search space and policy stay as they are.
     """
+    from hpctune.inbox import send_command
+    from hpctune.journal.reader import open_study
     from hpctune.launch import ensure_no_controller, prepare_study_dir, run_local
+    from hpctune.spec import StudySpec
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
+    spec = StudySpec.from_dict(open_study(paths.root).spec)
+    changed = _changed_slurm(paths, spec, slurm_settings, spec_file)
     if local or shutil.which("sbatch") is None:
+        if changed is not None:
+            send_command(paths.inbox, changed[1])
         click.echo(f"resuming {paths.root}")
         return _exit_code(run_local(paths, force=force, show_params=show_params))
-    from hpctune.journal.reader import open_study
     from hpctune.lease import fence
+    from hpctune.slurm.cluster import check_jobs
     from hpctune.slurm.controller_job import queued_controller
-    from hpctune.spec import StudySpec
 
+    source = None
+    if changed is not None:
+        spec, source = changed[0], spec_file or Path("--slurm")
+    check_jobs(spec, source)  # before fencing: a rejected change leaves the study as it was
     if force:
         epoch = fence(paths.root)
         click.echo(f"fenced the study's controllers (epoch {epoch}); submitting a new one")
@@ -375,8 +425,53 @@ def resume(study_dir: Path, local: bool, force: bool, show_params: bool) -> int:
                 f"the controller job {queued} of {paths.root} is still queued or "
                 f"running; cancel it with `scancel {queued}` first (or use --force)"
             )
-    spec = StudySpec.from_dict(open_study(paths.root).spec)
-    return _submit_controller(paths, spec)
+    if changed is None:
+        return _submit_controller(paths, spec)
+    inbox = send_command(paths.inbox, changed[1])  # the controller journals and uses the change
+    try:
+        return _submit_controller(paths, spec)
+    except HpctuneError:
+        inbox.unlink(missing_ok=True)
+        raise
+
+
+def _changed_slurm(
+    paths: StudyPaths, spec: Any, assignments: tuple[str, ...], spec_file: Path | None
+) -> tuple[Any, dict[str, Any]] | None:
+    """The spec with the [slurm] settings of ``--spec`` and ``--slurm`` and the inbox command
+    that carries them to the controller; ``None`` when nothing changes."""
+    import dataclasses
+
+    from hpctune.slurm import settings
+    from hpctune.spec import load_spec
+
+    if not assignments and spec_file is None:
+        return None
+    slurm = spec.slurm
+    sources = []
+    if spec_file is not None:
+        other = load_spec(spec_file, directory=paths.root)
+        slurm = other.slurm
+        sources.append(f"--spec {spec_file}")
+        skip = ("slurm", "source", "directory")
+        mine = {k: v for k, v in spec.to_dict().items() if k not in skip}
+        if {k: v for k, v in other.to_dict().items() if k not in skip} != mine:
+            click.echo(
+                f"note: only [slurm] and [slurm.controller] are taken from {spec_file}; the "
+                "search space, policy and other settings stay as the study has them"
+            )
+    if assignments:
+        slurm = settings.apply_assignments(slurm, settings.parse_assignments(assignments))
+        sources.append("--slurm " + " ".join(assignments))
+    diff = settings.differences(spec.slurm, slurm)
+    if not diff:
+        click.echo("[slurm] settings unchanged")
+        return None
+    for key, (old, new) in diff.items():
+        click.echo(f"[slurm] {key}: {old!r} -> {new!r}")
+    command = settings.command(slurm, spec.slurm, "; ".join(sources))
+    return dataclasses.replace(spec, slurm=slurm), command
+
 
 
 @cli.command(hidden=True)
@@ -444,9 +539,16 @@ def status(
         follow(paths.root, interval=every)
     study = open_study(paths.root)
     controller = controller_alive(paths)
+    on_slurm = None
+    if shutil.which("squeue") is not None and (paths.root / "slurm").is_dir():
+        from hpctune.slurm.status import slurm_status, status_lines
+
+        on_slurm = slurm_status(paths, study.record, controller is not None)
     if as_json:
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
+        data["study"]["slurm"] = on_slurm
+        data["study"]["slurm_changes"] = study.record.slurm_changes
         if sacct:
             from hpctune.slurm.accounting import sacct_allocated_s
 
@@ -468,8 +570,13 @@ def status(
             f"controller: {job}pid {controller.get('pid')} on {controller.get('host')} "
             f"(epoch {controller.get('epoch')})"
         )
+    elif on_slurm is not None and on_slurm["controller_job"] is not None:
+        pass  # the controller job's state follows
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
+    if on_slurm is not None:
+        for line in status_lines(on_slurm, str(paths.root)):
+            click.echo(line)
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
     for line in [*policy_lines(study.record), *notices(study.record)]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from hpctune.files import write_bytes_atomic, write_json_atomic
 from hpctune.journal.state import StudyRecord
+from hpctune.slurm.settings import read_command as read_slurm_command
 from hpctune.states import TrialStatus
 
 INBOX_GRACE = 2.0  # seconds: an unparsable file younger than this may still be being written
@@ -88,10 +89,24 @@ def check_retry(command: Mapping[str, Any], record: StudyRecord) -> str:
     return ""
 
 
+def check_slurm(command: Mapping[str, Any], record: StudyRecord) -> str:
+    """``{"command": "slurm", "slurm": {...}, "changes": {...}, "source": "..."}`` (`hpctune
+    resume --slurm/--spec`): the ``[slurm]`` settings of the jobs submitted from now on."""
+    problem = check_keys(command, ("slurm", "changes", "source"))
+    if problem:
+        return problem
+    try:
+        read_slurm_command(command)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 VALIDATORS: dict[str, Validator] = {
     "stop": check_stop,
     "stop_trial": check_stop_trial,
     "retry": check_retry,
+    "slurm": check_slurm,
 }
 
 

@@ -160,7 +160,10 @@ class Worker:
         self._ignored: set[tuple[int, int]] = set()  # (segment, epoch) of stale files
         self.epoch = 0  # the highest controller epoch seen
         self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
-        beat = Heartbeat(worker_id, slurm_job_id=os.environ.get("SLURM_JOB_ID"))
+        beat = Heartbeat(worker_id, slurm_job_id=own_job_id(), started=process_start_time())
+        previous = Heartbeat.read(self.paths.heartbeat(worker_id))
+        if previous is not None and previous.started < beat.started:  # for the accounting
+            beat.previous_started, beat.previous_time = previous.started, previous.time
         self.heartbeat = _HeartbeatThread(
             self.paths.heartbeat(worker_id), beat, HEARTBEAT_INTERVAL
         )
@@ -282,8 +285,9 @@ class Worker:
         return True
 
     def _requeue(self) -> str:
-        """Ask Slurm to requeue this worker's job; return the heartbeat's final state."""
-        job = os.environ.get("SLURM_JOB_ID")
+        """Ask Slurm to requeue this worker's job, exactly this task of an array (requeueing
+        the array's own id would requeue every task); return the heartbeat's final state."""
+        job = own_job_id()
         if not job:
             return "exited"
         try:
@@ -469,6 +473,31 @@ def _from_decision(
     if decision is Decision.SUSPEND or ctx.step >= ctx.until_step:
         return SegmentStatus.SUSPENDED, reason or "suspended", ""
     return SegmentStatus.ENDED_EARLY, f"the function returned at step {ctx.step}", ""
+
+
+def own_job_id() -> str | None:
+    """This process's Slurm job as Slurm's commands name it: ``<array job>_<task>`` for an
+    array task (submitit's ``JobEnvironment.job_id``), else ``SLURM_JOB_ID``; ``None`` outside
+    Slurm."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    return SlurmJobEnvironment().job_id
+
+
+def process_start_time() -> float:
+    """When this process started (Unix time; from Linux's ``/proc``), if within the last
+    minute (a worker process starts its :class:`Worker` at once); else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - age if 0.0 <= age <= 60.0 else time.time()
 
 
 def setup_logging(path: Path) -> None:

@@ -242,6 +242,8 @@ class Controller(TrialCommandsController, StageTreeController):
                 trials = self.state.trials.values()
                 ids += [t.trial_id for t in trials if t.status is TrialStatus.FAILED]
             self._retry(sorted(set(ids)))
+        elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
+            self._change_slurm(command)
 
     def _retry(self, trial_ids: list[int]) -> None:
         """Queue failed (or ended early) trials again from their last good checkpoint.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+from typing import Any
 
 from hpctune.controller._base import (
     ASSIGNMENT_RESENDS,
@@ -19,6 +22,19 @@ from hpctune.protocol import Heartbeat, write_assignment
 from hpctune.states import Decision, SegmentStatus, StudyState
 
 logger = logging.getLogger(__name__)
+
+#: Worker submissions that fail this many times in a row stop the study (failed).
+SUBMIT_TRIES = 5
+
+
+def submit_retry_delay(failures: int) -> float:
+    """Seconds before the next try after ``failures`` failed submissions in a row: 10, 20,
+    40, 80 s (``HPCTUNE_SUBMIT_RETRY_S`` sets the first)."""
+    try:
+        first = float(os.environ.get("HPCTUNE_SUBMIT_RETRY_S", 10.0))
+    except ValueError:
+        first = 10.0
+    return first * 2 ** max(failures - 1, 0)
 
 
 class WorkerManagingController(IngestingController):
@@ -85,10 +101,17 @@ class WorkerManagingController(IngestingController):
         """Journal when each process of a worker ran (``running``/``down``), for accounting."""
         wid = worker.worker_id
         if beat is not None and worker.open_run != beat.started:
-            known = any(run.since == beat.started for run in worker.runs)
+            known = {run.since for run in worker.runs}
             if worker.open_run is not None:  # an earlier process ended unseen
-                self._log(st.WORKER, worker=wid, event="down", at=beat.started)
-            if not known:
+                self._log(st.WORKER, worker=wid, event="down", at=_run_end(worker, beat))
+            prev, prev_end = beat.previous_started, beat.previous_time
+            if prev is not None and prev_end is not None and prev not in known | {beat.started}:
+                # a process the controller never saw (it was away while the job was requeued)
+                self._log(
+                    st.WORKER, worker=wid, event="running", since=prev, job=beat.slurm_job_id
+                )
+                self._log(st.WORKER, worker=wid, event="down", at=prev_end)
+            if beat.started not in known:
                 self._log(
                     st.WORKER,
                     worker=wid,
@@ -246,16 +269,25 @@ class WorkerManagingController(IngestingController):
         if event == "lost" and beat is None and not killed:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
-                log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")
+                output = self.executor.output_path(worker.worker_id, worker.info)
+                where = f"see {output}: {_tail(output)}" if output is not None else ""
                 self._set_study(
                     StudyState.STOPPING,
                     f"{self._startup_failures} workers died before their first heartbeat; "
-                    f"see {log}: {_tail(log)}",
+                    + (where or "see the controller log"),
                     fail=True,
                 )
 
     def _manage_pool(self) -> None:
-        """Start the workers the scheduler created, once the journal holds them (write-ahead)."""
+        """Start the workers the scheduler created, once the journal holds them (write-ahead).
+
+        A failed submission is journaled (``status`` shows Slurm's message) and tried again
+        after :func:`submit_retry_delay`; :data:`SUBMIT_TRIES` failures in a row stop the study
+        as failed. A stopping study submits nothing and lets go of workers that never started.
+        """
+        if self.state.state is StudyState.STOPPING:
+            self._release_unstarted()
+            return
         pending = [w for w in self._live_workers() if w.state == "started" and not w.info]
         if not pending or self.clock.now() < self._start_retry_at:
             return
@@ -264,8 +296,19 @@ class WorkerManagingController(IngestingController):
         try:
             infos = self.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:
-            logger.error("%s; retrying in 10 s", exc)
-            self._start_retry_at = self.clock.now() + 10.0
+            self._log(st.SUBMISSION, error=str(exc), workers=[w.worker_id for w in pending])
+            failures = self.state.submit_failures
+            if failures >= SUBMIT_TRIES:
+                self._set_study(
+                    StudyState.STOPPING,
+                    f"worker jobs could not be submitted ({failures} tries): {exc}; "
+                    "change the settings with `hpctune resume <study> --slurm KEY=VALUE`",
+                    fail=True,
+                )
+                return
+            delay = submit_retry_delay(failures)
+            logger.error("%s; try %d of %d in %.0f s", exc, failures + 1, SUBMIT_TRIES, delay)
+            self._start_retry_at = self.clock.now() + delay
             return
         for worker_id, info in infos.items():
             self._log(st.WORKER, worker=worker_id, event="submitted", info=info)
@@ -276,7 +319,66 @@ class WorkerManagingController(IngestingController):
         epoch = self.epoch
         self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
 
+    def _release_unstarted(self) -> None:
+        """Let go of workers whose jobs never ran (never submitted, or still queued): their
+        segments end lost (not counted) at once, so a stop need not wait for them."""
+        for worker in self._live_workers():
+            seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+            if worker.runs or (seg is not None and seg.status.is_final):
+                continue
+            queued = self._worker_states.get(worker.worker_id) is WorkerState.PENDING
+            if worker.info and not queued:
+                continue
+            if seg is not None:
+                self._ingest_segment(seg)
+                if seg.started_time is not None or seg.status.is_final:
+                    continue  # it started after all: it suspends like the others
+            if worker.info:
+                self.executor.cancel(worker.worker_id, worker.info)
+            if seg is not None:
+                self._end_segment(
+                    seg,
+                    SegmentStatus.LOST,
+                    f"worker {worker.worker_id} never started ({self.state.reason})",
+                    "",
+                    None,
+                    count_retry=False,
+                )
+            self._log(st.WORKER, worker=worker.worker_id, event="exited", reason="never started")
+
+    def _change_slurm(self, command: dict[str, Any]) -> None:
+        """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
+        from hpctune.slurm.settings import read_command
+
+        try:
+            slurm = read_command(command)
+        except ValueError as exc:
+            logger.warning("%s; ignored", exc)
+            return
+        self._log(
+            st.SLURM_CHANGED,
+            slurm=slurm.to_dict(),
+            changes=command.get("changes", {}),
+            source=str(command.get("source", "")),
+        )
+        self.spec = dataclasses.replace(self.spec, slurm=slurm)
+        self.executor.use_spec(self.spec)
+        self._start_retry_at = 0.0
+        logger.info("[slurm] settings changed: %s", command.get("changes", {}))
+
     def _new_worker(self) -> str:
         worker_id = f"w{len(self.state.workers):04d}"
         self._log(st.WORKER, worker=worker_id, event="started", info={})
         return worker_id
+
+
+def _run_end(worker: st.WorkerRecord, beat: Heartbeat) -> float:
+    """When the worker's open run ended, as told by the heartbeat of a later process: the last
+    beat of the process before it (the journal's run, or one it never saw), else its start."""
+    since = worker.open_run
+    if since is not None and beat.previous_started is not None:
+        if beat.previous_started == since and beat.previous_time is not None:
+            return beat.previous_time
+        if beat.previous_started > since:
+            return beat.previous_started
+    return beat.started

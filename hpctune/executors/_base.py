@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -52,3 +53,10 @@ class Executor(abc.ABC):
 
     def close(self) -> None:  # noqa: B027
         """Release resources held by the executor (not the workers)."""
+
+    def use_spec(self, spec: Any) -> None:  # noqa: B027
+        """Start the next workers with changed settings (``resume --slurm``); default: none."""
+
+    def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
+        """The file that holds the worker's own output (a traceback when it dies at start)."""
+        return None

@@ -114,6 +114,10 @@ class LocalExecutor(Executor):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=5)
 
+    def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
+        """The worker process's stdout and stderr (``logs/workers/<W>.stdio``)."""
+        return self.paths.worker_log(worker_id).with_suffix(".stdio")
+
     def close(self) -> None:
         """Reap finished children."""
         for child in self._children.values():

@@ -35,6 +35,8 @@ REQUEST = "request"
 IMPORTED = "imported"
 WARNING = "warning"
 CORRUPT_LINES = "corrupt_lines"
+SUBMISSION = "submission"
+SLURM_CHANGED = "slurm_changed"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -54,6 +56,8 @@ LOG_KINDS = (
     IMPORTED,
     WARNING,
     CORRUPT_LINES,
+    SUBMISSION,
+    SLURM_CHANGED,
 )
 
 
@@ -243,6 +247,9 @@ class StudyRecord:
     policy_state: dict[str, Any] = field(default_factory=dict)
     commands_done: set[str] = field(default_factory=set)
     controller_starts: int = 0
+    submit_failures: int = 0  # worker submissions failed in a row (this controller)
+    submit_error: str = ""  # the last failure's message (Slurm's own)
+    slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
@@ -380,6 +387,7 @@ class StudyRecord:
             return
         worker = self.workers[worker_id]
         if event == "submitted":
+            self.submit_failures, self.submit_error = 0, ""
             worker.info = data.get("info", {})
             worker.started_time = time
             worker.submitted_time = time
@@ -471,6 +479,22 @@ class StudyRecord:
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":
             self.controller_starts += 1
+            self.submit_failures = 0  # a new controller gets a fresh set of tries
+
+    def _on_submission(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        """Submitting workers failed (sbatch's message in ``error``)."""
+        self.submit_failures += 1
+        self.submit_error = str(data.get("error", ""))
+
+    def _on_slurm_changed(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
+        self.spec = {**self.spec, "slurm": data["slurm"]}
+        self.slurm_changes.append(
+            {"time": time, "changes": data.get("changes", {}), "source": data.get("source", "")}
+        )
+        self.submit_failures, self.submit_error = 0, ""
 
     def _on_prediction(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         median = data.get("median")
