@@ -473,7 +473,6 @@ def _changed_slurm(
     return dataclasses.replace(spec, slurm=slurm), command
 
 
-
 @cli.command(hidden=True)
 @click.argument("study_dir", type=click.Path(path_type=Path))
 def controller(study_dir: Path) -> int:
