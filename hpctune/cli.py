@@ -10,19 +10,16 @@ import json
 import os
 import shutil
 import sys
-import time
 import traceback
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from hpctune.errors import AccessError, HpctuneError, UsageError
-from hpctune.files import write_json_atomic
+from hpctune.errors import AccessError, HpctuneError, Interrupted, UsageError
 from hpctune.layout import StudyPaths
-from hpctune.states import StudyState
+from hpctune.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -129,15 +126,31 @@ def launch(
     spec = load_spec(study_toml, directory=study_dir)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
+    if slurm:  # before anything is created: would Slurm take the controller and the workers?
+        from hpctune.errors import SubmissionError
+        from hpctune.slurm.cluster import check_jobs
+
+        try:
+            check_jobs(spec)
+        except SubmissionError as exc:  # Slurm does not answer
+            if not dry_run:
+                raise
+            click.echo(f"note: not checked against the cluster: {exc}")
     if dry_run:
         _print_plan(spec, slurm)
         return EXIT_OK
     if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
     paths = create_study(spec)
-    click.echo(f"study directory: {paths.root}")
     if slurm:
-        return _submit_controller(paths, spec)
+        try:
+            job = _submit_controller(paths, spec)
+        except BaseException:
+            shutil.rmtree(paths.root, ignore_errors=True)  # a failed launch leaves nothing
+            raise
+        click.echo(f"study directory: {paths.root}")
+        return job
+    click.echo(f"study directory: {paths.root}")
     click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
     return _exit_code(run_local(paths, show_params=show_params))
 
@@ -155,7 +168,7 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 def _print_plan(spec: Any, slurm: bool) -> None:
     from hpctune.formatting import format_params
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
 
     generator = make_generator(
@@ -172,18 +185,30 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         f"{spec.num_trials} trials, generator {spec.generator.name}, "
         f"policy {spec.policy.name}, {spec.resources.slots} slots"
     )
-    for index in range(min(spec.num_trials, 5)):
-        click.echo(f"  trial {index}: {format_params(generator.suggest(index))}")
+    first = first_proposals(
+        generator,
+        min(spec.num_trials, 5),
+        metric=spec.metric,
+        mode=spec.mode,
+        max_steps=spec.max_steps,
+        objectives=spec.objectives,
+    )
+    if not generator.predictable:
+        click.echo(f"first proposals of {spec.generator.name} (no results yet; later ones learn):")
+    for index, params in enumerate(first):
+        click.echo(f"  trial {index}: {format_params(params)}")
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
     if slurm:
+        from hpctune.slurm.cluster import resolve_times
         from hpctune.slurm.controller_job import render_controller_script
         from hpctune.slurm.executor import worker_parameters
 
+        resolved = resolve_times(spec)
         click.echo("\ncontroller job (sbatch script):")
-        click.echo(render_controller_script(StudyPaths.of(spec.directory), spec))
+        click.echo(render_controller_script(StudyPaths.of(spec.directory), resolved))
         click.echo("worker jobs (submitit SlurmExecutor parameters, one job array per batch):")
-        click.echo(json.dumps(worker_parameters(spec), indent=2))
+        click.echo(json.dumps(worker_parameters(resolved), indent=2))
 
 
 @cli.command("plan")
@@ -211,7 +236,7 @@ def plan_command(
     and code: equal training files, metrics and `stages.fingerprint`, else refused) their
     trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
-    from hpctune.policies.generators import make_generator
+    from hpctune.policies.generators import first_proposals, make_generator
     from hpctune.seeding import component_seed
     from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
@@ -236,7 +261,14 @@ def plan_command(
             spec.space,
             component_seed(spec.seed, "generator"),
         )
-        configs = [generator.suggest(index) for index in range(spec.num_trials)]
+        configs = first_proposals(
+            generator,
+            spec.num_trials,
+            metric=spec.metric,
+            mode=spec.mode,
+            max_steps=spec.max_steps,
+            objectives=spec.objectives,
+        )
         try:
             alone = plan_configs(configs, spec.max_steps)
             plan_configs(configs, spec.max_steps, plan, first_id=len(plan.trials))
@@ -331,25 +363,57 @@ def plan_command(
 @click.option(
     "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
 )
-def resume(study_dir: Path, local: bool, force: bool, show_params: bool) -> int:
+@click.option(
+    "--slurm",
+    "slurm_settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a [slurm] setting (controller.KEY for [slurm.controller]); repeatable.",
+)
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
+)
+def resume(
+    study_dir: Path,
+    local: bool,
+    force: bool,
+    show_params: bool,
+    slurm_settings: tuple[str, ...],
+    spec_file: Path | None,
+) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
     controller are adopted. Refused while another controller holds the study's lease (the
-    message names it); --force takes the study over from it.
+    message names it); --force takes the study over from it. --slurm and --spec change the
+    study's [slurm] settings (journaled); its search space and policy stay as they are.
     """
+    from hpctune.inbox import send_command
+    from hpctune.journal.reader import open_study
     from hpctune.launch import ensure_no_controller, prepare_study_dir, run_local
+    from hpctune.spec import StudySpec
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
+    spec = StudySpec.from_dict(open_study(paths.root).spec)
+    changed = _changed_slurm(paths, spec, slurm_settings, spec_file)
     if local or shutil.which("sbatch") is None:
+        if changed is not None:
+            send_command(paths.inbox, changed[1])
         click.echo(f"resuming {paths.root}")
         return _exit_code(run_local(paths, force=force, show_params=show_params))
-    from hpctune.journal.reader import open_study
     from hpctune.lease import fence
+    from hpctune.slurm.cluster import check_jobs
     from hpctune.slurm.controller_job import queued_controller
-    from hpctune.spec import StudySpec
 
+    source = None
+    if changed is not None:
+        spec, source = changed[0], spec_file or Path("--slurm")
+    check_jobs(spec, source)  # before fencing: a rejected change leaves the study as it was
     if force:
         epoch = fence(paths.root)
         click.echo(f"fenced the study's controllers (epoch {epoch}); submitting a new one")
@@ -361,8 +425,52 @@ def resume(study_dir: Path, local: bool, force: bool, show_params: bool) -> int:
                 f"the controller job {queued} of {paths.root} is still queued or "
                 f"running; cancel it with `scancel {queued}` first (or use --force)"
             )
-    spec = StudySpec.from_dict(open_study(paths.root).spec)
-    return _submit_controller(paths, spec)
+    if changed is None:
+        return _submit_controller(paths, spec)
+    inbox = send_command(paths.inbox, changed[1])  # the controller journals and uses the change
+    try:
+        return _submit_controller(paths, spec)
+    except HpctuneError:
+        inbox.unlink(missing_ok=True)
+        raise
+
+
+def _changed_slurm(
+    paths: StudyPaths, spec: Any, assignments: tuple[str, ...], spec_file: Path | None
+) -> tuple[Any, dict[str, Any]] | None:
+    """The spec with the [slurm] settings of ``--spec`` and ``--slurm`` and the inbox command
+    that carries them to the controller; ``None`` when nothing changes."""
+    import dataclasses
+
+    from hpctune.slurm import settings
+    from hpctune.spec import load_spec
+
+    if not assignments and spec_file is None:
+        return None
+    slurm = spec.slurm
+    sources = []
+    if spec_file is not None:
+        other = load_spec(spec_file, directory=paths.root)
+        slurm = other.slurm
+        sources.append(f"--spec {spec_file}")
+        skip = ("slurm", "source", "directory")
+        mine = {k: v for k, v in spec.to_dict().items() if k not in skip}
+        if {k: v for k, v in other.to_dict().items() if k not in skip} != mine:
+            click.echo(
+                f"note: only [slurm] and [slurm.controller] are taken from {spec_file}; the "
+                "search space, policy and other settings stay as the study has them"
+            )
+    if assignments:
+        slurm = settings.apply_assignments(slurm, settings.parse_assignments(assignments))
+        sources.append("--slurm " + " ".join(assignments))
+    diff = settings.differences(spec.slurm, slurm)
+    if not diff:
+        click.echo("[slurm] settings unchanged")
+        return None
+    for key, (old, new) in diff.items():
+        click.echo(f"[slurm] {key}: {old!r} -> {new!r}")
+    command = settings.command(slurm, spec.slurm, "; ".join(sources))
+    return dataclasses.replace(spec, slurm=slurm), command
 
 
 @cli.command(hidden=True)
@@ -409,6 +517,8 @@ def status(
     from hpctune.journal.reader import open_study
     from hpctune.summary import (
         best_text,
+        notices,
+        pareto_text,
         policy_lines,
         status_json,
         study_line,
@@ -428,9 +538,16 @@ def status(
         follow(paths.root, interval=every)
     study = open_study(paths.root)
     controller = controller_alive(paths)
+    on_slurm = None
+    if shutil.which("squeue") is not None and (paths.root / "slurm").is_dir():
+        from hpctune.slurm.status import slurm_status, status_lines
+
+        on_slurm = slurm_status(paths, study.record, controller is not None)
     if as_json:
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
+        data["study"]["slurm"] = on_slurm
+        data["study"]["slurm_changes"] = study.record.slurm_changes
         if sacct:
             from hpctune.slurm.accounting import sacct_allocated_s
 
@@ -452,16 +569,24 @@ def status(
             f"controller: {job}pid {controller.get('pid')} on {controller.get('host')} "
             f"(epoch {controller.get('epoch')})"
         )
+    elif on_slurm is not None and on_slurm["controller_job"] is not None:
+        pass  # the controller job's state follows
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
+    if on_slurm is not None:
+        for line in status_lines(on_slurm, str(paths.root)):
+            click.echo(line)
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
-    for line in policy_lines(study.record):
+    for line in [*policy_lines(study.record), *notices(study.record)]:
         click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")
     click.echo(best_text(study.record, paths.root))
+    front = pareto_text(study.record)
+    if front:
+        click.echo(front)
     return EXIT_OK
 
 
@@ -544,21 +669,131 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     """Stop a study cooperatively: running trials suspend at their next report.
 
     The command drops a file in the study's inbox and returns; the controller carries it out.
+    Refused (exit 2) when no controller runs or waits in the Slurm queue for the study: there
+    is nothing to stop, and the file would stop the next `resume` at once.
     """
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
     from hpctune.launch import prepare_study_dir
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
+    _require_controller(paths, "stop")
     if trial_id is None:
         command: dict[str, Any] = {"command": "stop", "reason": "stopped by `hpctune stop`"}
     else:
         command = {"command": "stop_trial", "trial": trial_id}
-    paths.inbox.mkdir(parents=True, exist_ok=True)
-    name = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
-    write_json_atomic(paths.inbox / name, command, fsync=True)
+        problem = check_command(command, open_study(paths.root).record)
+        if problem:
+            raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
     what = f"trial {trial_id}" if trial_id is not None else "the study"
-    click.echo(f"asked the controller to stop {what} ({paths.inbox / name})")
+    click.echo(f"asked the controller to stop {what} ({path})")
     return EXIT_OK
+
+
+@cli.command("add-trials")
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--params",
+    "params_texts",
+    multiple=True,
+    required=True,
+    help='A configuration as JSON, e.g. \'{"lr": 0.01, "hidden": 64}\' (repeatable).',
+)
+def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
+    """Enqueue hand-picked configurations into a running or finished study.
+
+    Each --params becomes a new trial, queued before the generator's next ones; parameters left
+    out are drawn at random. A running controller picks them up at its next iteration; a
+    finished or stopped study runs again with `hpctune resume STUDY_DIR`.
+    """
+    from hpctune.asktell import params_problem
+    from hpctune.controller import controller_alive
+    from hpctune.inbox import send_command
+    from hpctune.journal.reader import open_study
+    from hpctune.launch import prepare_study_dir
+    from hpctune.space import SearchSpace
+
+    paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
+    study = open_study(paths.root)
+    space = SearchSpace.from_dict(study.spec["space"])
+    configs = []
+    for i, text in enumerate(params_texts, 1):
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--params #{i} is not JSON ({exc}): {text}") from None
+        problem = params_problem(space, config)
+        if problem:
+            raise UsageError(f"--params #{i}: {problem}")
+        configs.append(config)
+    path = send_command(paths.inbox, {"command": "add_trials", "params": configs})
+    click.echo(f"asked the controller to add {len(configs)} trial(s) ({path})")
+    if controller_alive(paths) is None:
+        click.echo(
+            f"the study's controller is not running ({study.record.state.value}): "
+            f"`hpctune resume {paths.root}` trains them"
+        )
+    return EXIT_OK
+
+
+def _require_controller(paths: StudyPaths, what: str) -> None:
+    """Refuse a command only a running (or queued) controller can carry out."""
+    from hpctune.controller import controller_alive
+    from hpctune.journal.reader import open_study
+    from hpctune.slurm.controller_job import queued_controller
+
+    if controller_alive(paths) is not None or queued_controller(paths) is not None:
+        return
+    state = open_study(paths.root).record.state
+    raise UsageError(
+        f"no controller is running on {paths.root} (study {state.value}), so there is "
+        f"nothing to {what}; a command left in its inbox would act on the next "
+        f"`hpctune resume {paths.root}`"
+    )
+
+
+@cli.command()
+@click.argument("study_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--trial", "trials", type=int, multiple=True, help="A failed trial to retry; repeatable."
+)
+@click.option("--failed", is_flag=True, help="Retry every failed trial.")
+def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
+    """Queue failed (or ended-early) trials of STUDY_DIR again, from their last good checkpoint.
+
+    The command goes through the study's inbox and is journaled by the controller: a running
+    controller picks it up at once; otherwise it is carried out by the next `hpctune resume`
+    (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
+    skipped: the trial goes on from its previous checkpoint, or from its start.
+    """
+    from hpctune.controller import controller_alive
+    from hpctune.inbox import check_command, send_command
+    from hpctune.journal.reader import open_study
+    from hpctune.launch import prepare_study_dir
+
+    paths = _study_paths(str(study_dir))
+    prepare_study_dir(paths)
+    record = open_study(paths.root).record
+    command: dict[str, Any] = {"command": "retry", "trials": list(trials), "failed": failed}
+    problem = check_command(command, record)
+    statuses = [t.status for t in record.trials.values()]
+    if not problem and not trials and TrialStatus.FAILED not in statuses:
+        problem = "no trial has failed"
+    if problem:
+        raise UsageError(f"{paths.root}: {problem}")
+    path = send_command(paths.inbox, command)
+    click.echo(f"asked the controller to retry {_retry_text(trials, failed)} ({path})")
+    if controller_alive(paths) is None:
+        click.echo(f"no controller is running: carry it out with `hpctune resume {paths.root}`")
+    return EXIT_OK
+
+
+def _retry_text(trials: tuple[int, ...], failed: bool) -> str:
+    parts = [f"trial {t}" for t in trials] + (["every failed trial"] if failed else [])
+    return ", ".join(parts)
 
 
 def _parse_options(texts: tuple[str, ...], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -616,6 +851,19 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
     metavar="[POLICY.]KEY=VALUE",
     help="A policy option (value read as JSON if it parses); POLICY. limits it to one policy.",
 )
+@click.option(
+    "--generator",
+    "generator_name",
+    default=None,
+    help="A generator proposing configurations (tpe, gp, cmaes, qmc, ...), each answered with "
+    "the nearest unused configuration of the trace; default: a random order.",
+)
+@click.option(
+    "--generator-option",
+    "generator_texts",
+    multiple=True,
+    help="KEY=VALUE: an option of --generator (value read as JSON if it parses).",
+)
 @click.option("--slots", type=int, default=4, show_default=True, help="Workers at once.")
 @click.option(
     "--seeds", type=int, default=8, show_default=True, help="Configuration orders (runs)."
@@ -663,6 +911,8 @@ def simulate(
     trace_path: Path,
     policies: tuple[str, ...],
     option_texts: tuple[str, ...],
+    generator_name: str | None,
+    generator_texts: tuple[str, ...],
     slots: int,
     seeds: int,
     target: float | None,
@@ -698,6 +948,9 @@ def simulate(
         raise UsageError(f"--seeds must be >= 1, but got {seeds}")
     names = list(dict.fromkeys(policies))
     options = _parse_options(option_texts, names)
+    generator_options = _parse_options(generator_texts, ["generator"])["generator"]
+    if generator_texts and generator_name is None:
+        raise UsageError("--generator-option needs --generator")
     trace = Trace.load(trace_path)
     config = SimulatorConfig(
         queue_wait=queue_wait,
@@ -733,6 +986,8 @@ def simulate(
             config=config,
             budget=budget,
             predictions=cache,
+            generator=generator_name,
+            generator_options=generator_options,
             on_run=on_run,
         )
     if plot_split is not None:
@@ -754,6 +1009,9 @@ def simulate(
                 "random_level": None if math.isnan(trace.random_level) else trace.random_level,
             },
             "target": many.target,
+            "generator": None
+            if generator_name is None
+            else {"name": generator_name, "options": generator_options},
             "slots": slots,
             "seeds": list(range(seeds)),
             "budget": budget,
@@ -779,6 +1037,11 @@ def simulate(
         f"trace {trace_path}: {trace.num_configs} configurations x {trace.num_epochs} epochs, "
         f"{trace.metric} ({trace.mode}), target {many.target:.6g}"
     )
+    if generator_name is not None:
+        click.echo(
+            f"generator {generator_name}: each proposal answered with the nearest unused "
+            "configuration of the trace (docs/traces.md)"
+        )
     click.echo(
         f"{slots} slots, {seeds} configuration orders; costs (s): queue {queue_wait:g}, "
         f"start-up {startup:g}, suspend {suspend_cost:g}, resume {resume_cost:g}, "
@@ -1199,7 +1462,7 @@ def main(argv: list[str] | None = None) -> int:
     except HpctuneError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{'' if isinstance(exc, Interrupted) else 'error: '}{exc}", err=True)
         return exc.exit_code
     except (PermissionError, NotADirectoryError, IsADirectoryError) as exc:
         if debug:

@@ -29,19 +29,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
-from hpctune.devices import WorkerResources, worker_resources
 from hpctune.errors import CheckpointError, HpctuneError
 from hpctune.eventlog import EventWriter
-from hpctune.protocol import (
-    EV_CHECKPOINT,
-    EV_CHECKPOINT_LOAD,
-    EV_REPORT,
-    Assignment,
-    DecisionMessage,
-)
+from hpctune.metric_names import MAX_METRIC_NAME, metric_name_problem
+from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
 from hpctune.states import Decision
+from hpctune.storage import describe, storage_error
 
 
 class TrialStop(BaseException):
@@ -77,11 +72,16 @@ class _HashingWriter:
         self._f = f
         self.sha256 = hashlib.sha256()
         self.nbytes = 0
+        self.error: OSError | None = None  # a failed write (torch.save may wrap it)
 
     def write(self, data: bytes) -> int:
         self.sha256.update(data)
         self.nbytes += len(data)
-        return self._f.write(data)
+        try:
+            return self._f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
 
     def flush(self) -> None:
         self._f.flush()
@@ -135,21 +135,7 @@ class TrialContext:
         self.study_dir = Path(study_dir)
         self.checkpoint_step: int | None = None  # the step of the last checkpoint saved here
         self.diverged: str = ""
-
-    # -- resources --------------------------------------------------------------------------
-
-    @property
-    def resources(self) -> WorkerResources:
-        """The CPUs and GPUs this trial's worker holds (:mod:`hpctune.devices`)."""
-        return worker_resources()
-
-    @property
-    def devices(self) -> int:
-        """How many devices to train on, data-parallel: the worker's GPUs, or its CPUs on a
-        worker without GPUs (locally CPUs stand in for GPUs). Split the global batch over them
-        and keep the global batch size fixed, so the learning does not depend on how many
-        devices a trial gets (docs/slurm.md, "Deadlines and elastic allocation")."""
-        return self.resources.devices
+        self.storage_error: str = ""  # a write failed for want of space or with an I/O error
 
     # -- hyperparameters --------------------------------------------------------------------
 
@@ -218,9 +204,10 @@ class TrialContext:
         """Record metrics for ``step`` (default: the last step + 1) and return the decision.
 
         Steps must increase and stay within ``(start_step, max_steps]``. A non-finite value of the
-        study metric ends the trial at once (it diverged). If the previous report already asked
-        the function to stop and it went on, :class:`TrialStop` is raised and this step is
-        discarded.
+        study metric ends the trial at once (it diverged). Metric names may be any text of 1 to
+        200 characters (``**{"loss/val": v}`` works). If the
+        previous report already asked the function to stop and it went on, :class:`TrialStop`
+        is raised and this step is discarded.
 
         Raises:
             TrialStop: The trial must end now.
@@ -236,12 +223,22 @@ class TrialContext:
                 f"report(step={step}) must be after the last step {self.step} and at most "
                 f"max_steps={self.max_steps}; resume from ctx.start_step={self.start_step}"
             )
+        for name in metrics:
+            problem = metric_name_problem(name)
+            if problem:
+                raise HpctuneError(
+                    f"ctx.report(step={step}): {problem}; rename the metric (any name of 1 to "
+                    f"{MAX_METRIC_NAME} characters works)"
+                )
         values = {name: _to_float(name, value) for name, value in metrics.items()}
         boundary = step % self._a.boundary == 0 or step >= self.until_step
-        self._events.write(
-            {"kind": EV_REPORT, "t": self._clock(), "step": step, "metrics": values},
-            fsync=boundary or bool(self._interrupted()),
-        )
+        try:
+            self._events.write(
+                {"kind": EV_REPORT, "t": self._clock(), "step": step, "metrics": values},
+                fsync=boundary or bool(self._interrupted()),
+            )
+        except OSError as exc:
+            self._storage_stop(exc, f"the report of step {step}")
         self.step = step
         metric = values.get(self._a.metric)
         if metric is not None and not math.isfinite(metric):
@@ -307,30 +304,52 @@ class TrialContext:
                 f"save_checkpoint(step={step}) must be between start_step={self.start_step} and "
                 f"the last reported step {self.step}; report the step first or pass step="
             )
-        began = time.perf_counter()
         path = self._checkpoint_path(step)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            writer = _HashingWriter(f)
-            torch.save(obj, writer)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        self._events.write(
-            {
-                "kind": EV_CHECKPOINT,
-                "t": self._clock(),
-                "step": step,
-                "path": str(path.relative_to(self.study_dir)),
-                "sha256": writer.sha256.hexdigest(),
-                "nbytes": writer.nbytes,
-                "seconds": time.perf_counter() - began,
-            },
-            fsync=True,
-        )
+        writer: _HashingWriter | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                writer = _HashingWriter(f)
+                torch.save(obj, writer)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            failed = storage_error(exc) or (writer.error if writer is not None else None)
+            if failed is not None and storage_error(failed) is not None:
+                self._storage_stop(failed, f"checkpoint {path.name}")
+            raise
+        try:
+            self._events.write(
+                {
+                    "kind": EV_CHECKPOINT,
+                    "t": self._clock(),
+                    "step": step,
+                    "path": str(path.relative_to(self.study_dir)),
+                    "sha256": writer.sha256.hexdigest(),
+                    "nbytes": writer.nbytes,
+                },
+                fsync=True,
+            )
+        except OSError as exc:
+            path.unlink(missing_ok=True)  # never announced: nothing may use it
+            self._storage_stop(exc, f"the event line of checkpoint {path.name}")
         self.checkpoint_step = step
         return path
+
+    def _storage_stop(self, exc: OSError, what: str) -> NoReturn:
+        """End the segment ``suspended``: a write failed for want of space or with an I/O
+        error, which is not the trial's fault (its trial resumes from its last checkpoint).
+
+        Raises:
+            TrialStop: Always (``exc`` itself when it is another error).
+        """
+        if storage_error(exc) is None:
+            raise exc
+        self.storage_error = describe(exc, what)
+        raise TrialStop(Decision.SUSPEND, self.storage_error) from exc
 
     def load_checkpoint(
         self, map_location: Any = "cpu", *, verify: bool = True, weights_only: bool = True
@@ -367,9 +386,8 @@ class TrialContext:
                     f"checkpoint {path} has SHA-256 {digest}, but the journal recorded "
                     f"{self._a.checkpoint_sha256}; the file was changed or truncated"
                 )
-        began = time.perf_counter()
         try:
-            state = torch.load(path, map_location=map_location, weights_only=weights_only)
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as exc:
             if not weights_only:
                 raise
@@ -380,15 +398,6 @@ class TrialContext:
                 "`ctx.load_checkpoint(weights_only=False)` if only you can write the study "
                 "directory (it runs code from the file)"
             ) from exc
-        self._events.write(
-            {
-                "kind": EV_CHECKPOINT_LOAD,
-                "t": self._clock(),
-                "step": self.start_step,
-                "seconds": time.perf_counter() - began,
-            }
-        )
-        return state
 
 
 def _to_float(name: str, value: Any) -> float:

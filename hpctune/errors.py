@@ -94,6 +94,18 @@ class SubmissionError(HpctuneError):
     """Workers could not be started (a process or a Slurm job failed to launch)."""
 
 
+class StorageError(HpctuneError):
+    """Writes to the study directory kept failing (a full disk, a quota, I/O errors)."""
+
+
+class Interrupted(HpctuneError):
+    """The controller in the foreground was interrupted (Ctrl-C: exit 130, SIGTERM: 143)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
 class CurveFitError(HpctuneError):
     """A learning-curve fit failed."""
 

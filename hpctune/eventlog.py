@@ -94,12 +94,14 @@ class ReadResult:
         offset: The byte offset just after the last complete line read.
         corrupt: How many complete lines failed their checksum (skipped).
         pending: Bytes of an incomplete last line left for a later read.
+        corrupt_lines: Each corrupt line as (how many valid records came before it, its bytes).
     """
 
     records: list[dict[str, Any]] = field(default_factory=list)
     offset: int = 0
     corrupt: int = 0
     pending: int = 0
+    corrupt_lines: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 def read_events(path: Path, offset: int = 0) -> ReadResult:
@@ -123,6 +125,7 @@ def read_events(path: Path, offset: int = 0) -> ReadResult:
         if record is None:
             if line:
                 result.corrupt += 1
+                result.corrupt_lines.append((len(result.records), line))
             continue
         result.records.append(record)
     result.offset = offset + end + 1

@@ -11,19 +11,19 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO
 
 from hpctune.controller import Controller
-from hpctune.errors import AccessError, StudySpecError, UsageError
-from hpctune.executors import Executor
+from hpctune.errors import AccessError, Interrupted, StudySpecError, UsageError
 from hpctune.executors.local import LocalExecutor
 from hpctune.files import dumps
 from hpctune.journal import state as st
@@ -35,7 +35,7 @@ from hpctune.permissions import check_loadable, check_study_dir, use_study_umask
 from hpctune.progress import LiveProgress
 from hpctune.spec import StudySpec
 from hpctune.states import StudyState
-from hpctune.summary import best_text, policy_lines, study_line, trials_table
+from hpctune.summary import best_text, pareto_text, policy_lines, study_line, trials_table
 
 
 def check_entry_point(spec: StudySpec) -> None:
@@ -54,32 +54,21 @@ def check_entry_point(spec: StudySpec) -> None:
             raise StudySpecError(
                 spec.source, "study.entry_point", f"cannot read {entry.file}: {exc}"
             ) from exc
-        names = (
-            {
-                node.name
-                for node in tree.body
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-            }
-            | {
-                target.id
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                for target in node.targets
-                if isinstance(target, ast.Name)
-            }
-            | {
-                (alias.asname or alias.name)
-                for node in tree.body
-                if isinstance(node, ast.ImportFrom)
-                for alias in node.names
-            }
-        )
-        if entry.function.split(".")[0] not in names:
+        first = entry.function.split(".")[0]
+        binding = _top_level_binding(tree, first)
+        if binding is None:
             raise StudySpecError(
                 spec.source,
                 "study.entry_point",
                 f"{entry.file} defines no top-level function {entry.function!r}; "
                 f"write it as 'def {entry.function}(ctx):' or fix the name after ':'",
+            )
+        if binding and "." not in entry.function:
+            raise StudySpecError(
+                spec.source,
+                "study.entry_point",
+                f"{entry.file} binds {first!r} to a {binding} (`{first} = ...`), which cannot "
+                f"be called; the entry point must name a function: 'def {first}(ctx):'",
             )
     elif entry.module is not None:
         try:
@@ -93,6 +82,41 @@ def check_entry_point(spec: StudySpec) -> None:
                 f"module {entry.module!r} cannot be found on sys.path; "
                 "install it or give a file path like 'train.py:train'",
             )
+
+
+_LITERALS: dict[type, str] = {
+    ast.Constant: "constant",
+    ast.List: "list",
+    ast.Tuple: "tuple",
+    ast.Dict: "dict",
+    ast.Set: "set",
+    ast.JoinedStr: "str",
+    ast.ListComp: "list",
+    ast.DictComp: "dict",
+    ast.SetComp: "set",
+}
+
+
+def _top_level_binding(tree: ast.Module, name: str) -> str | None:
+    """How the module's top level last binds ``name``: ``""`` for something that may be
+    callable (a def, a class, an import, an expression), the literal's kind (``"int"``,
+    ``"list"``...) for a value that cannot be, ``None`` when it does not bind it."""
+    found: str | None = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                found = ""
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if any((alias.asname or alias.name).split(".")[0] == name for alias in node.names):
+                found = ""
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                kind = _LITERALS.get(type(node.value))
+                if isinstance(node.value, ast.Constant):
+                    kind = type(node.value.value).__name__
+                found = kind or ""
+    return found
 
 
 def create_study(spec: StudySpec) -> StudyPaths:
@@ -167,29 +191,33 @@ def ensure_no_controller(paths: StudyPaths) -> None:
         raise LeaseHeld(paths.root, held)
 
 
+def resume_command(paths: StudyPaths, *, local: bool) -> str:
+    """The exact command that carries a study on (``--local`` for a foreground run)."""
+    return f"hpctune resume {shlex.quote(str(paths.root))}" + (" --local" if local else "")
+
+
 @contextlib.contextmanager
-def _signals(controller: Controller, out: TextIO) -> Iterator[None]:
-    """First Ctrl-C or SIGTERM: stop cooperatively. Second Ctrl-C: kill the workers and exit."""
-    count = 0
+def _signals(controller: Controller, out: TextIO, hint: str) -> Iterator[list[int]]:
+    """First Ctrl-C or SIGTERM: stop cooperatively. Second Ctrl-C: kill the workers and exit.
+    The received signals are collected in the yielded list (none counts as a retry)."""
+    received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal count
-        count += 1
-        if count == 1:
+        received.append(signum)
+        if len(received) == 1:
             print(
                 f"\nstopping: running trials suspend at their next report "
-                f"(Ctrl-C again to kill the workers); resume with "
-                f"`hpctune resume {controller.paths.root}`",
+                f"(Ctrl-C again to kill the workers); resume with `{hint}`",
                 file=out,
                 flush=True,
             )
-            controller.signal_stop(f"interrupted by signal {signum}")
+            controller.signal_stop(f"interrupted by {signal.Signals(signum).name}")
         else:
             controller.abort()
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield received
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
@@ -232,41 +260,42 @@ def run_local(
     poll_interval: float = 0.1,
     show_params: bool = False,
     force: bool = False,
-    executor: Callable[[StudySpec], Executor] | None = None,
-    worker_timeout: float = 60.0,
 ) -> StudyState:
     """Run the controller in the foreground with local workers; print progress and a summary.
 
     ``show_params``: print each ended trial's parameters below its completion line.
-    ``executor``: how workers start (default: local processes; ``hpctune profile`` on Slurm
-    passes the Slurm executor, whose heartbeats need a longer ``worker_timeout``).
 
     Raises:
         LeaseHeld: Another controller holds a live lease (without ``force``).
         Fenced: Another controller took over while this one ran.
+        Interrupted: Ctrl-C (exit 130) or SIGTERM (143) stopped the study; the message holds
+            the exact resume command.
     """
     out = sys.stdout if out is None else out
     prepare_study_dir(paths)
     if not force:
         ensure_no_controller(paths)
+    hint = resume_command(paths, local=True)
     with _controller_logging(paths):
         progress = LiveProgress(out, show_params=show_params)
         controller = Controller(
             paths.root,
-            executor or (lambda spec: local_executor(paths, spec)),
+            lambda spec: local_executor(paths, spec),
             poll_interval=poll_interval,
-            worker_timeout=worker_timeout,
             on_progress=progress,
             force=force,
         )
         try:
-            with _signals(controller, out):
+            with _signals(controller, out, hint) as received:
                 state = controller.run()
         finally:
             progress.close()
-        _print_summary(controller, out)
+        _print_summary(controller, out, hint)
         if controller.aborted:
-            print(f"workers killed; resume with: hpctune resume {paths.root}", file=out)
+            print(f"workers killed; resume with: {hint}", file=out)
+        if received:
+            name = "Ctrl-C" if received[0] == signal.SIGINT else signal.Signals(received[0]).name
+            raise Interrupted(f"interrupted ({name}); resume with: {hint}", received[0])
         return state
 
 
@@ -296,24 +325,30 @@ def run_in_slurm_job(paths: StudyPaths, *, out: TextIO | None = None) -> StudySt
             subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
         elif controller.detached:
             print(
-                f"controller detached (SIGTERM); resume with: hpctune resume {paths.root}",
+                f"controller detached (SIGTERM); resume with: "
+                f"{resume_command(paths, local=False)}",
                 file=out,
                 flush=True,
             )
         else:
-            _print_summary(controller, out)
+            _print_summary(controller, out, resume_command(paths, local=False))
         return state
 
 
-def _print_summary(controller: Controller, out: TextIO) -> None:
+def _print_summary(controller: Controller, out: TextIO, hint: str) -> None:
     record = controller.state
     print(trials_table(record), file=out)
     print(study_line(record), file=out)
     for line in policy_lines(record):
         print(line, file=out)
     print(best_text(record, controller.paths.root), file=out)
+    front = pareto_text(record)
+    if front:
+        print(front, file=out)
+    for warning in record.warnings[-5:]:
+        print(f"warning: {warning.message}", file=out)
     if record.state is StudyState.STOPPED:
-        print(f"stopped; resume with: hpctune resume {controller.paths.root}", file=out)
+        print(f"stopped; resume with: {hint}", file=out)
     elif record.state is StudyState.FAILED:
         print(f"study failed: {record.reason}", file=out)
 

@@ -184,6 +184,8 @@ def completion_line(record: StudyRecord, trial: TrialRecord, width: int = LINE_W
     value, at = peak_value(record, trial)
     end = _trial_end(record, trial)
     text = f"trial {trial.trial_id} {trial.status.value} at step {trial.step}/{end}"
+    if trial.missing_rows:
+        text += f" with {trial.missing_rows} missing rows"
     if not math.isnan(value):
         last = trial.curve_values[-1]
         text += f": {record.metric} best {format_value(value)} (step {at})"
@@ -260,13 +262,18 @@ class LiveProgress:
         self.show_params = show_params
         self._last = -math.inf
         self._seen: dict[int, TrialStatus] = {}
+        self._warnings = 0
         self._live: Any = None
 
     def __call__(self, controller: Any) -> None:
         self.update(controller.state)
 
     def update(self, record: StudyRecord) -> None:
-        """Print the lines of trials that ended since the last call and refresh the display."""
+        """Print the lines of trials that ended and the warnings journaled since the last call,
+        and refresh the display."""
+        for warning in record.warnings[self._warnings :]:
+            self._print(f"warning: {warning.message}")
+        self._warnings = len(record.warnings)
         for tid, trial in sorted(record.trials.items()):
             if trial.status.is_final and self._seen.get(tid) is not trial.status:
                 self._seen[tid] = trial.status

@@ -27,7 +27,6 @@ EV_START = "start"
 EV_REPORT = "report"
 EV_CHECKPOINT = "checkpoint"
 EV_END = "end"
-EV_CHECKPOINT_LOAD = "checkpoint_load"  # the time ctx.load_checkpoint took (profiles)
 
 
 @dataclass(frozen=True)
@@ -176,6 +175,9 @@ class Heartbeat:
     time: float = field(default_factory=time.time)
     slurm_job_id: str | None = None
     started: float = field(default_factory=lambda: _now())  # when this process started
+    # the worker's previous process (a requeued job's earlier run): its start and last beat
+    previous_started: float | None = None
+    previous_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""

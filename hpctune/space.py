@@ -293,23 +293,62 @@ class SearchSpace:
 
     Attributes:
         params: Parameter name to parameter.
+        conditions: Conditional parameters: name to ``{other: allowed values}``. A conditional
+            parameter is present in a configuration only when every ``other`` parameter (a
+            categorical declared before it, itself present) takes one of its allowed values.
     """
 
     params: Mapping[str, Param]
+    conditions: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
+
+    def is_active(self, name: str, config: Mapping[str, Any]) -> bool:
+        """Whether parameter ``name`` is present given the values in ``config`` so far."""
+        for other, allowed in self.conditions.get(name, {}).items():
+            if other not in config or config[other] not in allowed:
+                return False
+        return True
 
     def sample(self, rng: np.random.Generator) -> dict[str, Any]:
-        """Draw one configuration (JSON-able; schedules as schedule dicts)."""
-        return {name: p.sample(rng) for name, p in self.params.items()}
+        """Draw one configuration (JSON-able; schedules as schedule dicts).
+
+        Parameters are drawn in declaration order; an inactive conditional parameter is left
+        out and draws nothing.
+        """
+        config: dict[str, Any] = {}
+        for name, p in self.params.items():
+            if self.is_active(name, config):
+                config[name] = p.sample(rng)
+        return config
 
     def _grids(self) -> list[list[Any]]:
         return [p.grid_values(name) for name, p in self.params.items()]
 
+    def _conditional_grid(self) -> list[dict[str, Any]]:
+        """The product of the grids with inactive parameters left out, duplicates dropped."""
+        names = list(self.params)
+        seen: set[str] = set()
+        out: list[dict[str, Any]] = []
+        for combo in itertools.product(*self._grids()):
+            config: dict[str, Any] = {}
+            for name, value in zip(names, combo, strict=True):
+                if self.is_active(name, config):
+                    config[name] = value
+            key = json.dumps(config, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(config)
+        return out
+
     def grid(self) -> list[dict[str, Any]]:
         """Return the cartesian product of the parameters' grids (first parameter slowest).
+
+        Conditional parameters are left out where inactive and repeated points dropped.
 
         Raises:
             NoGridError: A parameter is a range without ``grid_points`` (``.param`` names it).
         """
+        if self.conditions:
+            return self._conditional_grid()
         names = list(self.params)
         return [dict(zip(names, c, strict=True)) for c in itertools.product(*self._grids())]
 
@@ -321,6 +360,8 @@ class SearchSpace:
             if m is None:
                 return None
             n *= m
+        if self.conditions:
+            return len(self._conditional_grid())
         return n
 
     def require_grid(self) -> int:
@@ -332,12 +373,17 @@ class SearchSpace:
         raise NoGridError("", "the search space has no grid")  # pragma: no cover
 
     def grid_point(self, index: int) -> dict[str, Any]:
-        """Return ``grid()[index]`` without building the whole grid.
+        """Return ``grid()[index]`` without building the whole grid (unless conditional).
 
         Raises:
             IndexError: ``index`` is outside ``[0, grid_size())``.
             NoGridError: A parameter has no grid.
         """
+        if self.conditions:
+            points = self._conditional_grid()
+            if not 0 <= index < len(points):
+                raise IndexError(f"grid index must be in [0, {len(points)}), but got {index}")
+            return points[index]
         grids = self._grids()
         size = math.prod(len(g) for g in grids)
         if not 0 <= index < size:
@@ -350,7 +396,10 @@ class SearchSpace:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the canonical ``[search_space]`` table (every parameter with its ``type``)."""
-        return {name: p.to_dict() for name, p in self.params.items()}
+        out = {name: p.to_dict() for name, p in self.params.items()}
+        for name, condition in self.conditions.items():
+            out[name]["when"] = {k: copy.deepcopy(list(v)) for k, v in condition.items()}
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SearchSpace:
@@ -414,12 +463,57 @@ def parse_space(table: Mapping[str, Any], *, path: Path | str | None) -> SearchS
             "high = 1e-1, log = true}",
         )
     params: dict[str, Param] = {}
+    conditions: dict[str, dict[str, tuple[Any, ...]]] = {}
     for name, entry in table.items():
         ctx = _Ctx(path, f"search_space.{name}", None)
         if not name.strip():
             raise ctx.error("a parameter name must not be empty")
+        if isinstance(entry, Mapping) and "when" in entry:
+            conditions[name] = _parse_condition(entry["when"], params, conditions, ctx)
+            entry = _without(entry, "when")
         params[name] = _parse_entry(entry, ctx)
-    return SearchSpace(params)
+    return SearchSpace(params, conditions)
+
+
+def _parse_condition(
+    when: Any,
+    earlier: Mapping[str, Param],
+    conditions: Mapping[str, Mapping[str, tuple[Any, ...]]],
+    ctx: _Ctx,
+) -> dict[str, tuple[Any, ...]]:
+    """Parse ``when = {other = value or [values], ...}`` of a conditional parameter."""
+    example = 'e.g. when = { optimizer = "sgd" } or when = { optimizer = ["sgd", "rmsprop"] }'
+    if not isinstance(when, Mapping) or not when:
+        raise ctx.error(
+            f"`when` must be a table of earlier categorical parameters and their values, "
+            f"{example}; got {_show(when)}",
+            "when",
+        )
+    out: dict[str, tuple[Any, ...]] = {}
+    for other, value in when.items():
+        sub = f"when.{other}"
+        param = earlier.get(other)
+        if param is None:
+            raise ctx.error(
+                f"`{other}` is not a parameter declared before this one; a condition names an "
+                f"earlier categorical parameter (declared: {', '.join(earlier) or 'none'})",
+                sub,
+            )
+        if not isinstance(param, CategoricalParam):
+            raise ctx.error(
+                f"`{other}` is a {param.type_name} parameter; conditions name categorical ones",
+                sub,
+            )
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ctx.error(f"name at least one value of `{other}`, {example}", sub)
+        for v in values:
+            if v not in param.choices:
+                raise ctx.error(
+                    f"{v!r} is not a choice of `{other}` (choices: {list(param.choices)})", sub
+                )
+        out[other] = tuple(values)
+    return out
 
 
 def _parse_entry(entry: Any, ctx: _Ctx) -> Param:

@@ -29,6 +29,7 @@ from typing import Any
 from hpctune.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
+from hpctune.metric_names import metric_name_problem
 from hpctune.policies import OptionError, make_policy
 from hpctune.policies.generators import make_generator
 from hpctune.seeding import component_seed
@@ -62,11 +63,23 @@ STUDY_KEYS = (
     "metric_bounds",
     "random_level",
     "share_with_group",
+    "objectives",
+    "report_timeout",
     "best",
     "keep_checkpoints",
 )
 RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
+# Upper bounds of counts (a typo like 1e23 or 2**63-1 is refused, not run).
+MAX_STEPS = 10**9
+MAX_TRIALS = 10**6
+MAX_RETRIES = 1000
+MAX_SEED = 2**63 - 1
+MAX_SLOTS = 10_000
+MAX_CPUS = 4096
+MAX_GPUS = 64
+DEFAULT_REPORT_TIMEOUT = 3600.0
+MAX_REPORT_TIMEOUT = 30 * 86400.0
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _REQUIRED = object()
@@ -187,7 +200,7 @@ class ResourcesSpec:
     """What the study may hold.
 
     Attributes:
-        slots: How many workers run at once.
+        slots: How many workers run at once; 0: none (trials come from ask/tell only).
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
     """
@@ -220,6 +233,8 @@ class StudySpec:
             None: POP's default kill threshold and traces use it.
         share_with_group: The study directory is readable by the owner's group (0750/0640
             instead of 0700/0600; never writable by it).
+        report_timeout: Seconds a running trial may go without a report before its worker is
+            cancelled and the trial resumes from its checkpoint (a retry); 0: no limit.
         space: The search space.
         generator: The generator and its options.
         policy: The policy and its options.
@@ -227,6 +242,8 @@ class StudySpec:
         slurm: What the workers and the controller ask Slurm for.
         curves: Where and how learning-curve fits run (``[curves]``).
         stages: Whether the study runs as a stage tree (``[stages]``).
+        objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
+            objectives``, two or more; ``metric`` is one of them); empty otherwise.
         best: What a trial's value is: ``"peak"`` (its best step) or ``"last"`` (its last
             step); :mod:`hpctune.best`.
         keep_checkpoints: Which checkpoints of ended trials are kept: ``"last"``, ``"best"``
@@ -253,9 +270,11 @@ class StudySpec:
     slurm: SlurmSpec = field(default_factory=SlurmSpec)
     metric_bounds: tuple[float, float] = (0.0, 1.0)
     random_level: float | None = None
+    report_timeout: float = DEFAULT_REPORT_TIMEOUT
     curves: CurvesSpec = field(default_factory=CurvesSpec)
     stages: StagesSpec = field(default_factory=StagesSpec)
     share_with_group: bool = False
+    objectives: tuple[tuple[str, str], ...] = ()
     best: str = "peak"
     keep_checkpoints: str = DEFAULT_KEEP
 
@@ -290,9 +309,11 @@ class StudySpec:
             "slurm": self.slurm.to_dict(),
             "metric_bounds": list(self.metric_bounds),
             "random_level": self.random_level,
+            "report_timeout": self.report_timeout,
             "curves": self.curves.to_dict(),
             "stages": self.stages.to_dict(),
             "share_with_group": self.share_with_group,
+            "objectives": [list(o) for o in self.objectives],
             "best": self.best,
             "keep_checkpoints": self.keep_checkpoints,
         }
@@ -335,9 +356,11 @@ class StudySpec:
                 slurm=SlurmSpec.from_dict(d["slurm"]) if "slurm" in d else SlurmSpec(),
                 metric_bounds=tuple(d.get("metric_bounds", (0.0, 1.0))),  # type: ignore[arg-type]
                 random_level=d.get("random_level"),
+                report_timeout=float(d.get("report_timeout", DEFAULT_REPORT_TIMEOUT)),
                 curves=CurvesSpec.from_dict(d.get("curves", {})),
                 stages=StagesSpec.from_dict(d.get("stages", {})),
                 share_with_group=bool(d.get("share_with_group", False)),
+                objectives=tuple((str(m), str(o)) for m, o in d.get("objectives", [])),
                 best=d.get("best", "peak"),
                 keep_checkpoints=d.get("keep_checkpoints", "last"),  # journals before it: last
             )
@@ -427,7 +450,10 @@ class _Section:
         high: int | None = None,
         what: str = "",
         high_text: str = "",
+        limit: int | None = None,
     ) -> int:
+        """An integer >= ``low`` (and <= ``high``, named ``high_text``); ``limit``: hpctune's
+        documented upper bound of the count (a typo such as 2**63-1 is refused)."""
         value = self.get(key, default, what)
         rule = f"an integer >= {low}" if high is None else f"between {low} and {high_text}"
         if not isinstance(value, int) or isinstance(value, bool):
@@ -435,6 +461,8 @@ class _Section:
             raise self.must(key, rule, value, hint)
         if value < low or (high is not None and value > high):
             raise self.must(key, rule, value)
+        if limit is not None and value > limit:
+            raise self.must(key, f"at most {limit} (hpctune's limit for it)", value)
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -495,21 +523,37 @@ def parse_spec(
         "entry_point", what='the training function, e.g. entry_point = "train.py:train"'
     )
     entry = _parse_entry_point(entry_text, study)
+    objectives = _objectives(study)
+    first = objectives[0] if objectives else (_REQUIRED, _REQUIRED)
     metric = study.string(
-        "metric", what='the metric the training function reports, e.g. metric = "val_loss"'
+        "metric",
+        first[0],
+        what='the metric the training function reports, e.g. metric = "val_loss"',
     )
-    mode = study.get("mode", _REQUIRED, 'whether larger metric values are better: "max" or "min"')
+    if metric_name_problem(metric):
+        raise study.error("metric", metric_name_problem(metric))
+    mode = study.get("mode", first[1], 'whether larger metric values are better: "max" or "min"')
     if mode not in ("max", "min"):
         raise study.must("mode", '"max" or "min"', mode)
-    max_steps = study.integer("max_steps", low=1, what="the number of steps of a full trial")
+    if objectives and (metric, mode) not in objectives:
+        raise study.error(
+            "metric",
+            f"`study.metric` ({metric!r}, {mode}) must be one of the objectives "
+            f"{dict(objectives)} with the same mode: the policies judge trials by it; leave "
+            "`metric` and `mode` out to use the first objective",
+        )
+    max_steps = study.integer(
+        "max_steps", low=1, limit=MAX_STEPS, what="the number of steps of a full trial"
+    )
     step_unit = study.string("step_unit", "epoch")
     boundary = study.integer(
         "boundary", 1, low=1, high=max_steps, high_text=f"max_steps ({max_steps})"
     )
-    seed = study.integer("seed", 0, low=0)
+    seed = study.integer("seed", 0, low=0, limit=MAX_SEED)
     fail_fast = study.boolean("fail_fast", False)
     share_with_group = study.boolean("share_with_group", False)
-    max_retries = study.integer("max_retries", 2, low=0)
+    max_retries = study.integer("max_retries", 2, low=0, limit=MAX_RETRIES)
+    report_timeout = _report_timeout(study)
     metric_bounds = _metric_bounds(study)
     random_level = study.get("random_level", None, "")
     if random_level is not None and (
@@ -525,6 +569,14 @@ def parse_spec(
     space = parse_space(_table(data, "search_space", source, True), path=source)
 
     generator = _component(data, "generator", "random", source)
+    sampler = generator.options.get("sampler") if generator.name == "optuna" else generator.name
+    if objectives and sampler in SINGLE_OBJECTIVE:
+        raise StudySpecError(
+            source,
+            "generator.name",
+            f"the {sampler!r} generator optimises one metric, but [study] objectives "
+            f"names {len(objectives)}; use tpe or nsga2 (or random, qmc, gp)",
+        )
     try:
         gen = make_generator(
             generator.name, generator.options, space, component_seed(seed, "generator")
@@ -541,7 +593,7 @@ def parse_spec(
             "trials to create, e.g. num_trials = 32",
         )
     num_trials = study.integer(
-        "num_trials", size, low=1, high=size, high_text=f"the grid size ({size})"
+        "num_trials", size, low=1, high=size, high_text=f"the grid size ({size})", limit=MAX_TRIALS
     )
 
     policy = _component(data, "policy", "default", source)
@@ -561,9 +613,13 @@ def parse_spec(
     res = _Section(source, "resources", _table(data, "resources", source, False))
     res.check_keys(RESOURCE_KEYS)
     resources = ResourcesSpec(
-        slots=res.integer("slots", ResourcesSpec.slots, low=1),
-        cpus_per_worker=res.integer("cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1),
-        gpus_per_worker=res.integer("gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0),
+        slots=res.integer("slots", ResourcesSpec.slots, low=0, limit=MAX_SLOTS),
+        cpus_per_worker=res.integer(
+            "cpus_per_worker", ResourcesSpec.cpus_per_worker, low=1, limit=MAX_CPUS
+        ),
+        gpus_per_worker=res.integer(
+            "gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0, limit=MAX_GPUS
+        ),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
@@ -594,6 +650,7 @@ def parse_spec(
         max_retries=max_retries,
         metric_bounds=metric_bounds,
         random_level=None if random_level is None else float(random_level),
+        report_timeout=report_timeout,
         space=space,
         generator=generator,
         policy=policy,
@@ -602,9 +659,45 @@ def parse_spec(
         curves=curves,
         stages=stages,
         share_with_group=share_with_group,
+        objectives=objectives,
         best=best,
         keep_checkpoints=keep_checkpoints,
     )
+
+
+SINGLE_OBJECTIVE = ("cmaes",)
+
+
+def _objectives(study: _Section) -> tuple[tuple[str, str], ...]:
+    """``objectives = { metric = "max" | "min", ... }``: two or more, in order."""
+    value = study.get("objectives", None, "")
+    if value is None:
+        return ()
+    example = 'e.g. objectives = { val_accuracy = "max", num_params = "min" }'
+    if not isinstance(value, Mapping) or len(value) < 2:
+        raise study.must("objectives", f"a table of two or more metrics ({example})", value)
+    for name, mode in value.items():
+        if metric_name_problem(str(name)):
+            raise study.error("objectives", metric_name_problem(str(name)))
+        if mode not in ("max", "min"):
+            raise study.error(
+                "objectives",
+                f'objective {name!r} must be "max" or "min", but got {mode!r} ({example})',
+            )
+    return tuple((str(k), str(v)) for k, v in value.items())
+
+
+def _report_timeout(study: _Section) -> float:
+    value = study.get("report_timeout", DEFAULT_REPORT_TIMEOUT, "")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_REPORT_TIMEOUT:
+        raise study.must(
+            "report_timeout",
+            f"seconds between 0 (no limit) and {MAX_REPORT_TIMEOUT:.0f} (30 days)",
+            value,
+            "set it above your longest step plus its checkpoint, e.g. report_timeout = 7200",
+        )
+    return float(value)
 
 
 def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:

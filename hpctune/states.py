@@ -10,10 +10,11 @@ class TrialStatus(StrEnum):
 
     ``queued``: created, waiting for a slot (also a trial whose worker was lost, until it
     resumes). ``running``: a segment of it is assigned to a worker. ``suspended``: stopped at a
-    boundary with a checkpoint, may be resumed. ``completed``: trained to its last step.
-    ``terminated``: stopped for good by the policy, by the user or because its metric diverged.
-    ``failed``: the user function raised, or its workers were lost more often than
-    ``max_retries`` allows.
+    boundary with a checkpoint, may be resumed. ``completed``: trained to its last step (or its
+    end step). ``terminated``: stopped for good by the policy, by the user or because its metric
+    diverged. ``ended_early``: the user function returned before its last step without being
+    told to stop (`hpctune retry` runs it again). ``failed``: the user function raised, or its
+    workers were lost more often than ``max_retries`` allows.
     """
 
     QUEUED = "queued"
@@ -21,12 +22,18 @@ class TrialStatus(StrEnum):
     SUSPENDED = "suspended"
     COMPLETED = "completed"
     TERMINATED = "terminated"
+    ENDED_EARLY = "ended_early"
     FAILED = "failed"
 
     @property
     def is_final(self) -> bool:
-        """True for the states a trial never leaves."""
-        return self in (TrialStatus.COMPLETED, TrialStatus.TERMINATED, TrialStatus.FAILED)
+        """True for the states a trial leaves only through `hpctune retry`."""
+        return self in (
+            TrialStatus.COMPLETED,
+            TrialStatus.TERMINATED,
+            TrialStatus.ENDED_EARLY,
+            TrialStatus.FAILED,
+        )
 
 
 class SegmentStatus(StrEnum):
@@ -37,6 +44,7 @@ class SegmentStatus(StrEnum):
     COMPLETED = "completed"  # the trial reached its last step
     SUSPENDED = "suspended"  # stopped at a boundary or at the assignment's last step; resumable
     TERMINATED = "terminated"  # stopped for good (policy, user, diverged metric)
+    ENDED_EARLY = "ended_early"  # the function returned before until_step, not told to stop
     FAILED = "failed"  # the user function raised
     LOST = "lost"  # the worker died; the trial resumes from its last checkpoint
 

@@ -33,6 +33,8 @@ def trials_table(record: StudyRecord, *, limit: int | None = None) -> str:
         best, _ = peak_value(record, tr)
         last = tr.curve_values[-1] if tr.curve_values else math.nan
         status = tr.status.value + (f" ({tr.retries} retries)" if tr.retries else "")
+        if tr.missing_rows:
+            status += f" with {tr.missing_rows} missing rows"
         rows.append(
             [
                 str(tr.trial_id),
@@ -134,6 +136,24 @@ def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def pareto_text(record: StudyRecord) -> str:
+    """The Pareto front of a multi-objective study ("" for a study with one metric)."""
+    from hpctune.pareto import pareto_front
+
+    objectives = record.spec.get("objectives") or []
+    if not objectives:
+        return ""
+    names = ", ".join(f"{m} ({mode})" for m, mode in objectives)
+    front = pareto_front(record)
+    if not front:
+        return f"Pareto front over {names}: no completed trial yet"
+    lines = [f"Pareto front over {names}: {len(front)} trial(s)"]
+    for entry in front:
+        values = ", ".join(f"{k} = {format_value(v)}" for k, v in entry.values.items())
+        lines.append(f"  trial {entry.trial_id}: {values}; {format_params(dict(entry.params))}")
+    return "\n".join(lines)
+
+
 def _no_checkpoint(step: int) -> str:
     return (
         f"checkpoint: none at step {step} (the training function saved none there, or it was "
@@ -163,6 +183,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
                 "initiator": tr.initiator,
                 "end_step": tr.end_step,
                 "retries": tr.retries,
+                "missing_rows": tr.missing_rows,
                 "segments": len(tr.segments),
                 "training_s": trial_training_s(record, tr, now),
                 "wall_s": trial_wall_s(record, tr, now),
@@ -196,11 +217,47 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
             "elapsed_s": _elapsed(record, time.time() if now is None else now),
             "counts": record.counts(),
             "workers": sum(w.state in ("started", "stopping") for w in record.workers.values()),
+            "warnings": [
+                {"code": w.code, "message": w.message, "time": w.time, "trial": _id(w.trial)}
+                for w in record.warnings
+            ],
+            "rejected_commands": [
+                {"file": c.file, "reason": c.reason, "time": c.time}
+                for c in record.rejected_commands
+            ],
         },
         "accounting": study_usage(record, now).to_dict(),
         "trials": trials,
         "best": best_entry,
+        "pareto_front": _front_json(record),
     }
+
+
+def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:
+    """The Pareto front as JSON (``None`` for a study with one metric)."""
+    from hpctune.pareto import pareto_front
+
+    if not record.spec.get("objectives"):
+        return None
+    return [entry.to_dict() for entry in pareto_front(record)]
+
+
+def notices(record: StudyRecord, limit: int = 10) -> list[str]:
+    """Lines for `hpctune status`: rejected inbox files, warnings, missing metric rows."""
+    lines = []
+    for command in record.rejected_commands[-limit:]:
+        lines.append(f"rejected inbox file {command.file} (see inbox/rejected/): {command.reason}")
+    for warning in record.warnings[-limit:]:
+        lines.append(f"warning: {warning.message}")
+    missing = {t.trial_id: t.missing_rows for t in record.trials.values() if t.missing_rows}
+    if missing:
+        shown = ", ".join(f"trial {t}: {n}" for t, n in sorted(missing.items())[:limit])
+        lines.append(f"metric rows missing (corrupt event lines skipped): {shown}")
+    return lines
+
+
+def _id(value: int) -> int | None:
+    return value if value >= 0 else None
 
 
 def _num(value: float) -> float | None:

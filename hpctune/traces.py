@@ -51,6 +51,9 @@ class Trace:
         source: Free text: where the trace comes from.
         metric_bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``), or
             None if the trace does not say (learning-curve fits then assume ``(0, 1)``).
+        search_space: The ``[search_space]`` table the configurations were drawn from (the
+            simulator's nearest-configuration rule needs its ranges and log scales), or None
+            (then :func:`hpctune.simulator.trace_space` infers one from the configurations).
     """
 
     curves: np.ndarray
@@ -61,6 +64,7 @@ class Trace:
     random_level: float = math.nan
     source: str = ""
     metric_bounds: tuple[float, float] | None = None
+    search_space: Mapping[str, Any] | None = None
     _where: str = field(default="trace", repr=False)
 
     def __post_init__(self) -> None:
@@ -156,6 +160,7 @@ class Trace:
             self.random_level,
             self.source,
             self.metric_bounds,
+            self.search_space,
         )
 
     # -- files --------------------------------------------------------------------------------
@@ -179,6 +184,8 @@ class Trace:
             f.attrs["source"] = self.source
             if self.metric_bounds is not None:
                 f.attrs["metric_bounds"] = np.asarray(self.metric_bounds, dtype=float)
+            if self.search_space is not None:
+                f.attrs["search_space"] = json.dumps(self.search_space)
         tmp.replace(path)
         return path
 
@@ -243,6 +250,7 @@ class Trace:
             random_level=float(attrs["random_level"]),
             source=_text(attrs.get("source", "")),
             metric_bounds=_bounds(attrs.get("metric_bounds"), path),
+            search_space=_space_attr(attrs.get("search_space"), path),
             _where=str(path),
         )
 
@@ -314,6 +322,7 @@ class Trace:
             random_level=random_level,
             source=f"study {study.spec.get('name', '')} in {study.directory}",
             metric_bounds=_bounds(study.spec.get("metric_bounds"), study.directory),
+            search_space=study.spec.get("space"),
             _where=str(study.directory),
         )
 
@@ -340,6 +349,19 @@ def _bounds(value: Any, where: Path) -> tuple[float, float] | None:
             f"low < high, not {value!r}"
         )
     return float(data[0]), float(data[1])
+
+
+def _space_attr(value: Any, where: Path) -> dict[str, Any] | None:
+    """The optional ``search_space`` attribute: a JSON object (a ``[search_space]`` table)."""
+    if value is None:
+        return None
+    try:
+        table = json.loads(_text(value))
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: attribute 'search_space' is not JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise TraceError(f"{where}: attribute 'search_space' must be a JSON object")
+    return table
 
 
 def _text(value: Any) -> str:

@@ -45,11 +45,14 @@ from hpctune.protocol import (
     read_assignment,
 )
 from hpctune.states import Decision, SegmentStatus
+from hpctune.storage import describe, storage_error
 
 logger = logging.getLogger("hpctune.worker")  # also when run as __main__
 
 HEARTBEAT_INTERVAL = 2.0
 VERIFY_WAIT = 10.0  # seconds an assignment may wait for its commit to be visible here
+STORAGE_WAIT = 1.0  # seconds before writing again after a full disk
+END_ATTEMPTS = 30
 
 
 def _env_float(name: str, default: float) -> float:
@@ -157,7 +160,10 @@ class Worker:
         self._ignored: set[tuple[int, int]] = set()  # (segment, epoch) of stale files
         self.epoch = 0  # the highest controller epoch seen
         self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
-        beat = Heartbeat(worker_id, slurm_job_id=os.environ.get("SLURM_JOB_ID"))
+        beat = Heartbeat(worker_id, slurm_job_id=own_job_id(), started=process_start_time())
+        previous = Heartbeat.read(self.paths.heartbeat(worker_id))
+        if previous is not None and previous.started < beat.started:  # for the accounting
+            beat.previous_started, beat.previous_time = previous.started, previous.time
         self.heartbeat = _HeartbeatThread(
             self.paths.heartbeat(worker_id), beat, HEARTBEAT_INTERVAL
         )
@@ -188,7 +194,9 @@ class Worker:
                     trusted = self._verify(assignment)
                     if trusted is not None:
                         self._done.add(assignment.segment_id)
-                        self._take(trusted)
+                        if not self._take(trusted):  # its files could not be written: later
+                            self._done.discard(assignment.segment_id)
+                            time.sleep(STORAGE_WAIT)
                     continue
                 if self._controller_silent():
                     logger.warning(
@@ -247,13 +255,16 @@ class Worker:
     def _on_usr2(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = "SIGUSR2: preempted, or the time limit is near"
 
-    def _take(self, assignment: Assignment) -> None:
-        """Run a new assignment; close one that an earlier process of this worker left open."""
+    def _take(self, assignment: Assignment) -> bool:
+        """Run a new assignment; close one that an earlier process of this worker left open.
+
+        Returns False when the segment could not start because its event file could not be
+        written (a full disk): the worker tries again later.
+        """
         path = self.paths.event_file(assignment.segment_id)
         progress = segment_progress(path)
         if progress == "new":
-            self.run_segment(assignment)
-            return
+            return self.run_segment(assignment)
         logger.info(
             "segment %d was %s by an earlier process; not run again",
             assignment.segment_id,
@@ -271,10 +282,12 @@ class Worker:
                     },
                     fsync=True,
                 )
+        return True
 
     def _requeue(self) -> str:
-        """Ask Slurm to requeue this worker's job; return the heartbeat's final state."""
-        job = os.environ.get("SLURM_JOB_ID")
+        """Ask Slurm to requeue this worker's job, exactly this task of an array (requeueing
+        the array's own id would requeue every task); return the heartbeat's final state."""
+        job = own_job_id()
         if not job:
             return "exited"
         try:
@@ -317,8 +330,12 @@ class Worker:
             self._functions[key] = point.load()
         return self._functions[key]
 
-    def run_segment(self, a: Assignment) -> None:
-        """Run one segment: call the user's function, then write the end record."""
+    def run_segment(self, a: Assignment) -> bool:
+        """Run one segment: call the user's function, then write the end record.
+
+        Returns False (nothing run) when the segment's start could not be written because
+        storage failed (:mod:`hpctune.storage`); the worker tries again later.
+        """
         logger.info(
             "segment %d: trial %d from step %d to %d",
             a.segment_id,
@@ -329,7 +346,9 @@ class Worker:
         paths = self.paths
         with contextlib.suppress(Exception):  # import the user's module before the segment
             self._function(a.entry)  # starts (start-up, not training); errors show in _call
-        with EventWriter(paths.event_file(a.segment_id)) as events:
+        events: EventWriter | None = None
+        try:
+            events = EventWriter(paths.event_file(a.segment_id))
             events.write(
                 {
                     "kind": EV_START,
@@ -342,6 +361,14 @@ class Worker:
                 },
                 fsync=True,
             )
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            logger.error("segment %d cannot start: %s", a.segment_id, describe(exc))
+            if events is not None:
+                events.close()
+            return False
+        with events:
             self.heartbeat.update(state="running", segment_id=a.segment_id, step=a.start_step)
             ctx = TrialContext(
                 a,
@@ -353,24 +380,43 @@ class Worker:
                 highest_epoch=lambda: highest_epoch(paths.root),
             )
             status, reason, error = self._call(a, ctx)
-            events.write(
-                {
-                    "kind": EV_END,
-                    "t": time.time(),
-                    "status": status.value,
-                    "step": ctx.step,
-                    "reason": reason,
-                    "error": error,
-                },
-                fsync=True,
-            )
+            end = {
+                "kind": EV_END,
+                "t": time.time(),
+                "status": status.value,
+                "step": ctx.step,
+                "reason": reason,
+                "error": error,
+            }
+            if ctx.storage_error:
+                end["storage"] = ctx.storage_error
+            self._write_end(events, end)
         self.heartbeat.update(state="idle", segment_id=None, step=None)
         logger.info(
             "segment %d ended: %s at step %d %s", a.segment_id, status.value, ctx.step, reason
         )
+        return True
+
+    def _write_end(self, events: EventWriter, end: dict[str, Any]) -> None:
+        """Write a segment's end line, retrying while storage fails; give up after
+        ``END_ATTEMPTS`` tries (the controller then ends the segment itself, no retry counted)."""
+        for attempt in range(END_ATTEMPTS):
+            try:
+                events.write(end, fsync=True)
+                return
+            except OSError as exc:
+                if storage_error(exc) is None:
+                    raise
+                logger.error("end line not written (%s); attempt %d", describe(exc), attempt + 1)
+                time.sleep(STORAGE_WAIT)
 
     def _call(self, a: Assignment, ctx: TrialContext) -> tuple[SegmentStatus, str, str]:
-        """Call the user's function; return the segment's status, a reason and a traceback."""
+        """Call the user's function; return the segment's status, a reason and a traceback.
+
+        A storage failure (a full disk; the user's own writes too) suspends the segment with
+        ``ctx.storage_error`` set. ``KeyboardInterrupt`` raised in the function fails the trial
+        with its traceback, as any other exception.
+        """
         paths = self.paths
         try:
             with redirect_output(
@@ -379,14 +425,21 @@ class Worker:
                 function = self._function(a.entry)
                 function(ctx)
         except TrialStop as stop:
+            if ctx.storage_error:
+                return SegmentStatus.SUSPENDED, ctx.storage_error, ""
             if ctx.diverged:
                 return SegmentStatus.TERMINATED, f"diverged: {ctx.diverged}", ""
             return _from_decision(ctx, stop.decision, stop.reason)
-        except (Exception, SystemExit) as exc:  # the user's code failed; the worker goes on
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the worker goes on
+            failed = storage_error(exc)
+            if failed is not None:  # the function's own write found the disk full
+                ctx.storage_error = describe(failed)
+                return SegmentStatus.SUSPENDED, ctx.storage_error, ""
             tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
             error = "".join(traceback.format_exception(type(exc), exc, tb))  # user frames only
             self._append_error(a.trial_id, error)
-            return SegmentStatus.FAILED, f"{type(exc).__name__}: {exc}", error
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return SegmentStatus.FAILED, text, error
         return _from_decision(ctx, ctx.decision, ctx.decision_reason)
 
     def _append_error(self, trial_id: int, error: str) -> None:
@@ -419,7 +472,32 @@ def _from_decision(
         return SegmentStatus.TERMINATED, reason or "stopped", ""
     if decision is Decision.SUSPEND or ctx.step >= ctx.until_step:
         return SegmentStatus.SUSPENDED, reason or "suspended", ""
-    return SegmentStatus.COMPLETED, f"function returned at step {ctx.step}", ""
+    return SegmentStatus.ENDED_EARLY, f"the function returned at step {ctx.step}", ""
+
+
+def own_job_id() -> str | None:
+    """This process's Slurm job as Slurm's commands name it: ``<array job>_<task>`` for an
+    array task (submitit's ``JobEnvironment.job_id``), else ``SLURM_JOB_ID``; ``None`` outside
+    Slurm."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    return SlurmJobEnvironment().job_id
+
+
+def process_start_time() -> float:
+    """When this process started (Unix time; from Linux's ``/proc``), if within the last
+    minute (a worker process starts its :class:`Worker` at once); else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - age if 0.0 <= age <= 60.0 else time.time()
 
 
 def setup_logging(path: Path) -> None:

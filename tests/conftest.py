@@ -97,17 +97,36 @@ def run_hpctune(
     return result
 
 
-def start_hpctune(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """Start the ``hpctune`` CLI in the background (its own session)."""
+def start_hpctune(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start the ``hpctune`` CLI in the background (its own session); ``env``: extra
+    variables."""
     return subprocess.Popen(
         [sys.executable, "-m", "hpctune.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
-        env=hpctune_env(),
+        env={**hpctune_env(), **(env or {})},
         start_new_session=True,
     )
+
+
+def launch_local(spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `hpctune launch SPEC --local` to its end, then kill workers left behind (a study
+    directory named ``study`` next to the spec, as :func:`write_study` makes)."""
+    try:
+        return run_hpctune("launch", str(spec), "--local", *args)
+    finally:
+        kill_workers(spec.parent / "study")
+
+
+def count_reports(study_dir: Path) -> int:
+    """Report lines the workers of a study wrote so far (ingested or not)."""
+    events = study_dir / "events"
+    files = events.glob("*.jsonl") if events.exists() else []
+    return sum(p.read_bytes().count(b'"report"') for p in files)
 
 
 def kill_workers(study_dir: Path) -> None:
@@ -130,6 +149,44 @@ def cleanup_studies() -> Iterator[list[Path]]:
     yield studies
     for study in studies:
         kill_workers(study)
+
+
+def report_lines(study_dir: Path) -> int:
+    """Report lines the workers of a study have written so far."""
+    events = study_dir / "events"
+    if not events.exists():
+        return 0
+    return sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
+
+
+def kill_and_resume(
+    process: subprocess.Popen[str],
+    study_dir: Path,
+    rng: Any,
+    *,
+    rounds: int,
+    reports: tuple[int, int],
+    pause: float = 0.3,
+) -> tuple[subprocess.Popen[str], int]:
+    """SIGKILL the controller ``process`` after a random number of new report lines (in
+    ``reports``), up to ``rounds`` times, its workers too every second time, and `hpctune
+    resume` it each time; return the last process and the number of kills."""
+    kills = 0
+    for round_ in range(rounds):
+        # kill after a random amount of progress (report lines), so that kills land mid-training
+        target = report_lines(study_dir) + rng.randint(*reports)
+        while process.poll() is None and report_lines(study_dir) < target:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, pause))
+        if process.poll() is not None:
+            break
+        os.kill(process.pid, signal.SIGKILL)  # the controller only; its workers keep running
+        process.wait()
+        kills += 1
+        if round_ % 2 == 1:
+            kill_workers(study_dir)  # and now and then the workers too (a node failure)
+        process = start_hpctune("resume", str(study_dir), "--local")
+    return process, kills
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> bool:

@@ -172,7 +172,7 @@ def test_grid_without_grid_points_names_the_parameter() -> None:
 
 
 def test_registry() -> None:
-    assert set(GENERATORS) == {"random", "grid"}
+    assert set(GENERATORS) == {"random", "grid", "tpe", "cmaes", "gp", "qmc", "nsga2", "optuna"}
     for name, cls in GENERATORS.items():
         assert cls.name == name
         assert hasattr(cls, "Options")
@@ -180,10 +180,11 @@ def test_registry() -> None:
 
 def test_unknown_generator_lists_known_ones() -> None:
     with pytest.raises(OptionError) as info:
-        make_generator("tpe", {}, _space(GRID_SPACE), 0)
+        make_generator("smac", {}, _space(GRID_SPACE), 0)
     assert info.value.key == "name"
     assert "random" in info.value.message
     assert "grid" in info.value.message
+    assert "tpe" in info.value.message
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
-from tests.conftest import DIGITS, kill_workers, run_hpctune, start_hpctune, write_study
+from tests.conftest import DIGITS, kill_and_resume, run_hpctune, start_hpctune, write_study
 
 MAX_STEPS = 50
 NUM_TRIALS = 6
@@ -47,16 +45,6 @@ def _spec(folder: Path, directory: str) -> Path:
     )
 
 
-def _reports(study_dir: Path) -> int:
-    """Report lines written by the workers so far."""
-    events = study_dir / "events"
-    return (
-        sum(p.read_bytes().count(b'"report"') for p in events.glob("*.jsonl"))
-        if events.exists()
-        else 0
-    )
-
-
 @pytest.mark.slow
 def test_controller_killed_at_random_moments(tmp_path: Path, cleanup_studies: list[Path]) -> None:
     reference_dir = tmp_path / "reference"
@@ -67,22 +55,8 @@ def test_controller_killed_at_random_moments(tmp_path: Path, cleanup_studies: li
 
     rng = random.Random(int(os.environ.get("HPCTUNE_KILL_SEED", "20261122")))
     spec = _spec(tmp_path / "b", str(killed_dir))
-    kills = 0
     process = start_hpctune("launch", str(spec), "--local")
-    for round_ in range(5):
-        # kill after a random amount of progress (report lines), so that kills land mid-training
-        target = _reports(killed_dir) + rng.randint(10, 60)
-        while process.poll() is None and _reports(killed_dir) < target:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.3))
-        if process.poll() is not None:
-            break
-        os.kill(process.pid, signal.SIGKILL)  # the controller only; its workers keep running
-        process.wait()
-        kills += 1
-        if round_ % 2 == 1:
-            kill_workers(killed_dir)  # and now and then the workers too (a node failure)
-        process = start_hpctune("resume", str(killed_dir), "--local")
+    process, kills = kill_and_resume(process, killed_dir, rng, rounds=5, reports=(10, 60))
     out, _ = process.communicate(timeout=300)
     assert process.returncode == 0, out
     assert kills >= 3, "the study ended before the controller could be killed three times"

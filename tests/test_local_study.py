@@ -175,18 +175,28 @@ def _expected_curve(x: float, max_steps: int) -> list[float]:
 def test_stop_then_resume_finishes_every_trial_once(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
-    spec = _slow_study(tmp_path)
+    # every trial waits at step 3 until the gate file exists: the stop lands mid-training
+    gate = tmp_path / "gate"
+    spec = write_study(
+        tmp_path,
+        train=BEHAVIOURS,
+        num_trials=4,
+        max_steps=8,
+        space={"x": {"type": "float", "low": 0.0, "high": 1.0}, "gate": str(gate)},
+    )
     study_dir = tmp_path / "study"
     cleanup_studies.append(study_dir)
     launch = start_hpctune("launch", str(spec), "--local")
     try:
-        assert wait_for(lambda: _reports(study_dir) >= 3, 60)
+        assert wait_for(lambda: _reports(study_dir) >= 2, 120)
         status = run_hpctune("status", str(study_dir), "--json", check=True)
         live = json.loads(status.stdout)
         assert live["study"]["state"] == "running"
         assert live["study"]["controller"] is not None
         run_hpctune("stop", str(study_dir), check=True)
-        out, _ = launch.communicate(timeout=60)
+        assert wait_for(lambda: open_study(study_dir).record.state is not StudyState.RUNNING, 120)
+        gate.touch()
+        out, _ = launch.communicate(timeout=120)
     finally:
         launch.kill()
     assert launch.returncode == 0, out

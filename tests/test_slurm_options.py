@@ -55,8 +55,9 @@ def _spec(tmp_path: Path) -> Path:
 
 def test_the_controller_script_matches_the_golden_file(tmp_path: Path) -> None:
     spec = load_spec(_spec(tmp_path))
+    env = {"PYTHONPATH": "/shared/my code", "HPCTUNE_LOG_LEVEL": "DEBUG", "HOME": "/home/u"}
     script = render_controller_script(
-        StudyPaths(spec.directory), spec, python="/opt/venv/bin/python"
+        StudyPaths(spec.directory), spec, python="/opt/venv/bin/python", env=env
     )
     if os.environ.get("HPCTUNE_UPDATE_GOLDEN"):
         GOLDEN.write_text(script)
@@ -67,7 +68,8 @@ def test_the_controller_script_matches_the_golden_file(tmp_path: Path) -> None:
 
 
 def test_worker_parameters_follow_the_spec(tmp_path: Path) -> None:
-    params = worker_parameters(load_spec(_spec(tmp_path)))
+    env = {"SLURM_CONF": "/etc/site/slurm.conf", "HPCTUNE_POLL_INTERVAL": "0.5", "PATH": "/bin"}
+    params = worker_parameters(load_spec(_spec(tmp_path)), env=env)
     assert params["partition"] == "gpu"
     assert params["account"] == "proj"
     assert params["time"] == 240
@@ -78,9 +80,10 @@ def test_worker_parameters_follow_the_spec(tmp_path: Path) -> None:
     assert params["array_parallelism"] == 4
     assert params["setup"] == [
         "export OMP_NUM_THREADS=8 MKL_NUM_THREADS=8",
-        "export HPCTUNE_CPUS=8 HPCTUNE_GPUS=1",
+        "export SLURM_CONF=/etc/site/slurm.conf HPCTUNE_POLL_INTERVAL=0.5",
         "module load cuda",
     ]
+    assert params["srun_args"] == ["--export=ALL"]  # the step sees what the script set
     assert params["additional_parameters"] == {
         "requeue": True,
         "exclude": "node3",

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
+from hpctune.policies.generators import GENERATORS
 from hpctune.space import parse_space
 from hpctune.spec import (
     RESOURCE_KEYS,
@@ -345,7 +346,7 @@ def test_non_utf8_file(tmp_path: Path) -> None:
         (lambda d: d["study"].update(max_step=3), "study.max_step", "did you mean `max_steps`?"),
         (lambda d: d["study"].pop("mode"), "study.mode", '"max" or "min"'),
         (lambda d: d["policy"].update(eta=3), "policy.eta", "unknown option"),
-        (lambda d: d["generator"].update(name="tpe"), "generator.name", "known generators"),
+        (lambda d: d["generator"].update(name="smac"), "generator.name", "known generators"),
         (lambda d: d["policy"].update(name="nope"), "policy.name", "known policies: default"),
         (lambda d: d.update(study=3), "study", "must be a table"),
         (lambda d: d.pop("search_space"), "search_space", "is required"),
@@ -513,14 +514,14 @@ def mutations(draw: st.DrawFn) -> Mutation:
         return draw(_space_mutation(doc))
     if kind == "resources":
         key = draw(st.sampled_from(RESOURCE_KEYS))
-        low = 0 if key == "gpus_per_worker" else 1
+        low = 0 if key in ("gpus_per_worker", "slots") else 1  # slots = 0: ask/tell only
         doc["resources"][key] = draw(
             st.one_of(_NOT_INT, st.just(low - 1), st.integers(-(2**63), low - 1))
         )
         return doc, frozenset({f"resources.{key}"})
     which = draw(st.sampled_from(["generator", "policy"]))
     doc[which]["name"] = draw(
-        st.one_of(_TEXT.filter(lambda s: s not in ("random", "grid", "default")), _NOT_STR)
+        st.one_of(_TEXT.filter(lambda s: s not in ("default", *GENERATORS)), _NOT_STR)
     )
     return doc, frozenset({f"{which}.name"})
 
@@ -705,4 +706,4 @@ def test_every_toml_snippet_in_the_docs_parses_as_a_search_space() -> None:
             if line.strip() and not line.startswith("#"):
                 parse_space(tomllib.loads(line), path=None)
                 checked += 1
-    assert checked == 11
+    assert checked == 12

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpctune.clock import Clock, RealClock
+from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.files import dumps, write_json_atomic
 from hpctune.journal import state as st
@@ -24,12 +26,13 @@ from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.layout import StudyPaths
 from hpctune.lease import Fenced, Lease, acquire, rival
 from hpctune.permissions import check_study_dir, use_umask_of
-from hpctune.policies import Event, make_policy
-from hpctune.policies.generators import make_generator
-from hpctune.protocol import DecisionMessage
+from hpctune.policies import Event, StudyView, make_policy
+from hpctune.policies.generators import Proposal, make_generator
+from hpctune.protocol import DecisionMessage, Heartbeat
 from hpctune.seeding import component_seed
 from hpctune.spec import StudySpec
 from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
@@ -40,6 +43,12 @@ logger = logging.getLogger(__name__)
 
 CONTROLLER_BEAT = 2.0
 STARTUP_FAILURES_LIMIT = 3
+IDENTICAL_START_FAILURES = 3  # trials failing the same way before a report stop the study
+ASSIGNMENT_TIMEOUT = float(os.environ.get("HPCTUNE_ASSIGNMENT_TIMEOUT", 30))
+ASSIGNMENT_RESENDS = 3  # re-sends of an assignment not taken before it goes to another worker
+STORAGE_RETRY = 2.0  # seconds between checks while writes fail (full disk, I/O errors)
+STORAGE_PATIENCE = float(os.environ.get("HPCTUNE_STORAGE_PATIENCE", 600))
+STORAGE_MARGIN = 1 << 20  # bytes the journal and event files need besides checkpoints
 EXIT_GRACE = 30.0
 REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
 
@@ -47,8 +56,18 @@ _SEGMENT_TO_TRIAL = {
     SegmentStatus.COMPLETED: TrialStatus.COMPLETED,
     SegmentStatus.SUSPENDED: TrialStatus.SUSPENDED,
     SegmentStatus.TERMINATED: TrialStatus.TERMINATED,
+    SegmentStatus.ENDED_EARLY: TrialStatus.ENDED_EARLY,
     SegmentStatus.FAILED: TrialStatus.FAILED,
 }
+
+
+@dataclass
+class StorageFault:
+    """Writes failing since ``since`` (controller time); new assignments wait."""
+
+    since: float
+    detail: str
+    checked: float = 0.0
 
 
 class ControllerBase:
@@ -127,6 +146,7 @@ class ControllerBase:
         self._startup_failures = 0
         self._start_retry_at = 0.0
         self._abort = False
+        self._abort_request = False
         self._detach = False
         self._stop_request = ""
         self._exit_ordered_at: float | None = None
@@ -137,6 +157,29 @@ class ControllerBase:
         self.curve_options = curve_options
         self.curve_service: CurveService | None = None  # started by policies that want it
         self.predictions: dict[int, CurvePrediction] = {}  # the latest of each trial
+        self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
+        self.storage_patience = STORAGE_PATIENCE
+        self.assignment_timeout = ASSIGNMENT_TIMEOUT
+        self._beats: dict[str, Heartbeat | None] = {}  # last heartbeat read of each worker
+        self._idle_since: dict[int, float] = {}  # segment -> first seen with its worker idle
+        self._resends: dict[int, int] = {}  # segment -> assignment re-sends
+        self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
+        self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
+
+    def _view(self, free_slots: int = 0) -> StudyView:
+        """The policy's view of the study (built by the controller class)."""
+        raise NotImplementedError
+
+    def _propose(self, index: int, view: StudyView) -> Proposal:
+        """The generator's proposal for trial ``index``.
+
+        A model-based generator (not :attr:`~Generator.predictable`) gets a view of the journal
+        as it is now, with the trials created since ``view`` was built (several slots filled at
+        once), so its proposal is a function of the journal's trials at the trial's creation.
+        """
+        if not self.generator.predictable:
+            view = self._view()
+        return self.generator.propose(index, view)
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""
@@ -156,18 +199,27 @@ class ControllerBase:
         self.lease.check()
 
     def _commit(self) -> None:
-        """Commit the journal, then write the files that follow from it.
+        """Commit the journal, then write the files that follow from it (the outbox).
 
         The lease is checked before the commit, again just before its record is published, and
         after it: a fenced controller stops without committing, and never writes the files of a
-        commit the new controller may not have.
+        commit the new controller may not have. A write that fails for want of space or with an
+        I/O error does not stop the controller: the rows stay pending (a commit is idempotent),
+        the outbox waits for the next successful commit, and new assignments pause
+        (:meth:`_storage_fault`).
         """
-        if self.writer.has_pending or self.cursors != self.writer.cursors:
-            state = self.policy.state_dict()
-            if state != self.state.policy_state:
-                self._log(st.POLICY_STATE, state=state)
-            self._check_lease()
-            self.writer.commit(self.cursors)
+        try:
+            if self.writer.has_pending or self.cursors != self.writer.cursors:
+                state = self.policy.state_dict()
+                if state != self.state.policy_state:
+                    self._log(st.POLICY_STATE, state=state)
+                self._check_lease()
+                self.writer.commit(self.cursors)
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            self._storage_fault(describe(exc, "the journal"), "journal commit")
+            return
         self._check_lease()
         outbox, self._outbox = self._outbox, []
         for action in outbox:
@@ -175,14 +227,96 @@ class ControllerBase:
                 action()
             except OSError as exc:
                 logger.warning("could not write a file after commit: %s", exc)
+                if storage_error(exc) is not None:
+                    self._storage_fault(describe(exc), "a file after commit")
+
+    def _warn(self, code: str, message: str, trial: int = -1) -> None:
+        """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""
+        logger.warning("%s", message)
+        self._log(st.WARNING, trial=trial, code=code, message=message)
+
+    def _storage_fault(self, what: str, where: str) -> None:
+        """Writes fail (a full disk, a quota, I/O errors): pause new assignments until a check
+        finds room again (:meth:`_check_storage`)."""
+        if self.storage_fault is None:
+            logger.error("%s (%s): new assignments wait until writes succeed", what, where)
+            self.storage_fault = StorageFault(self.clock.now(), what, self.clock.now())
+
+    def _space_needed(self) -> int:
+        """Bytes the study needs free to go on: a checkpoint per running segment and one more
+        (the largest so far), and a margin for the journal and event files."""
+        largest = max((ref.nbytes for ref in self.state.checkpoints.values()), default=0)
+        return largest * (len(self.state.active_segments()) + 1) + STORAGE_MARGIN
+
+    def _check_storage(self) -> bool:
+        """While writes fail, retry every ``STORAGE_RETRY`` s; return True once they work.
+
+        Raises:
+            StorageError: They kept failing for ``storage_patience`` seconds.
+        """
+        fault = self.storage_fault
+        if fault is None:
+            return True
+        now = self.clock.now()
+        if now - fault.checked < STORAGE_RETRY:
+            return False
+        fault.checked = now
+        needed, free = self._space_needed(), free_bytes(self.paths.root)
+        probe = self.paths.root / f".hpctune-space-probe-{os.getpid()}"
+        try:
+            probe.write_bytes(b"\0" * 4096)
+            probe.unlink()
+            ok = free < 0 or free >= needed
+        except OSError as exc:
+            probe.unlink(missing_ok=True)
+            if storage_error(exc) is None:
+                raise
+            ok = False
+        if ok:
+            self.storage_fault = None
+            self._commit()  # the rows kept pending
+            if self.storage_fault is None:
+                self._warn(
+                    "storage",
+                    f"writes failed for {now - fault.since:.0f} s ({fault.detail}); "
+                    "assignments were paused, no trial was failed",
+                )
+                self._dirty = True
+                return True
+            self.storage_fault.since = fault.since  # still failing: patience runs from the first
+        if now - fault.since > self.storage_patience:
+            mount, kind = filesystem_of(self.paths.root)
+            raise StorageError(
+                f"writes to {self.paths.root} kept failing for {now - fault.since:.0f} s "
+                f"({fault.detail}); its filesystem {mount} ({kind}) has "
+                f"{format_bytes(max(free, 0))} free and the study needs at least "
+                f"{format_bytes(needed)}; free some space, then `hpctune resume "
+                f"{self.paths.root}` (no trial was failed)"
+            )
+        return False
 
     def _set_study(self, state: StudyState, reason: str, *, fail: bool = False) -> None:
+        trials = self.state.trials.values()
+        if state is StudyState.FINISHED and trials and not any(t.curve_values for t in trials):
+            state, reason, fail = StudyState.FAILED, self._no_metric_reason(), True
         if self.state.state is not state:
             logger.info("study %s: %s", state.value, reason)
             self._log(st.STUDY, state=state.value, reason=reason, fail=fail)
             if state is StudyState.STOPPING:
                 for seg in self.state.active_segments():
                     self._send_decision(seg, Decision.SUSPEND, reason)
+
+    def _no_metric_reason(self) -> str:
+        """Why a study in which no trial reported its metric failed."""
+        trials = self.state.trials.values()
+        names = sorted({name for t in trials for name in t.last_metrics})
+        text = f"no trial reported the study metric {self.spec.metric!r} ([study] metric)"
+        if names:
+            return f"{text}; the trials reported: {', '.join(names[:20])}"
+        failed = [t for t in trials if t.status is TrialStatus.FAILED]
+        if failed:
+            return f"{text}; {len(failed)} trials failed, the first: {failed[0].reason}"
+        return f"{text}; no trial reported anything"
 
     def _set_trial(
         self, trial: TrialRecord, status: TrialStatus, reason: str = "", **extra: Any
@@ -220,19 +354,31 @@ class ControllerBase:
         if final or now - self._last_beat >= CONTROLLER_BEAT:
             self._last_beat = now
             ended = final and not self._detach
-            if not final:
-                point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
-            write_json_atomic(
-                self.paths.controller_file,
-                {
-                    "epoch": self.epoch,
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "job": os.environ.get("SLURM_JOB_ID"),
-                    "time": 0.0 if ended else now,
-                    "state": "detached" if final and self._detach else self.state.state.value,
-                },
-            )
+            try:
+                self._write_beat(now, ended, final)
+            except OSError as exc:
+                if storage_error(exc) is None:
+                    raise
+                logger.warning("could not write %s: %s", self.paths.controller_file, exc)
+
+    def _write_beat(self, now: float, ended: bool, final: bool) -> None:
+        if not final:
+            point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
+        write_json_atomic(
+            self.paths.controller_file,
+            {
+                "epoch": self.epoch,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "job": os.environ.get("SLURM_JOB_ID"),
+                "time": 0.0 if ended else now,
+                "state": "detached" if final and self._detach else self.state.state.value,
+            },
+        )
+
+    def _assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
+        """A function that writes the assignment file of ``seg`` (the controller's)."""
+        raise NotImplementedError
 
     def _live_workers(self) -> list[st.WorkerRecord]:
         return [w for w in self.state.workers.values() if w.state in ("started", "stopping")]
@@ -262,6 +408,7 @@ class ControllerBase:
         )
         path = self.paths.decision(seg.segment_id)
         self._outbox.append(lambda: write_json_atomic(path, message.to_dict(), fsync=True))
+        self._decision_sent[seg.segment_id] = self.clock.now()
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -9,10 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.controller._base import _SEGMENT_TO_TRIAL, ControllerBase
+from hpctune.controller._base import (
+    _SEGMENT_TO_TRIAL,
+    IDENTICAL_START_FAILURES,
+    ControllerBase,
+)
 from hpctune.eventlog import read_events
 from hpctune.journal import state as st
-from hpctune.journal.state import CheckpointRef, SegmentRecord
+from hpctune.journal.state import CheckpointRef, SegmentRecord, TrialRecord
+from hpctune.metric_names import metric_name_problem
 from hpctune.policies import Event
 from hpctune.protocol import (
     EV_CHECKPOINT,
@@ -42,20 +47,78 @@ class IngestingController(ControllerBase):
         except FileNotFoundError:
             return
         result = read_events(path, offset)
-        if result.corrupt:
-            logger.warning("%s: %d corrupt line(s) skipped", path, result.corrupt)
         self.cursors[key] = result.offset
-        for record in result.records:
+        corrupt: dict[int, list[bytes]] = {}
+        for position, line in result.corrupt_lines:
+            corrupt.setdefault(position, []).append(line)
+        for index in range(len(result.records) + 1):
             if seg.status.is_final:
                 break
-            self._on_event(seg, record)
+            for line in corrupt.get(index, ()):
+                self._on_corrupt_line(seg, path, _line_kind(line))
+            if index < len(result.records):
+                self._on_event_checked(seg, result.records[index])
         if seg.status.is_final:
             self.cursors.pop(key, None)
+
+    def _on_corrupt_line(self, seg: SegmentRecord, path: Path, kind: str) -> None:
+        """Journal a skipped line: a report (or a line of unknown kind) is a missing row."""
+        trial = self.state.trials[seg.trial_id]
+        rows = int(kind in (EV_REPORT, ""))
+        logger.warning(
+            "%s: a corrupt %s line skipped after step %d of trial %d",
+            path,
+            kind or "event",
+            trial.step,
+            trial.trial_id,
+        )
+        self._log(
+            st.CORRUPT_LINES,
+            trial=seg.trial_id,
+            segment=seg.segment_id,
+            file=path.name,
+            line_kind=kind,
+            rows=rows,
+            step=trial.step,
+        )
+
+    def _on_event_checked(self, seg: SegmentRecord, record: dict[str, Any]) -> None:
+        """Apply one event; a record that does not parse is skipped as a corrupt line."""
+        try:
+            self._on_event(seg, record)
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            logger.warning("segment %d: bad event %r skipped (%s)", seg.segment_id, record, exc)
+            self._on_corrupt_line(
+                seg, self.paths.event_file(seg.segment_id), str(record.get("kind", ""))
+            )
+
+    def _report_metrics(self, seg: SegmentRecord, raw: Any) -> dict[str, float]:
+        """The metrics of a report line; names that cannot be stored are dropped, with a warning
+        journaled once per name (a line written before names were checked, or by hand)."""
+        if not isinstance(raw, dict):
+            raise TypeError(f"metrics must be an object, got {type(raw).__name__}")
+        metrics: dict[str, float] = {}
+        for name, value in raw.items():
+            problem = metric_name_problem(name)
+            if problem:
+                shown = name if len(name) <= 60 else name[:60] + "..."
+                code = f"metric-name:{shown}"
+                if not any(w.code == code for w in self.state.warnings):
+                    self._warn(
+                        code,
+                        f"trial {seg.trial_id} reported a metric the journal cannot keep "
+                        f"({problem}); its values are dropped",
+                        seg.trial_id,
+                    )
+                continue
+            metrics[name] = float(value)
+        return metrics
 
     def _on_event(self, seg: SegmentRecord, record: dict[str, Any]) -> None:
         kind = record.get("kind")
         t = float(record.get("t", self.clock.now()))
         trial = self.state.trials[seg.trial_id]
+        self._last_event[seg.segment_id] = self.clock.now()  # report_timeout counts from here
         if kind == EV_START:
             self._log(
                 st.SEGMENT_STARTED,
@@ -68,6 +131,7 @@ class IngestingController(ControllerBase):
             )
         elif kind == EV_REPORT:
             step = int(record["step"])
+            metrics = self._report_metrics(seg, record.get("metrics", {}))
             if step <= trial.step:
                 logger.warning(
                     "trial %d: report for step %d ignored (not after %d)",
@@ -76,7 +140,6 @@ class IngestingController(ControllerBase):
                     trial.step,
                 )
                 return
-            metrics = {k: float(v) for k, v in record.get("metrics", {}).items()}
             self.writer.append_metrics(seg.trial_id, seg.segment_id, step, t, metrics)
             value = metrics.get(self.spec.metric)
             self.state.add_report(
@@ -103,6 +166,9 @@ class IngestingController(ControllerBase):
                     count_retry=not record.get("requeued", False),
                 )
                 return
+            storage = str(record.get("storage") or "")
+            if storage:  # a write failed for want of space (or an I/O error): not the trial's
+                self._storage_fault(storage, f"segment {seg.segment_id}: {record.get('reason')}")
             self._end_segment(
                 seg,
                 status,
@@ -110,6 +176,7 @@ class IngestingController(ControllerBase):
                 str(record.get("error", "")),
                 record.get("step"),
                 at=t,
+                requeue=bool(storage),
             )
 
     def _add_checkpoint(
@@ -178,12 +245,15 @@ class IngestingController(ControllerBase):
         *,
         count_retry: bool = True,
         at: float | None = None,
+        requeue: bool = False,
     ) -> None:
         """Record a segment's end (``at``: the worker's time of it) and what follows for its trial.
 
         A lost segment (dead worker) queues its trial again, from its last checkpoint; that
-        counts against ``max_retries`` unless the worker's job was requeued or preempted
-        (``count_retry=False``), which Slurm does on purpose.
+        counts against ``max_retries`` unless the worker's job was requeued or preempted, or an
+        operator stopped it (``count_retry=False``). ``requeue``: the segment ended for a
+        reason that is not the trial's (a full disk): its trial is queued again, no retry
+        counted.
         """
         trial = self.state.trials[seg.trial_id]
         if status is SegmentStatus.SUSPENDED and seg.decision == Decision.STOP.value:
@@ -198,8 +268,8 @@ class IngestingController(ControllerBase):
             reason=reason,
             at=self.clock.now() if at is None else at,
         )
-        if status is SegmentStatus.LOST:
-            retries = trial.retries + int(count_retry)
+        if status is SegmentStatus.LOST or requeue:
+            retries = trial.retries + int(count_retry and status is SegmentStatus.LOST)
             if retries > self.spec.max_retries:
                 self._set_trial(
                     trial,
@@ -214,8 +284,60 @@ class IngestingController(ControllerBase):
         end = trial.end_step
         if status is SegmentStatus.SUSPENDED and end is not None and trial.step >= end:
             status, reason = SegmentStatus.COMPLETED, f"reached its end step {end}"
-        self._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
-        if status is SegmentStatus.FAILED and self.spec.fail_fast:
-            self._set_study(
-                StudyState.STOPPING, f"trial {trial.trial_id} failed (fail_fast)", fail=True
+        if status is SegmentStatus.ENDED_EARLY:
+            last = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
+            reason = f"{reason or 'the function returned'} (step {trial.step} of {last})"
+            self._warn(
+                "ended_early",
+                f"trial {trial.trial_id} ended early: its function returned at step "
+                f"{trial.step} of {last} without being told to stop; `hpctune retry "
+                f"{self.paths.root} --trial {trial.trial_id}` runs it again",
+                trial.trial_id,
             )
+        self._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
+        self._check_metric_reported(trial)
+        if status is SegmentStatus.FAILED:
+            if self.spec.fail_fast:
+                self._set_study(
+                    StudyState.STOPPING, f"trial {trial.trial_id} failed (fail_fast)", fail=True
+                )
+            elif step is None or int(step) <= seg.start_step:
+                self._check_start_failures(reason)
+
+    def _check_metric_reported(self, trial: TrialRecord) -> None:
+        """Warn once when a trial ends having reported metrics, but not the study's."""
+        if trial.curve_values or not trial.last_metrics:
+            return
+        if any(w.code == "metric_missing" for w in self.state.warnings):
+            return
+        names = ", ".join(sorted(trial.last_metrics)[:20])
+        self._warn(
+            "metric_missing",
+            f"trial {trial.trial_id} ended without reporting the study metric "
+            f"{self.spec.metric!r} ([study] metric); it reported: {names}",
+            trial.trial_id,
+        )
+
+    def _check_start_failures(self, reason: str) -> None:
+        """Stop the study when trials keep failing the same way before their first report."""
+        same = sum(
+            s.status is SegmentStatus.FAILED
+            and (s.end_step is None or s.end_step <= s.start_step)
+            and s.reason == reason
+            for s in self.state.segments.values()
+        )
+        if same >= IDENTICAL_START_FAILURES:
+            self._set_study(
+                StudyState.STOPPING,
+                f"{same} trials failed the same way before their first report: {reason}; fix "
+                f"it, then `hpctune retry {self.paths.root} --failed` re-runs them",
+                fail=True,
+            )
+
+
+def _line_kind(line: bytes) -> str:
+    """The event kind a corrupt line seems to hold (``""`` when it cannot be told)."""
+    for kind in (EV_REPORT, EV_CHECKPOINT, EV_START, EV_END):
+        if b'"kind":"%s"' % kind.encode() in line:
+            return kind
+    return ""

@@ -33,11 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.asktell import VALIDATORS as TRIAL_COMMANDS
 from hpctune.best import best_checkpoint_rows, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
+from hpctune.controller._commands import TrialCommandsController
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
-from hpctune.files import read_json, write_json_atomic
+from hpctune.files import sha256_file, write_json_atomic
+from hpctune.inbox import RETRYABLE, VALIDATORS, check_command, read_command, reject_file
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
 from hpctune.journal.state import SegmentRecord, TrialRecord
@@ -52,12 +55,14 @@ from hpctune.policies import (
 )
 from hpctune.protocol import Assignment, DecisionMessage, write_assignment
 from hpctune.seeding import trial_seed
-from hpctune.states import Decision, StudyState, TrialStatus
+from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
 
+COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
-class Controller(StageTreeController):
+
+class Controller(TrialCommandsController, StageTreeController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -97,8 +102,13 @@ class Controller(StageTreeController):
         )
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
-        for name in self.state.commands_done:
-            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
+        rejected = {c.file: c.reason for c in self.state.rejected_commands}
+        for name in self.state.commands_done:  # files a killed controller left behind
+            if name in rejected:
+                action = partial(reject_file, self.paths.inbox, name, rejected[name])
+            else:
+                action = partial(Path.unlink, self.paths.inbox / name, missing_ok=True)
+            self._outbox.append(action)
         for worker in self._live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
                 self._worker_gone(worker, "lost", "never confirmed started", None)
@@ -127,15 +137,20 @@ class Controller(StageTreeController):
         if self._stop_request:
             self.request_stop(self._stop_request)
             self._stop_request = ""
+        writable = self._check_storage()
         self._read_inbox()
         self._ingest()
         self._check_workers()
+        if self._abort_request and not self._abort:
+            self._kill_workers()
         self._enforce_grace()
+        self._watch_segments()
         self._update_curves()
-        self._schedule()
+        self._schedule(writable)
         if self.writer.has_pending and not self.stages_enabled:  # stage trees: in _schedule
             self._collect_checkpoints()
-        self._manage_pool()
+        if writable:
+            self._manage_pool()
         self._commit()
         self._beat()
         if self.on_progress is not None:
@@ -170,12 +185,26 @@ class Controller(StageTreeController):
         self._detach = True
 
     def abort(self) -> None:
-        """Kill every worker now; their trials resume from their checkpoints on `resume`."""
+        """Kill every worker at the next iteration (safe in a signal handler); their trials
+        resume from their checkpoints on `resume`, and no retry is counted."""
+        self._abort_request = True
+
+    def _kill_workers(self) -> None:
+        """Cancel every worker; their segments end lost, not counted as retries."""
+        reason = "killed on request (a second Ctrl-C)"
         for worker in self._live_workers():
             self.executor.cancel(worker.worker_id, worker.info)
+            if worker.segment_id is not None:
+                seg = self.state.segments[worker.segment_id]
+                self._ingest_segment(seg)  # what it wrote before it died
+                if not seg.status.is_final:
+                    self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            beat = self._beats.get(worker.worker_id)
+            self._worker_gone(worker, "lost", reason, beat, killed=True)
         self._abort = True
 
     def _read_inbox(self) -> None:
+        """Carry out new inbox files; journal and set aside (``inbox/rejected/``) bad ones."""
         try:
             names = sorted(p.name for p in self.paths.inbox.glob("*.json"))
         except OSError:
@@ -183,23 +212,59 @@ class Controller(StageTreeController):
         for name in names:
             if name in self.state.commands_done:
                 continue
-            command = read_json(self.paths.inbox / name)
-            if not isinstance(command, dict):
-                continue  # not fully written yet (or garbage): look again next time
+            read = read_command(self.paths.inbox / name)
+            if read is None:
+                continue  # unparsable but young: it may still be being written
+            command, problem = read
+            problem = problem or check_command(command, self.state, COMMANDS)
+            if problem:
+                logger.warning("inbox file %s rejected: %s", name, problem)
+                shown = command if isinstance(command, dict | list | str | int | float) else None
+                self._log(st.COMMAND, file=name, command=shown, rejected=problem)
+                self._outbox.append(partial(reject_file, self.paths.inbox, name, problem))
+                continue
             self._log(st.COMMAND, file=name, command=command)
             self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
-            self._apply_command(command)
+            self._apply_command(command, name)
 
-    def _apply_command(self, command: dict[str, Any]) -> None:
-        kind = command.get("command")
-        if kind == "stop":
+    def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
+        """Carry out a command its validator accepted (:mod:`hpctune.inbox`)."""
+        kind = command["command"]
+        if kind in TRIAL_COMMANDS:
+            self._trial_command(command)
+        elif kind == "stop":
             self.request_stop(str(command.get("reason") or "stopped by the user"))
         elif kind == "stop_trial":
-            trial = self.state.trials.get(int(command.get("trial", -1)))
-            if trial is not None and not trial.status.is_final:
-                self._terminate(trial, "stopped by the user")
-        else:
-            logger.warning("unknown inbox command %r ignored", command)
+            self._terminate(self.state.trials[command["trial"]], "stopped by the user")
+        elif kind == "retry":
+            ids = list(command.get("trials", []))
+            if command.get("failed"):
+                trials = self.state.trials.values()
+                ids += [t.trial_id for t in trials if t.status is TrialStatus.FAILED]
+            self._retry(sorted(set(ids)))
+        elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
+            self._change_slurm(command)
+
+    def _retry(self, trial_ids: list[int]) -> None:
+        """Queue failed (or ended early) trials again from their last good checkpoint.
+
+        A checkpoint whose file is missing or whose SHA-256 differs from the journal's is
+        deleted (journaled) and the trial falls back to its previous one, or to its start.
+        """
+        for trial_id in trial_ids:
+            trial = self.state.trials[trial_id]
+            if trial.status not in RETRYABLE:
+                continue
+            while trial.checkpoint_row is not None:
+                ref = self.state.checkpoints[trial.checkpoint_row]
+                problem = _checkpoint_problem(self.paths.root / ref.path, ref.sha256)
+                if not problem:
+                    break
+                logger.warning("trial %d: checkpoint %s %s; skipped", trial_id, ref.path, problem)
+                self._delete_checkpoints([ref.row])
+            self._set_trial(trial, TrialStatus.QUEUED, "retried by the user", retries=0, error="")
+        if trial_ids and self.state.state in (StudyState.FINISHED, StudyState.FAILED):
+            self._set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
 
     def _view(self, free_slots: int = 0) -> StudyView:
         t0 = self.state.started_time or self.state.created_time
@@ -239,6 +304,7 @@ class Controller(StageTreeController):
             random_level=self.spec.random_level,
             predictions=dict(self.predictions),
             space=self.spec.space,
+            objectives=self.spec.objectives,
         )
 
     def _rng(self) -> np.random.Generator:
@@ -247,7 +313,8 @@ class Controller(StageTreeController):
         key = (int(self.writer.state["commit"]), self._decide_calls)
         return np.random.default_rng(np.random.SeedSequence(self._policy_seed, spawn_key=key))
 
-    def _schedule(self) -> None:
+    def _schedule(self, writable: bool = True) -> None:
+        """Give the policy its events, then free slots (not while writes fail: ``writable``)."""
         events, self._events = self._events, []
         if events:
             view = self._view()
@@ -258,7 +325,7 @@ class Controller(StageTreeController):
                     continue
                 for action in self.policy.decide(view, event, self._rng()):
                     self._apply(action, event)
-        if self.state.state is StudyState.RUNNING and self._dirty:
+        if self.state.state is StudyState.RUNNING and self._dirty and writable:
             self._dirty = False
             self._fill_slots()
         if self.state.state is StudyState.STOPPING and not self.state.active_segments():
@@ -326,6 +393,10 @@ class Controller(StageTreeController):
         if self.stages_enabled:
             self._fill_stage_slots()
             return
+        if self.spec.resources.slots == 0:  # ask/tell only: no workers
+            if self._ask_tell_only_done():
+                self._set_study(StudyState.FINISHED, "every trial was asked for and told")
+            return
         active = self.state.active_segments()
         idle, free_slots = self._idle_workers()
         if free_slots <= 0:
@@ -349,7 +420,7 @@ class Controller(StageTreeController):
             return  # work will come when a running trial ends: keep the allocations
         for worker in idle:  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
-        if not placed and not active:
+        if not placed and not active and not self._external_running():
             self._set_study(StudyState.FINISHED, "no trial left to run")
 
     def _fill_stage_slots(self) -> None:
@@ -492,12 +563,6 @@ class Controller(StageTreeController):
             work.until_step,
         )
 
-    def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
-        self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
-        path = self.paths.assignment(worker.worker_id)
-        epoch = self.epoch
-        self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
-
     def _trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
         """Return the trial an action starts or resumes (creating it for START and FORK)."""
         if action.kind is ActionKind.RESUME:
@@ -539,7 +604,10 @@ class Controller(StageTreeController):
             if self.state.generated >= self.spec.num_trials:
                 return None
             index = self.state.generated
-            data.update(params=self.generator.suggest(index, view), generator_index=index)
+            proposal = self._propose(index, view)
+            data.update(params=proposal.params, generator_index=index)
+            if proposal.info:
+                data["info"] = proposal.info
         self._log(st.TRIAL_CREATED, trial=trial_id, **data)
         logger.info("trial %d created: %s", trial_id, data["params"])
         return self.state.trials[trial_id]
@@ -691,6 +759,8 @@ class Controller(StageTreeController):
         """True once the study has ended and every worker has gone (or was cancelled)."""
         if self._abort or self._detach:
             return True
+        if self.storage_fault is not None:
+            return False  # what the journal must record is not committed yet
         if self.state.state not in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED):
             return False
         now = self.clock.now()
@@ -713,3 +783,16 @@ class Controller(StageTreeController):
                 )
         self._commit()
         return not self._live_workers()
+
+
+def _checkpoint_problem(path: Path, sha256: str) -> str:
+    """Why a checkpoint file cannot be resumed from ("" if it can)."""
+    try:
+        digest = sha256_file(path)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    if sha256 and digest != sha256:
+        return f"has SHA-256 {digest[:12]}..., not the journal's {sha256[:12]}..."
+    return ""

@@ -104,13 +104,16 @@ class StageTreeController(CurveFittingController):
         while self.state.generated < self.spec.num_trials:
             index = self.state.generated
             trial_id = len(self.state.trials)
-            params = self.generator.suggest(index, view)
+            proposal = self._propose(index, view)
+            params = proposal.params
+            extra: dict[str, Any] = {"info": proposal.info} if proposal.info else {}
             self._log(
                 st.TRIAL_CREATED,
                 trial=trial_id,
                 params=params,
                 generator_index=index,
                 seed=trial_seed(self.spec.seed, trial_id),
+                **extra,
             )
             logger.info("trial %d created: %s", trial_id, params)
 
@@ -118,6 +121,8 @@ class StageTreeController(CurveFittingController):
         """The configurations the generator will give the trials not created yet (grid and
         random generators draw by index, so they are known now)."""
         first = self.state.generated
+        if not self.generator.predictable:
+            return []  # a model-based generator's proposals depend on results to come
         for index in range(first, self.spec.num_trials):
             if index not in self._future:
                 self._future[index] = self.generator.suggest(index)

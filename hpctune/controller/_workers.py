@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+from typing import Any
 
-from hpctune.controller._base import REQUEUE_SILENCE, STARTUP_FAILURES_LIMIT, _tail
+from hpctune.controller._base import (
+    ASSIGNMENT_RESENDS,
+    REQUEUE_SILENCE,
+    STARTUP_FAILURES_LIMIT,
+    _tail,
+)
 from hpctune.controller._ingest import IngestingController
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
-from hpctune.protocol import Heartbeat
+from hpctune.journal.state import SegmentRecord
+from hpctune.protocol import Heartbeat, write_assignment
 from hpctune.states import Decision, SegmentStatus, StudyState
 
 logger = logging.getLogger(__name__)
+
+#: Worker submissions that fail this many times in a row stop the study (failed).
+SUBMIT_TRIES = 5
+
+
+def submit_retry_delay(failures: int) -> float:
+    """Seconds before the next try after ``failures`` failed submissions in a row: 10, 20,
+    40, 80 s (``HPCTUNE_SUBMIT_RETRY_S`` sets the first)."""
+    try:
+        first = float(os.environ.get("HPCTUNE_SUBMIT_RETRY_S", 10.0))
+    except ValueError:
+        first = 10.0
+    return first * 2 ** max(failures - 1, 0)
 
 
 class WorkerManagingController(IngestingController):
@@ -32,6 +54,7 @@ class WorkerManagingController(IngestingController):
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
             beat = Heartbeat.read(self.paths.heartbeat(wid))
+            self._beats[wid] = beat
             state = self.executor.state(wid, worker.info)
             if self._worker_states.get(wid) is not state:
                 self._worker_states[wid] = state
@@ -42,7 +65,8 @@ class WorkerManagingController(IngestingController):
                 if exited:
                     self._worker_gone(worker, "exited", "exited", beat)
                 else:
-                    self._worker_gone(worker, "lost", "its process or job is gone", beat)
+                    how = self.executor.end_reason(wid, worker.info)
+                    self._worker_gone(worker, "lost", how or "its process or job is gone", beat)
                 continue
             if state is WorkerState.PENDING:
                 self._running_since.pop(wid, None)
@@ -77,10 +101,17 @@ class WorkerManagingController(IngestingController):
         """Journal when each process of a worker ran (``running``/``down``), for accounting."""
         wid = worker.worker_id
         if beat is not None and worker.open_run != beat.started:
-            known = any(run.since == beat.started for run in worker.runs)
+            known = {run.since for run in worker.runs}
             if worker.open_run is not None:  # an earlier process ended unseen
-                self._log(st.WORKER, worker=wid, event="down", at=beat.started)
-            if not known:
+                self._log(st.WORKER, worker=wid, event="down", at=_run_end(worker, beat))
+            prev, prev_end = beat.previous_started, beat.previous_time
+            if prev is not None and prev_end is not None and prev not in known | {beat.started}:
+                # a process the controller never saw (it was away while the job was requeued)
+                self._log(
+                    st.WORKER, worker=wid, event="running", since=prev, job=beat.slurm_job_id
+                )
+                self._log(st.WORKER, worker=wid, event="down", at=prev_end)
+            if beat.started not in known:
                 self._log(
                     st.WORKER,
                     worker=wid,
@@ -99,6 +130,90 @@ class WorkerManagingController(IngestingController):
         if ended or queued or state is WorkerState.GONE:
             at = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=wid, event="down", at=at)
+
+    def _watch_segments(self) -> None:
+        """Watchdogs over active segments whose worker is alive.
+
+        * An assignment the worker has not taken while it sits idle (its file was not
+          written, e.g. a full disk) is re-sent every ``assignment_timeout`` seconds; after
+          ``ASSIGNMENT_RESENDS`` re-sends its segment ends lost (no retry counted) and the trial
+          goes to another worker.
+        * A running segment whose worker went idle without its end line (a corrupt or unwritten
+          line) ends lost after ``assignment_timeout`` seconds (no retry counted).
+        * A running segment that has not reported for ``[study] report_timeout`` seconds (a
+          hung training function) ends lost: its worker is cancelled, the trial resumes from its
+          last checkpoint and a retry is counted.
+        * A stop or suspend decision still in force is written again every
+          ``assignment_timeout`` seconds (its file may not have been written).
+        """
+        now = self.clock.now()
+        active = {seg.segment_id for seg in self.state.active_segments()}
+        for table in (self._idle_since, self._decision_sent):
+            for key in [k for k in table if k not in active]:
+                del table[key]
+        for seg in self.state.active_segments():
+            worker = self.state.workers.get(seg.worker_id)
+            if worker is None or worker.state != "started" or not worker.info:
+                continue
+            beat = self._beats.get(worker.worker_id)
+            fresh = beat is not None and now - beat.time < self.worker_timeout
+            idle = fresh and beat is not None and beat.state == "idle"
+            if not idle:
+                self._idle_since.pop(seg.segment_id, None)
+            elif now - self._idle_since.setdefault(seg.segment_id, now) > self.assignment_timeout:
+                self._idle_since[seg.segment_id] = now
+                self._idle_worker(seg, worker)
+                continue
+            if seg.status is SegmentStatus.RUNNING:
+                self._check_report_timeout(seg, worker, now)
+            if seg.decision and now - self._decision_sent.get(seg.segment_id, now) > (
+                self.assignment_timeout
+            ):  # its file may not have been written (a full disk): again, idempotent
+                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+            if seg.decision:
+                self._decision_sent.setdefault(seg.segment_id, now)
+
+    def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
+        """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
+        wid = worker.worker_id
+        if seg.status is SegmentStatus.ASSIGNED:
+            sent = self._resends.get(seg.segment_id, 0)
+            if sent < ASSIGNMENT_RESENDS:
+                self._resends[seg.segment_id] = sent + 1
+                logger.warning(
+                    "segment %d: worker %s has not taken its assignment; re-sending it",
+                    seg.segment_id,
+                    wid,
+                )
+                self._outbox.append(self._assignment_writer(seg))
+                return
+            reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
+            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self._order_exit(worker, reason)
+            return
+        self._ingest_segment(seg)  # its end line may have come just now
+        if not seg.status.is_final:
+            reason = (
+                f"worker {wid} is idle but the segment's end line is missing (corrupt or "
+                "not written)"
+            )
+            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+
+    def _check_report_timeout(
+        self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
+    ) -> None:
+        """End a running segment whose function has not reported for ``report_timeout`` s."""
+        limit = self.spec.report_timeout
+        last = self._last_event.setdefault(seg.segment_id, now)
+        if limit <= 0 or now - last <= limit or seg.decision:
+            return
+        self.executor.cancel(worker.worker_id, worker.info)
+        self._ingest_segment(seg)
+        if seg.status.is_final:
+            return
+        reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
+        self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
+        self._worker_gone(worker, "lost", reason, self._beats.get(worker.worker_id), killed=True)
 
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
@@ -127,8 +242,16 @@ class WorkerManagingController(IngestingController):
             )
 
     def _worker_gone(
-        self, worker: st.WorkerRecord, event: str, reason: str, beat: Heartbeat | None
+        self,
+        worker: st.WorkerRecord,
+        event: str,
+        reason: str,
+        beat: Heartbeat | None,
+        *,
+        killed: bool = False,
     ) -> None:
+        """Journal that a worker is gone (and its segment lost); ``killed``: the controller
+        killed it on purpose, so it is no sign of workers failing to start."""
         segment_id = worker.segment_id
         if segment_id is not None:
             seg = self.state.segments[segment_id]
@@ -143,19 +266,28 @@ class WorkerManagingController(IngestingController):
             last = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
-        if event == "lost" and beat is None:
+        if event == "lost" and beat is None and not killed:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
-                log = self.paths.worker_log(worker.worker_id).with_suffix(".stdio")
+                output = self.executor.output_path(worker.worker_id, worker.info)
+                where = f"see {output}: {_tail(output)}" if output is not None else ""
                 self._set_study(
                     StudyState.STOPPING,
                     f"{self._startup_failures} workers died before their first heartbeat; "
-                    f"see {log}: {_tail(log)}",
+                    + (where or "see the controller log"),
                     fail=True,
                 )
 
     def _manage_pool(self) -> None:
-        """Start the workers the scheduler created, once the journal holds them (write-ahead)."""
+        """Start the workers the scheduler created, once the journal holds them (write-ahead).
+
+        A failed submission is journaled (``status`` shows Slurm's message) and tried again
+        after :func:`submit_retry_delay`; :data:`SUBMIT_TRIES` failures in a row stop the study
+        as failed. A stopping study submits nothing and lets go of workers that never started.
+        """
+        if self.state.state is StudyState.STOPPING:
+            self._release_unstarted()
+            return
         pending = [w for w in self._live_workers() if w.state == "started" and not w.info]
         if not pending or self.clock.now() < self._start_retry_at:
             return
@@ -164,13 +296,89 @@ class WorkerManagingController(IngestingController):
         try:
             infos = self.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:
-            logger.error("%s; retrying in 10 s", exc)
-            self._start_retry_at = self.clock.now() + 10.0
+            self._log(st.SUBMISSION, error=str(exc), workers=[w.worker_id for w in pending])
+            failures = self.state.submit_failures
+            if failures >= SUBMIT_TRIES:
+                self._set_study(
+                    StudyState.STOPPING,
+                    f"worker jobs could not be submitted ({failures} tries): {exc}; "
+                    "change the settings with `hpctune resume <study> --slurm KEY=VALUE`",
+                    fail=True,
+                )
+                return
+            delay = submit_retry_delay(failures)
+            logger.error("%s; try %d of %d in %.0f s", exc, failures + 1, SUBMIT_TRIES, delay)
+            self._start_retry_at = self.clock.now() + delay
             return
         for worker_id, info in infos.items():
             self._log(st.WORKER, worker=worker_id, event="submitted", info=info)
+
+    def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+        self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
+        path = self.paths.assignment(worker.worker_id)
+        epoch = self.epoch
+        self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
+
+    def _release_unstarted(self) -> None:
+        """Let go of workers whose jobs never ran (never submitted, or still queued): their
+        segments end lost (not counted) at once, so a stop need not wait for them."""
+        for worker in self._live_workers():
+            seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+            if worker.runs or (seg is not None and seg.status.is_final):
+                continue
+            queued = self._worker_states.get(worker.worker_id) is WorkerState.PENDING
+            if worker.info and not queued:
+                continue
+            if seg is not None:
+                self._ingest_segment(seg)
+                if seg.started_time is not None or seg.status.is_final:
+                    continue  # it started after all: it suspends like the others
+            if worker.info:
+                self.executor.cancel(worker.worker_id, worker.info)
+            if seg is not None:
+                self._end_segment(
+                    seg,
+                    SegmentStatus.LOST,
+                    f"worker {worker.worker_id} never started ({self.state.reason})",
+                    "",
+                    None,
+                    count_retry=False,
+                )
+            self._log(st.WORKER, worker=worker.worker_id, event="exited", reason="never started")
+
+    def _change_slurm(self, command: dict[str, Any]) -> None:
+        """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
+        from hpctune.slurm.settings import read_command
+
+        try:
+            slurm = read_command(command)
+        except ValueError as exc:
+            logger.warning("%s; ignored", exc)
+            return
+        self._log(
+            st.SLURM_CHANGED,
+            slurm=slurm.to_dict(),
+            changes=command.get("changes", {}),
+            source=str(command.get("source", "")),
+        )
+        self.spec = dataclasses.replace(self.spec, slurm=slurm)
+        self.executor.use_spec(self.spec)
+        self._start_retry_at = 0.0
+        logger.info("[slurm] settings changed: %s", command.get("changes", {}))
 
     def _new_worker(self) -> str:
         worker_id = f"w{len(self.state.workers):04d}"
         self._log(st.WORKER, worker=worker_id, event="started", info={})
         return worker_id
+
+
+def _run_end(worker: st.WorkerRecord, beat: Heartbeat) -> float:
+    """When the worker's open run ended, as told by the heartbeat of a later process: the last
+    beat of the process before it (the journal's run, or one it never saw), else its start."""
+    since = worker.open_run
+    if since is not None and beat.previous_started is not None:
+        if beat.previous_started == since and beat.previous_time is not None:
+            return beat.previous_time
+        if beat.previous_started > since:
+            return beat.previous_started
+    return beat.started

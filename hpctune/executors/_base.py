@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 
@@ -45,5 +46,17 @@ class Executor(abc.ABC):
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """Stop the worker at once (SIGKILL or scancel). Idempotent."""
 
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """How a worker that is gone ended, as far as the backend knows ("" if it does not):
+        its exit code or signal, "out of memory" when the kernel or Slurm says so."""
+        return ""
+
     def close(self) -> None:  # noqa: B027
         """Release resources held by the executor (not the workers)."""
+
+    def use_spec(self, spec: Any) -> None:  # noqa: B027
+        """Start the next workers with changed settings (``resume --slurm``); default: none."""
+
+    def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
+        """The file that holds the worker's own output (a traceback when it dies at start)."""
+        return None

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpctune.devices import CPUS_VARIABLE, GPUS_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
@@ -51,7 +50,6 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         for name in THREAD_VARIABLES:
             env[name] = str(self.cpus_per_worker)
-        env[CPUS_VARIABLE], env[GPUS_VARIABLE] = str(self.cpus_per_worker), "0"  # ctx.devices
         env.update(self.env)
         infos: dict[str, dict[str, Any]] = {}
         for worker_id in worker_ids:
@@ -85,6 +83,23 @@ class LocalExecutor(Executor):
             alive = _is_worker_process(int(info["pid"]), worker_id)
         return WorkerState.RUNNING if alive else WorkerState.GONE
 
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """The exit code or signal of a worker this executor started ("" for adopted ones)."""
+        child = self._children.get(worker_id)
+        code = None if child is None else child.poll()
+        if code is None:
+            return ""
+        if code >= 0:
+            return f"its process exited with code {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        text = f"its process was killed by {name} (signal {-code})"
+        if -code == signal.SIGKILL and _oom_killed(child.pid):  # type: ignore[union-attr]
+            text += ": out of memory (the kernel's OOM killer)"
+        return text
+
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """Kill the worker's process group."""
         child = self._children.get(worker_id)
@@ -99,10 +114,38 @@ class LocalExecutor(Executor):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=5)
 
+    def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
+        """The worker process's stdout and stderr (``logs/workers/<W>.stdio``)."""
+        return self.paths.worker_log(worker_id).with_suffix(".stdio")
+
     def close(self) -> None:
         """Reap finished children."""
         for child in self._children.values():
             child.poll()
+
+
+def _oom_killed(pid: int) -> bool:
+    """True if the kernel log says its OOM killer killed ``pid`` (needs read access to
+    ``/dev/kmsg``, as root; False when it cannot be read)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    needle = f"Killed process {pid} ".encode()
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                return False
+            except OSError:  # EPIPE: records overwritten while reading; go on
+                continue
+            if not record:
+                return False
+            if needle in record:  # "Out of memory: Killed process 1234 (python)"
+                return True
+    finally:
+        os.close(fd)
 
 
 def _is_worker_process(pid: int, worker_id: str) -> bool:

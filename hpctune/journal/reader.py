@@ -31,8 +31,10 @@ from hpctune.journal.store import DAMAGED_HINT, JournalReader
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpctune.asktell import AskedTrial, AskTellClient
     from hpctune.best import BestTrial
     from hpctune.export.hdf5 import Hdf5Journal
+    from hpctune.pareto import FrontTrial
 
 
 __all__ = [
@@ -293,6 +295,53 @@ class Study:
 
         return describe_best(self.record, self.directory)
 
+    _writable = False
+
+    def _client(self) -> AskTellClient:
+        from hpctune.asktell import AskTellClient
+
+        if not self._writable:
+            raise JournalError(
+                f"{self.directory} was opened read-only; open it with "
+                "hpctune.open_study(directory, write=True) to ask for and tell trials"
+            )
+        return AskTellClient(self.directory)
+
+    def ask(self, timeout: float = 120.0) -> AskedTrial:
+        """Ask the running controller for a new trial from the study's generator.
+
+        The trial is *external*: no worker trains it; report it with :meth:`tell`. Waits up to
+        ``timeout`` seconds for the controller's answer (see :mod:`hpctune.asktell`).
+        """
+        return self._client().ask(timeout)
+
+    def tell(
+        self,
+        trial: AskedTrial | int,
+        values: float | dict[str, float],
+        *,
+        step: int | None = None,
+        state: str = "completed",
+    ) -> None:
+        """Report an asked trial's values (a number: the study metric) and end it
+        (``state="running"``: an intermediate report at ``step``)."""
+        self._client().tell(trial, values, step=step, state=state)
+
+    def add_trials(self, params: list[dict[str, Any]]) -> None:
+        """Enqueue hand-picked configurations (missing parameters are drawn at random)."""
+        self._client().add_trials(params)
+
+    def refresh(self) -> Study:
+        """A new snapshot of the study (same mode)."""
+        return open_study(self.directory, write=self._writable)
+
+    def pareto_front(self) -> list[FrontTrial]:
+        """The completed trials no other completed trial dominates in the study's objectives
+        (``[study] objectives``; with one metric: the best trial and its ties), by id."""
+        from hpctune.pareto import pareto_front
+
+        return pareto_front(self.record)
+
     def checkpoint_path(self, trial_id: int) -> Path | None:
         """The file of a trial's latest checkpoint, or ``None``."""
         row = self.trial(trial_id).checkpoint_row
@@ -325,6 +374,7 @@ class Study:
                 "parent_step": tr.parent_step,
                 "generation": tr.generation,
                 "initiator": tr.initiator,
+                "missing_rows": tr.missing_rows,
             }
             row.update({f"param.{k}": v for k, v in tr.params.items()})
             rows.append(row)
@@ -370,6 +420,16 @@ def _open_directory(directory: Path) -> tuple[JournalReader, StudyRecord, Metric
     raise AssertionError("unreachable")
 
 
-def open_study(directory: str | Path) -> Study:
-    """Open a study directory read-only (safe while its controller runs)."""
-    return Study(directory)
+def open_study(directory: str | Path, *, write: bool = False) -> Study:
+    """Open a study directory (safe while its controller runs).
+
+    Args:
+        directory: The study directory.
+        write: Also allow :meth:`Study.ask`, :meth:`Study.tell` and :meth:`Study.add_trials`,
+            which go through the study's inbox to its running controller (the journal keeps
+            its one writer); reading stays a snapshot of the last commit (:meth:`Study.refresh`
+            is a new one).
+    """
+    study = Study(directory)
+    study._writable = write
+    return study

@@ -33,6 +33,10 @@ PREDICTION = "prediction"
 LINEAGE = "lineage"
 REQUEST = "request"
 IMPORTED = "imported"
+WARNING = "warning"
+CORRUPT_LINES = "corrupt_lines"
+SUBMISSION = "submission"
+SLURM_CHANGED = "slurm_changed"
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -50,6 +54,10 @@ LOG_KINDS = (
     LINEAGE,
     REQUEST,
     IMPORTED,
+    WARNING,
+    CORRUPT_LINES,
+    SUBMISSION,
+    SLURM_CHANGED,
 )
 
 
@@ -134,6 +142,14 @@ class TrialRecord:
     curve_values: list[float] = field(default_factory=list)
     curve_times: list[float] = field(default_factory=list)
     last_metrics: dict[str, float] = field(default_factory=dict)  # latest value of each metric
+    # Corrupt event lines that may have held a report, as (segment, step reached before it);
+    # dropped when a later segment retrains from a step at or before it.
+    missing: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def missing_rows(self) -> int:
+        """Metric rows lost to corrupt event lines (skipped, never silently)."""
+        return len(self.missing)
 
     def truncate_curve(self, step: int) -> None:
         """Drop curve points after ``step`` (a new segment restarts there)."""
@@ -195,6 +211,25 @@ class WorkerRecord:
 
 
 @dataclass
+class RejectedCommand:
+    """An inbox file the controller refused (moved to ``inbox/rejected/``)."""
+
+    file: str
+    reason: str
+    time: float
+
+
+@dataclass
+class StudyWarning:
+    """Something the user should know, journaled once (``code`` tells its kind)."""
+
+    code: str
+    message: str
+    time: float
+    trial: int = -1
+
+
+@dataclass
 class StudyRecord:
     """The fold of the journal's log: the whole state of a study."""
 
@@ -212,8 +247,13 @@ class StudyRecord:
     policy_state: dict[str, Any] = field(default_factory=dict)
     commands_done: set[str] = field(default_factory=set)
     controller_starts: int = 0
+    submit_failures: int = 0  # worker submissions failed in a row (this controller)
+    submit_error: str = ""  # the last failure's message (Slurm's own)
+    slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
+    rejected_commands: list[RejectedCommand] = field(default_factory=list)
+    warnings: list[StudyWarning] = field(default_factory=list)
     # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
     _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
 
@@ -276,7 +316,7 @@ class StudyRecord:
         record = self.trials[trial]
         record.status = TrialStatus(data["status"])
         record.reason = data.get("reason", "")
-        if data.get("error"):
+        if "error" in data:
             record.error = data["error"]
         if "retries" in data:
             record.retries = int(data["retries"])
@@ -301,6 +341,7 @@ class StudyRecord:
         tr = self.trials[trial]
         tr.segments.append(segment)
         tr.truncate_curve(record.start_step)
+        tr.missing = [m for m in tr.missing if m[1] < record.start_step]  # retrained
         tr.step = record.start_step
         tr.status = TrialStatus.RUNNING
         tr.history.append(StatusChange(time, TrialStatus.RUNNING, tr.step))
@@ -346,6 +387,7 @@ class StudyRecord:
             return
         worker = self.workers[worker_id]
         if event == "submitted":
+            self.submit_failures, self.submit_error = 0, ""
             worker.info = data.get("info", {})
             worker.started_time = time
             worker.submitted_time = time
@@ -365,6 +407,24 @@ class StudyRecord:
     def _on_command(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("file"):
             self.commands_done.add(data["file"])
+            if data.get("rejected"):
+                self.rejected_commands.append(
+                    RejectedCommand(str(data["file"]), str(data["rejected"]), time)
+                )
+
+    def _on_warning(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        self.warnings.append(
+            StudyWarning(str(data.get("code", "")), str(data.get("message", "")), time, trial)
+        )
+
+    def _on_corrupt_lines(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        """Corrupt lines of a segment's event file were skipped; ``rows``: how many may have
+        held a report, after ``step`` (the last step read before them)."""
+        record = self.trials.get(trial)
+        if record is not None:
+            record.missing.extend([(segment, int(data.get("step", 0)))] * int(data["rows"]))
 
     def _on_policy_state(
         self, trial: int, segment: int, time: float, data: dict[str, Any]
@@ -383,7 +443,10 @@ class StudyRecord:
                     self._live_rows.get(ref.trial_id, set()).discard(row)
         for tr in self.trials.values():  # its own or (stage trees) one it went on from
             if tr.checkpoint_row in rows:
-                tr.checkpoint_row = None
+                ref = self.checkpoints.get(tr.checkpoint_row)
+                own = self.live_checkpoints(tr.trial_id)  # its previous one, as readers find it
+                mine = ref is not None and ref.trial_id == tr.trial_id
+                tr.checkpoint_row = own[-1].row if own and mine else None
 
     def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
@@ -416,6 +479,22 @@ class StudyRecord:
     def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         if data.get("event") == "started":
             self.controller_starts += 1
+            self.submit_failures = 0  # a new controller gets a fresh set of tries
+
+    def _on_submission(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+        """Submitting workers failed (sbatch's message in ``error``)."""
+        self.submit_failures += 1
+        self.submit_error = str(data.get("error", ""))
+
+    def _on_slurm_changed(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
+        self.spec = {**self.spec, "slurm": data["slurm"]}
+        self.slurm_changes.append(
+            {"time": time, "changes": data.get("changes", {}), "source": data.get("source", "")}
+        )
+        self.submit_failures, self.submit_error = 0, ""
 
     def _on_prediction(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         median = data.get("median")

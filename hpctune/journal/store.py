@@ -25,8 +25,9 @@ import numpy as np
 import zarr
 
 from hpctune.errors import JournalError
+from hpctune.metric_names import metric_key, metric_name_problem
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
 ATTR = "hpctune"
 NO_ID = -1
 
@@ -112,6 +113,7 @@ class JournalWriter:
                 "format": FORMAT_VERSION,
                 "lengths": dict.fromkeys(TABLES, 0),
                 "metric_names": [],
+                "metric_keys": {},
                 "cursors": {},
                 "commit": 0,
                 "time": time.time(),
@@ -123,6 +125,7 @@ class JournalWriter:
             self.state = read_state(self.group, self.path)
         self._pending: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
         self._pending_values: dict[str, list[float]] = {}
+        self._keys: dict[str, str] = dict(self.state.get("metric_keys", {}))
 
     @property
     def lengths(self) -> dict[str, int]:
@@ -159,11 +162,18 @@ class JournalWriter:
     def append_metrics(
         self, trial: int, segment: int, step: int, time_: float, values: Mapping[str, float]
     ) -> int:
-        """Buffer one metrics row (one report of one trial); return its row index."""
+        """Buffer one metrics row (one report of one trial); return its row index.
+
+        Raises:
+            ValueError: A metric name is invalid (:func:`metric_name_problem`).
+        """
         index = self.next_index("metrics")
         n_pending = len(self._pending["metrics"])
         for name in values:
             if name not in self._pending_values:
+                problem = metric_name_problem(name)
+                if problem:
+                    raise ValueError(problem)
                 self._pending_values[name] = [math.nan] * n_pending
         for name, column in self._pending_values.items():
             value = values.get(name, math.nan)
@@ -195,6 +205,7 @@ class JournalWriter:
         state = dict(self.state)
         state["lengths"] = lengths
         state["metric_names"] = self.metric_names
+        state["metric_keys"] = dict(self._keys)
         if cursors is not None:
             state["cursors"] = dict(cursors)
         if self.epoch is not None:
@@ -212,9 +223,12 @@ class JournalWriter:
         n = end - start
         committed = set(self.state["metric_names"])
         for name in self.metric_names:
+            if name not in self._keys:
+                legacy = name in committed  # a journal from before metric keys
+                self._keys[name] = name if legacy else metric_key(name, set(self._keys.values()))
             column = self._pending_values.get(name, [math.nan] * n)
             self._write(
-                f"{VALUES}/{name}",
+                f"{VALUES}/{self._keys[name]}",
                 "f8",
                 start,
                 end,
@@ -376,4 +390,5 @@ class JournalReader:
         n = int(self.state["lengths"]["metrics"])
         if name not in self.state["metric_names"] or start >= n:
             return np.full(max(n - start, 0), math.nan)
-        return np.asarray(self._read(f"{VALUES}/{name}", start, n, False), dtype="f8")
+        key = self.state.get("metric_keys", {}).get(name, name)  # older journals: the name
+        return np.asarray(self._read(f"{VALUES}/{key}", start, n, False), dtype="f8")

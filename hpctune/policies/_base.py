@@ -295,6 +295,8 @@ class StudyView:
         random_level: The metric of a model that learnt nothing, if the study declares it.
         space: The study's search space (``None`` in the simulator, whose trace fixes the
             configurations); policies that make configurations (PBT) need it.
+        objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
+            objectives``); empty for a study with one metric.
     """
 
     metric: str
@@ -310,6 +312,7 @@ class StudyView:
     bounds: tuple[float, float] = (0.0, 1.0)
     random_level: float | None = None
     space: SearchSpace | None = None
+    objectives: tuple[tuple[str, str], ...] = ()
 
     @property
     def sign(self) -> float:

@@ -113,12 +113,15 @@ def mutate(
 ) -> dict[str, Any]:
     """Return a mutated copy of ``params``: every mutable parameter not in ``exclude`` changes.
 
-    Parameters missing from ``params`` are sampled; names not in the space are kept as they are.
+    Parameters missing from ``params`` are sampled; names not in the space are kept as they are;
+    conditional parameters are dropped where their condition fails (and drawn where it holds).
     Draws happen in the space's declaration order, so a seed gives the same child.
     """
     child = dict(params)
     for name, param in space.params.items():
-        if name not in child:
+        if not space.is_active(name, child):  # a conditional parameter whose condition fails
+            child.pop(name, None)
+        elif name not in child:
             child[name] = param.sample(rng)
         elif name not in exclude:
             child[name] = mutate_value(param, child[name], rng, factors)
@@ -139,6 +142,9 @@ def explore(
     """
     child = dict(params)
     for name, param in space.params.items():
+        if not space.is_active(name, child):  # a conditional parameter whose condition fails
+            child.pop(name, None)
+            continue
         if name not in child:
             child[name] = param.sample(rng)
             continue

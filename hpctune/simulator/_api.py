@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpctune.nearest import trace_space
 from hpctune.policies import OptionError, Policy, make_policy
+from hpctune.policies.generators import Generator, make_generator
+from hpctune.seeding import component_seed
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator
 from hpctune.simulator._predictions import PredictionCache
@@ -42,6 +45,23 @@ def build_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
         raise SimulatorError(f"{where}: {exc.message}") from None
 
 
+def build_generator(
+    trace: Trace, name: str, options: Mapping[str, Any] | None, seed: int
+) -> Generator:
+    """Build generator ``name`` on the trace's search space, seeded for run ``seed``.
+
+    Raises:
+        SimulatorError: The name or an option is invalid.
+    """
+    try:
+        return make_generator(
+            name, dict(options or {}), trace_space(trace), component_seed(seed, "generator")
+        )
+    except OptionError as exc:
+        where = "generator" if exc.key == "name" else f"generator {name}: option {exc.key}"
+        raise SimulatorError(f"{where}: {exc.message}") from None
+
+
 def simulate(
     trace: Trace | str | Path,
     policy: str | Policy,
@@ -52,6 +72,8 @@ def simulate(
     config: SimulatorConfig | None = None,
     order: Sequence[int] | None = None,
     predictions: PredictionCache | None = None,
+    generator: str | None = None,
+    generator_options: Mapping[str, Any] | None = None,
     **settings: Any,
 ) -> SimulationResult:
     """Replay ``trace`` on ``slots`` slots under ``policy`` and return the result.
@@ -65,6 +87,10 @@ def simulate(
         config: Costs and study settings.
         order: An explicit configuration order (trace rows), instead of a seeded permutation.
         predictions: Learning-curve predictions shared between runs (POP, EarlyTerm).
+        generator: A generator name (``"tpe"``, ``"gp"``, ...) that proposes configurations,
+            each answered with the nearest unused configuration of the trace; ``None``: the
+            seeded configuration order (random search).
+        generator_options: The generator's options (as under ``[generator]``).
         **settings: Fields of :class:`SimulatorConfig` overriding ``config`` (e.g.
             ``target=0.98``, ``queue_wait=60``).
 
@@ -76,14 +102,19 @@ def simulate(
         policy = build_policy(policy, options)
     elif options:
         raise SimulatorError("options are given with a policy object; build it with them")
+    data = _trace(trace)
+    built = None
+    if generator is not None:
+        built = build_generator(data, generator, generator_options, seed)
     sim = Simulator(
-        _trace(trace),
+        data,
         policy,
         slots=slots,
         seed=seed,
         config=_config(config, settings),
         order=None if order is None else list(order),
         predictions=predictions,
+        generator=built,
     )
     return sim.run()
 
@@ -121,6 +152,8 @@ def run_many(
     config: SimulatorConfig | None = None,
     budget: float | None = None,
     predictions: PredictionCache | None = None,
+    generator: str | None = None,
+    generator_options: Mapping[str, Any] | None = None,
     on_run: Callable[[str, int], None] | None = None,
     **settings: Any,
 ) -> ManyResult:
@@ -135,6 +168,8 @@ def run_many(
         budget: Also summarise the best value found by this time (seconds).
         predictions: Learning-curve predictions shared by every run (fitted once per
             configuration and number of points); ``None``: one cache for this call.
+        generator: A generator proposing configurations (see :func:`simulate`).
+        generator_options: Its options.
         on_run: Called with the policy's label and the seed after each run (progress).
         **settings: Fields of :class:`SimulatorConfig` overriding ``config``.
     """
@@ -149,13 +184,25 @@ def run_many(
     for spec in policies:
         name, options = (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
         build_policy(name, options)  # fail before running anything
+        if generator is not None:
+            build_generator(data, generator, generator_options, 0)
         key = label(name, options)
         while key in runs:
             key += "'"
         runs[key] = []
         for seed in seed_list:
             runs[key].append(
-                simulate(data, name, options, slots, seed, config=cfg, predictions=predictions)
+                simulate(
+                    data,
+                    name,
+                    options,
+                    slots,
+                    seed,
+                    config=cfg,
+                    predictions=predictions,
+                    generator=generator,
+                    generator_options=generator_options,
+                )
             )
             if on_run is not None:
                 on_run(key, seed)
@@ -164,4 +211,12 @@ def run_many(
     return ManyResult(runs, summary, target, budget)
 
 
-__all__ = ["ManyResult", "PolicySpec", "build_policy", "label", "run_many", "simulate"]
+__all__ = [
+    "ManyResult",
+    "PolicySpec",
+    "build_generator",
+    "build_policy",
+    "label",
+    "run_many",
+    "simulate",
+]

@@ -30,7 +30,10 @@ class SimulatorConfig:
         max_steps: The last step of a trial; ``None``: the trace's epochs.
         num_trials: How many configurations the generator offers; ``None``: all.
         target: The target value; ``None``: :meth:`Trace.default_target`.
-        stop_at_target: End the simulation once the target is reached.
+        stop_at_target: End the simulation once the target is reached (and ``min_time`` has
+            passed).
+        min_time: With ``stop_at_target``, run at least until this time (so that the best
+            value by a budget is known too).
         max_time: End the simulation at this time (seconds since the start).
         bounds: ``(low, high)``: the metric's range (``[study].metric_bounds``); ``None``: the
             trace's ``metric_bounds``, else (0, 1).
@@ -46,6 +49,7 @@ class SimulatorConfig:
     num_trials: int | None = None
     target: float | None = None
     stop_at_target: bool = False
+    min_time: float = 0.0
     max_time: float = math.inf
     bounds: tuple[float, float] | None = None
 

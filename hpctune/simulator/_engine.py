@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from hpctune.curves import CurvePrediction
+from hpctune.nearest import NearestConfigurations, trace_space
 from hpctune.policies import Action, ActionKind, Event, Policy, StudyView, TrialView
+from hpctune.policies.generators import Generator
 from hpctune.seeding import component_seed, index_rng
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._predictions import PredictionCache
@@ -56,6 +58,7 @@ class _Trial:
     suspensions: int = 0
     reason: str = ""
     view: TrialView | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # the generator's, as journaled
 
 
 @dataclass
@@ -100,6 +103,10 @@ class Simulator:
             from ``seed``, standing for the generator.
         predictions: Learning-curve predictions for policies that want them (POP, EarlyTerm);
             ``None``: fitted on demand, in this process.
+        generator: A generator that proposes each new trial's configuration from the view (TPE,
+            GP, ...; built on the trace's search space); each proposal is answered with the
+            nearest configuration of the trace not used yet (:mod:`._nearest`). ``None``: the
+            configuration order ``order``.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class Simulator:
         config: SimulatorConfig | None = None,
         order: list[int] | None = None,
         predictions: PredictionCache | None = None,
+        generator: Generator | None = None,
     ) -> None:
         self.config = config or SimulatorConfig()
         self.config.check(trace)
@@ -138,6 +146,11 @@ class Simulator:
         if bad:
             raise SimulatorError(f"order names configurations {bad} not in the trace")
         self.order = list(order)
+        self.generator = generator
+        self.nearest: NearestConfigurations | None = None
+        self.proposals: list[dict[str, Any]] = []  # the generator's, by trial
+        if generator is not None:
+            self.nearest = NearestConfigurations(trace_space(trace), trace.hparams)
         limit = self.config.num_trials or len(self.order)
         self.num_trials = min(limit, len(self.order))
         self.target = (
@@ -187,7 +200,11 @@ class Simulator:
             waiting, self._waiting = self._waiting, []
             for seg in waiting:
                 self._proceed(seg)
-            if self.config.stop_at_target and self._reached is not None:
+            if (
+                self.config.stop_at_target
+                and self._reached is not None
+                and self.clock.now() >= self.config.min_time
+            ):
                 break
             self._offer_slots()
             self._record_policy_state()
@@ -359,6 +376,7 @@ class Simulator:
                     times=np.asarray(trial.times, dtype=float),
                     checkpoint_step=trial.checkpoint_step,
                     priority=trial.priority,
+                    info=trial.info,
                 )
             views[tid] = trial.view
         return StudyView(
@@ -488,7 +506,15 @@ class Simulator:
         if self._generated >= self.num_trials:
             return None
         tid = self._generated
-        trial = _Trial(tid, self.order[tid], priority=action.priority)
+        if self.generator is not None and self.nearest is not None:
+            proposal = self.generator.propose(tid, self._view(0))
+            row = self.nearest.take(proposal.params)
+            if row is None:
+                return None
+            self.proposals.append(proposal.params)
+            trial = _Trial(tid, row, priority=action.priority, info=proposal.info)
+        else:
+            trial = _Trial(tid, self.order[tid], priority=action.priority)
         self.trials[tid] = trial
         self._dirty = True
         return trial

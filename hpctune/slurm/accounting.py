@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import subprocess
 
@@ -36,35 +35,3 @@ def sacct_allocated_s(record: StudyRecord) -> float | None:
         if elapsed.strip().isdigit():
             total += float(elapsed)
     return total
-
-
-def sacct_queue_waits(job_ids: list[str]) -> dict[str, float] | None:
-    """Seconds each job waited in the queue, from sacct's Submit and Start times.
-
-    Returns ``None`` when sacct is not available; jobs that never started are left out.
-    """
-    if not job_ids:
-        return {}
-    try:
-        out = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,Submit,Start"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        logger.warning("sacct failed: %s", exc)
-        return None
-    waits: dict[str, float] = {}
-    for line in out.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3:
-            continue
-        try:
-            submit = datetime.datetime.fromisoformat(parts[1])
-            start = datetime.datetime.fromisoformat(parts[2])
-        except ValueError:  # "Unknown", "None": it has not started
-            continue
-        waits[parts[0]] = max((start - submit).total_seconds(), 0.0)
-    return waits

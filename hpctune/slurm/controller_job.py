@@ -13,10 +13,13 @@ import math
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from hpctune.errors import SubmissionError
 from hpctune.layout import StudyPaths
+from hpctune.slurm.environment import export_lines
+from hpctune.slurm.options import DEFAULT_CONTROLLER_TIME_MIN, JobOptions
 from hpctune.spec import StudySpec
 
 CONTROLLER_SIGNAL_S = 120
@@ -27,13 +30,8 @@ TEMPLATE = """#!/bin/bash
 #SBATCH --job-name=hpctune-{name!s}-controller
 #SBATCH --output={log!s}
 #SBATCH --open-mode=append
-#SBATCH --time={time!s}
-#SBATCH --cpus-per-task={cpus!s}
-#SBATCH --mem={mem!s}
-#SBATCH --requeue
-#SBATCH --signal=B:USR2@{signal!s}
 {options!s}
-{setup!s}
+{body!s}
 exec {python!s} -m hpctune.cli controller {root_quoted!s}
 """
 
@@ -45,31 +43,49 @@ def format_time(minutes: int) -> str:
     return f"{days}-{hours:02d}:{mins:02d}:00"
 
 
-def render_controller_script(paths: StudyPaths, spec: StudySpec, python: str | None = None) -> str:
-    """The sbatch script of a study's controller job."""
-    options = spec.slurm.controller
-    lines = []
+def controller_options(options: JobOptions) -> list[tuple[str, str | None]]:
+    """The sbatch options of the controller's job as ``(name, value)`` (value None: a flag)."""
+    pairs: list[tuple[str, str | None]] = [
+        ("time", format_time(options.time_min or DEFAULT_CONTROLLER_TIME_MIN)),
+        ("cpus-per-task", str(options.cpus)),
+        ("mem", f"{math.ceil((options.mem_gb or 4) * 1024)}M"),
+        ("requeue", None),
+        ("signal", f"B:USR2@{CONTROLLER_SIGNAL_S}"),
+    ]
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(options, key)
         if value is not None:
-            lines.append(f"#SBATCH --{key}={shlex.quote(value)}")
+            pairs.append((key, value))
     for key, value in options.extra.items():
-        flag = key.replace("_", "-")
-        lines.append(
-            f"#SBATCH --{flag}" if value is True else f"#SBATCH --{flag}={shlex.quote(str(value))}"
-        )
-    mem_mb = math.ceil((options.mem_gb or 4) * 1024)
+        pairs.append((key.replace("_", "-"), None if value is True else str(value)))
+    return pairs
+
+
+def render_controller_script(
+    paths: StudyPaths,
+    spec: StudySpec,
+    python: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The sbatch script of a study's controller job.
+
+    ``env`` (default: this process's) gives the variables the script exports explicitly
+    (:mod:`hpctune.slurm.environment`), so that the controller runs the same under a site's
+    ``SBATCH_EXPORT=NONE``. Unset time limits are the module default here; resolve them first
+    (:func:`hpctune.slurm.cluster.resolve_times`) to get the partition's.
+    """
+    options = spec.slurm.controller
+    lines = [
+        f"#SBATCH --{key}" if value is None else f"#SBATCH --{key}={shlex.quote(value)}"
+        for key, value in controller_options(options)
+    ]
     return TEMPLATE.format(
         name=spec.name,
         root=paths.root,
         root_quoted=shlex.quote(str(paths.root)),
         log=paths.logs / "controller-%j.out",
-        time=format_time(options.time_min),
-        cpus=options.cpus,
-        mem=f"{mem_mb}M",
-        signal=CONTROLLER_SIGNAL_S,
         options="\n".join(lines),
-        setup="\n".join(options.setup),
+        body="\n".join([*export_lines(env), *options.setup]),
         python=shlex.quote(python or sys.executable),
     ).replace("\n\n\n", "\n\n")
 
@@ -82,12 +98,16 @@ def controller_jobs_file(paths: StudyPaths) -> Path:
 def submit_controller(paths: StudyPaths, spec: StudySpec) -> str:
     """Write the controller's sbatch script, submit it and return the job id.
 
+    An unset controller time limit becomes the partition's (:func:`resolve_times`).
+
     Raises:
         SubmissionError: sbatch failed (its message is included).
     """
+    from hpctune.slurm.cluster import resolve_times
+
     script = paths.root / "slurm" / "controller.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(render_controller_script(paths, spec))
+    script.write_text(render_controller_script(paths, resolve_times(spec)))
     try:
         result = subprocess.run(
             ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=120
@@ -105,21 +125,21 @@ def submit_controller(paths: StudyPaths, spec: StudySpec) -> str:
     return job_id
 
 
-def queued_controller(paths: StudyPaths) -> str | None:
-    """The id of the study's last controller job if it is still pending or running."""
+def last_controller_job(paths: StudyPaths) -> str | None:
+    """The id of the study's last controller job (``None`` if it never had one)."""
     try:
         jobs = controller_jobs_file(paths).read_text().split()
     except FileNotFoundError:
         return None
-    if not jobs:
+    return jobs[-1] if jobs else None
+
+
+def queued_controller(paths: StudyPaths) -> str | None:
+    """The id of the study's last controller job if it is still pending or running."""
+    from hpctune.slurm.cluster import job_status
+
+    job = last_controller_job(paths)
+    status = job_status(job) if job is not None else None
+    if status is None:
         return None
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", jobs[-1], "-o", "%T"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return jobs[-1] if out in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED") else None
+    return job if status.state in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED") else None

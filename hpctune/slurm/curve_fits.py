@@ -28,6 +28,7 @@ from hpctune.curves.fitter import FitOptions
 from hpctune.curves.options import CurvesSpec
 from hpctune.curves.service import FitBackend, FitJob, run_fit_task
 from hpctune.executors._base import WorkerState
+from hpctune.slurm.environment import SRUN_ARGS, export_lines
 from hpctune.slurm.options import JobOptions
 from hpctune.slurm.queue import SlurmQueue
 
@@ -44,8 +45,10 @@ def curve_job_parameters(name: str, job: JobOptions, curves: CurvesSpec) -> dict
         "time": max(5, math.ceil(4 * curves.task_seconds / 60)),
         "cpus_per_task": 1,
         "stderr_to_stdout": True,
+        "srun_args": list(SRUN_ARGS),
         "setup": [
             "export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1",
+            *export_lines(),
             *job.setup,
         ],
     }

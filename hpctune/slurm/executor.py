@@ -3,8 +3,10 @@
 Several workers that start at once go in one job array (submitit's ``batch``). Each job runs
 :class:`WorkerJob`, the same :class:`~hpctune.worker.Worker` loop the local executor runs. Jobs are
 submitted with ``--requeue`` and ``--signal=USR2@signal_delay_s``; the worker handles the signal
-itself (suspend at the next report, then ``scontrol requeue``). Liveness comes from the workers'
-heartbeat files first and from :class:`~hpctune.slurm.queue.SlurmQueue` second.
+itself (suspend at the next report, then ``scontrol requeue`` of exactly its own array task).
+Liveness comes from the workers' heartbeat files first and from
+:class:`~hpctune.slurm.queue.SlurmQueue` second. The jobs set their environment explicitly
+(:mod:`hpctune.slurm.environment`), so that they run the same under ``SBATCH_EXPORT=NONE``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -19,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+from submitit.core.utils import JobPaths
 
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
-from hpctune.slurm.queue import SlurmQueue
+from hpctune.slurm.environment import SRUN_ARGS, export_lines
+from hpctune.slurm.options import DEFAULT_WORKER_TIME_MIN
+from hpctune.slurm.queue import SlurmQueue, job_end_reason
 from hpctune.spec import StudySpec
 
 logger = logging.getLogger(__name__)
@@ -49,23 +55,32 @@ class WorkerJob:
 
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
         setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))
-        return worker.run()
+        try:
+            return worker.run()
+        finally:
+            # a SIGUSR2 that comes after the loop (Slurm repeats it near the time limit) must
+            # not kill the process while submitit writes the result
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
-def worker_parameters(spec: StudySpec) -> dict[str, Any]:
-    """The submitit ``SlurmExecutor`` parameters of a study's worker jobs."""
+def worker_parameters(spec: StudySpec, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The submitit ``SlurmExecutor`` parameters of a study's worker jobs.
+
+    ``env`` (default: this process's) gives the variables the jobs export explicitly.
+    """
     options, resources = spec.slurm.worker, spec.resources
     threads = resources.cpus_per_worker
     params: dict[str, Any] = {
         "job_name": f"hpctune-{spec.name}",
-        "time": options.time_min,
+        "time": options.time_min or DEFAULT_WORKER_TIME_MIN,
         "cpus_per_task": resources.cpus_per_worker,
         "signal_delay_s": spec.slurm.signal_delay_s,
         "stderr_to_stdout": True,
         "array_parallelism": resources.slots,
+        "srun_args": list(SRUN_ARGS),
         "setup": [
             f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}",
-            f"export HPCTUNE_CPUS={threads} HPCTUNE_GPUS={resources.gpus_per_worker}",
+            *export_lines(env),
             *options.setup,
         ],
         "additional_parameters": {"requeue": True, **options.extra},
@@ -94,11 +109,25 @@ class SlurmExecutor(Executor):
 
     def __init__(self, study_dir: Path, spec: StudySpec, queue: SlurmQueue | None = None) -> None:
         self.paths = StudyPaths.of(study_dir)
-        self.spec = spec
         self.queue = queue or SlurmQueue()
         self.folder = self.paths.root / "slurm" / "workers"
+        self.use_spec(spec)
+
+    def use_spec(self, spec: StudySpec) -> None:
+        """Submit the next workers with ``spec``'s settings (unset times: the partition's)."""
+        from hpctune.slurm.cluster import resolve_times
+
+        self.spec = spec
         self._executor = submitit.SlurmExecutor(folder=self.folder / "%j")
-        self._executor.update_parameters(**worker_parameters(spec))
+        self._executor.update_parameters(**worker_parameters(resolve_times(spec)))
+
+    def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
+        """submitit's log of the worker's job: its stdout and stderr, and the traceback of a
+        worker that died at start (``slurm/workers/<job>/<job>_0_log.out``)."""
+        job = info.get("job_id")
+        if not job:
+            return None
+        return JobPaths(self.folder / "%j", job_id=str(job), task_id=0).stdout
 
     def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Submit one job per worker, as one job array when there are several."""
@@ -128,6 +157,11 @@ class SlurmExecutor(Executor):
         if not job:
             return WorkerState.UNKNOWN
         return self.queue.state(str(job), info.get("submitted"))
+
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """What ``sacct`` says of the worker's job: its state and exit code or signal."""
+        job = info.get("job_id")
+        return job_end_reason(str(job)) if job else ""
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """``scancel`` the worker's job."""

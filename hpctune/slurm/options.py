@@ -17,6 +17,10 @@ from hpctune.errors import StudySpecError, check_table_keys
 
 _TIME_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
+#: Time limits when ``time`` is not set, capped by the partition's ``MaxTime``.
+DEFAULT_WORKER_TIME_MIN = 60
+DEFAULT_CONTROLLER_TIME_MIN = 24 * 60
+
 
 @dataclass(frozen=True)
 class JobOptions:
@@ -27,7 +31,9 @@ class JobOptions:
         account: ``--account``.
         qos: ``--qos``.
         constraint: ``--constraint``.
-        time_min: The time limit in minutes (``--time``).
+        time_min: The time limit in minutes (``--time``); None: the default
+            (:data:`DEFAULT_WORKER_TIME_MIN` or :data:`DEFAULT_CONTROLLER_TIME_MIN`, at most the
+            partition's ``MaxTime``), chosen when the job is submitted.
         cpus: ``--cpus-per-task`` (the controller's; workers take ``[resources]`` cpus).
         mem_gb: Memory in GB (``--mem``); None: the partition's default.
         setup: Shell lines run before the job's command (``module load ...``).
@@ -38,7 +44,7 @@ class JobOptions:
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
-    time_min: int = 60
+    time_min: int | None = None
     cpus: int = 1
     mem_gb: float | None = None
     setup: tuple[str, ...] = ()
@@ -73,7 +79,7 @@ class SlurmSpec:
     """
 
     worker: JobOptions = field(default_factory=JobOptions)
-    controller: JobOptions = field(default_factory=lambda: JobOptions(time_min=24 * 60, mem_gb=4))
+    controller: JobOptions = field(default_factory=lambda: JobOptions(mem_gb=4))
     signal_delay_s: int = 90
     max_pending: int = 16
     controller_timeout_s: int = 600
@@ -130,6 +136,35 @@ def parse_slurm(table: Mapping[str, Any], path: Path) -> SlurmSpec:
             table, "controller_timeout_s", defaults.controller_timeout_s, 10, path
         ),
     )
+
+
+def slurm_table(slurm: SlurmSpec) -> dict[str, Any]:
+    """The ``[slurm]`` table (study.toml form) that :func:`parse_slurm` turns into ``slurm``."""
+    table = _job_table(slurm.worker)
+    table.update(
+        signal_delay_s=slurm.signal_delay_s,
+        max_pending=slurm.max_pending,
+        controller_timeout_s=slurm.controller_timeout_s,
+        controller={**_job_table(slurm.controller), "cpus": slurm.controller.cpus},
+    )
+    return table
+
+
+def _job_table(options: JobOptions) -> dict[str, Any]:
+    table: dict[str, Any] = {
+        key: getattr(options, key)
+        for key in ("partition", "account", "qos", "constraint")
+        if getattr(options, key) is not None
+    }
+    if options.time_min is not None:
+        table["time"] = options.time_min
+    if options.mem_gb is not None:
+        table["mem"] = options.mem_gb
+    if options.setup:
+        table["setup"] = list(options.setup)
+    if options.extra:
+        table["extra"] = dict(options.extra)
+    return table
 
 
 def _job(table: Mapping[str, Any], name: str, path: Path, default: JobOptions) -> JobOptions:

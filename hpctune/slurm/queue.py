@@ -56,6 +56,29 @@ def classify(slurm_state: str) -> WorkerState:
     return WorkerState.UNKNOWN
 
 
+def job_end_reason(job_id: str) -> str:
+    """``"its job 12 ended OUT_OF_MEMORY: out of memory"`` and the like, from ``sacct``
+    (state and ``ExitCode`` code:signal); "" when sacct is missing or knows nothing."""
+    try:
+        out = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"])
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 3 or parts[0] != job_id:
+            continue
+        state, (code, _, sig) = parts[1].split()[0] if parts[1] else "", parts[2].partition(":")
+        text = f"its job {job_id} ended {state}"
+        if state == "OUT_OF_MEMORY":
+            return f"{text}: out of memory"
+        if sig.strip() not in ("", "0"):
+            return f"{text}, killed by signal {sig.strip()}"
+        if code.strip() not in ("", "0"):
+            return f"{text} with exit code {code.strip()}"
+        return text
+    return ""
+
+
 def _run(command: list[str]) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout
 

@@ -76,6 +76,7 @@ def train(ctx) -> None:
             train_loss=total / len(y_train),
             val_loss=val_loss,
             val_accuracy=val_accuracy,
+            num_params=float(sum(q.numel() for q in model.parameters())),
         )
         ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if result.should_stop:  # the policy suspended or stopped the trial

@@ -11,21 +11,46 @@
 # setup needed. Run as another user: every daemon runs as that user with its own munge
 # socket, MariaDB on a TCP port and its own Slurm ports (root must install the packages).
 #
-# Environment: HPCTUNE_SLURM_DIR      state directory (default /tmp/hpctune-slurm; when not
-#                                     root /tmp/hpctune-slurm-<user>, or ~/.hpctune-slurm
-#                                     if /tmp is not writable)
-#              HPCTUNE_SLURM_PORT_BASE first of 4 ports (non-root only; default from the uid)
+# Two configurations (HPCTUNE_SLURM_VARIANT): "default" (partitions debug and high, four fake
+# GPUs, accounting in slurmdbd + MariaDB) and "site", a cluster configured unlike it (partitions
+# scavenger and urgent with short MaxTimes, two fake GPUs, its own ports and munge socket, no
+# accounting database, configuration only through SLURM_CONF, SBATCH_EXPORT=NONE for clients).
+# Only one runs at a time: `up` of one stops the other first.
+#
+# Environment: HPCTUNE_SLURM_VARIANT  default | site (default: default)
+#              HPCTUNE_SLURM_DIR      state directory of the default variant (default
+#                                     /tmp/hpctune-slurm; when not root /tmp/hpctune-slurm-<user>,
+#                                     or ~/.hpctune-slurm if /tmp is not writable); the site
+#                                     variant uses the same path with "-site" appended
+#              HPCTUNE_SLURM_PORT_BASE first of 6 ports (non-root only; default from the uid)
 set -euo pipefail
 
 PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 export PATH
 umask 022
 
-readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server)
+VARIANT=${HPCTUNE_SLURM_VARIANT:-default}
+# environment-modules: a module system, as sites load their Python with (tests' setup lines)
+readonly PACKAGES=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server environment-modules)
+case $VARIANT in
+default) OTHER_VARIANT=site ;;
+site) OTHER_VARIANT=default ;;
+*)
+    echo "cluster.sh: error: HPCTUNE_SLURM_VARIANT must be default or site (got '$VARIANT')" >&2
+    exit 2
+    ;;
+esac
+readonly VARIANT OTHER_VARIANT
+if [[ $VARIANT == site ]]; then ACCOUNTING=0; else ACCOUNTING=1; fi
+readonly ACCOUNTING
 readonly CLUSTER_NAME=hpctune
 readonly DB_NAME=slurm_acct_db
 readonly DB_USER=slurm
-readonly FAKE_GPU_FILES=(/dev/null /dev/zero /dev/full /dev/urandom)
+if ((ACCOUNTING)); then
+    readonly FAKE_GPU_FILES=(/dev/null /dev/zero /dev/full /dev/urandom)
+else
+    readonly FAKE_GPU_FILES=(/dev/null /dev/zero)
+fi
 readonly MARKER=.hpctune-slurm-dir
 
 # Timeouts (seconds)
@@ -35,12 +60,13 @@ readonly T_QUEUE=60 T_STOP=30
 CURRENT_USER=$(id -un)
 if [[ $(id -u) -eq 0 ]]; then ROOT_MODE=1; else ROOT_MODE=0; fi
 if ((ROOT_MODE)); then
-    STATE_DIR=${HPCTUNE_SLURM_DIR:-/tmp/hpctune-slurm}
+    BASE_DIR=${HPCTUNE_SLURM_DIR:-/tmp/hpctune-slurm}
 elif [[ -w /tmp ]]; then
-    STATE_DIR=${HPCTUNE_SLURM_DIR:-/tmp/hpctune-slurm-$CURRENT_USER}
+    BASE_DIR=${HPCTUNE_SLURM_DIR:-/tmp/hpctune-slurm-$CURRENT_USER}
 else
-    STATE_DIR=${HPCTUNE_SLURM_DIR:-$HOME/.hpctune-slurm}
+    BASE_DIR=${HPCTUNE_SLURM_DIR:-$HOME/.hpctune-slurm}
 fi
+if [[ $VARIANT == site ]]; then STATE_DIR=$BASE_DIR-site; else STATE_DIR=$BASE_DIR; fi
 NODE_NAME=$(hostname -s)
 
 ETC_DIR=$STATE_DIR/etc
@@ -57,6 +83,7 @@ SLURMD_SPOOL=$STATE_DIR/spool/slurmd
 SLURM_CONF=$ETC_DIR/slurm.conf
 export SLURM_CONF
 
+MUNGE_RUN=/run/munge
 if ((ROOT_MODE)); then
     SLURM_USER=slurm
     MUNGE_USER=munge
@@ -64,6 +91,12 @@ if ((ROOT_MODE)); then
     MUNGE_SOCKET=/run/munge/munge.socket.2 # the clients' compiled-in default
     DB_SOCKET=/run/mysqld/mysqld.sock      # the default slurmdbd's client library uses
     CTLD_PORT=6817 SLURMD_PORT=6818 DBD_PORT=6819 DB_PORT=3306
+    if [[ $VARIANT == site ]]; then
+        # its own ports and munge socket (named in AuthInfo, so clients need SLURM_CONF)
+        MUNGE_RUN=$STATE_DIR/munge-run
+        MUNGE_SOCKET=$MUNGE_RUN/munge.socket
+        CTLD_PORT=6827 SLURMD_PORT=6828
+    fi
 else
     SLURM_USER=$CURRENT_USER
     MUNGE_USER=$CURRENT_USER
@@ -77,6 +110,7 @@ else
     fi
     CTLD_PORT=$port_base SLURMD_PORT=$((port_base + 1))
     DBD_PORT=$((port_base + 2)) DB_PORT=$((port_base + 3))
+    if [[ $VARIANT == site ]]; then CTLD_PORT=$((port_base + 4)) SLURMD_PORT=$((port_base + 5)); fi
 fi
 
 # Per daemon: process name (/proc/PID/comm), pid file, log file.
@@ -88,7 +122,11 @@ declare -A PIDFILE=([munged]=$MUNGE_DIR/munged.pid [mariadbd]=$DB_DIR/mariadbd.p
 declare -A LOGFILE=([munged]=$MUNGE_DIR/munged.log [mariadbd]=$DB_DIR/mariadbd.log
     [slurmdbd]=$LOG_DIR/slurmdbd.log [slurmctld]=$LOG_DIR/slurmctld.log
     [slurmd]=$LOG_DIR/slurmd.log)
-readonly DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
+if ((ACCOUNTING)); then
+    readonly DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
+else
+    readonly DAEMONS=(munged slurmctld slurmd)
+fi
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -273,7 +311,7 @@ make_dirs() {
         install -d -m 0700 -o "$DB_OS_USER" -g "$DB_OS_USER" "$DB_DIR" "$DB_TMP"
         install -d -m 0755 -o "$SLURM_USER" -g "$SLURM_USER" "$LOG_DIR" "$RUN_DIR"
         install -d -m 0700 -o "$SLURM_USER" -g "$SLURM_USER" "$CTLD_SPOOL" "$DBD_ARCHIVE"
-        install -d -m 0755 -o "$MUNGE_USER" -g "$MUNGE_USER" /run/munge
+        install -d -m 0755 -o "$MUNGE_USER" -g "$MUNGE_USER" "$MUNGE_RUN"
         install -d -m 0755 -o "$DB_OS_USER" -g "$DB_OS_USER" /run/mysqld
     else
         install -d -m 0700 "$MUNGE_DIR" "$DB_DIR" "$DB_TMP" "$CTLD_SPOOL" "$DBD_ARCHIVE"
@@ -296,10 +334,8 @@ make_secrets() {
 
 slurm_conf() {
     local auth_info=cred_expire=5 slurmd_user=root
-    if ! ((ROOT_MODE)); then
-        auth_info+=",socket=$MUNGE_SOCKET"
-        slurmd_user=$CURRENT_USER
-    fi
+    if ! ((ROOT_MODE)); then slurmd_user=$CURRENT_USER; fi
+    if ! ((ROOT_MODE)) || [[ $VARIANT == site ]]; then auth_info+=",socket=$MUNGE_SOCKET"; fi
     cat <<EOF
 # Generated by hpctune tests/slurm/cluster.sh; edits are overwritten by 'cluster.sh up'.
 ClusterName=$CLUSTER_NAME
@@ -326,11 +362,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 GresTypes=gpu
 SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-AccountingStoragePort=$DBD_PORT
-AccountingStorageTRES=gres/gpu
-$( ((ROOT_MODE)) || echo "AccountingStoragePass=$MUNGE_SOCKET")
+$(accounting_conf)
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
@@ -343,10 +375,35 @@ SlurmctldParameters=preempt_send_user_signal
 ReturnToService=2
 InactiveLimit=0
 MailProg=/bin/true
-NodeName=$NODE_NAME NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
-PartitionName=debug Nodes=$NODE_NAME Default=YES PriorityTier=1 GraceTime=10 PreemptMode=REQUEUE MaxTime=2-00:00:00 DefaultTime=01:00:00 State=UP
-PartitionName=high Nodes=$NODE_NAME PriorityTier=10 PreemptMode=OFF MaxTime=2-00:00:00 DefaultTime=01:00:00 State=UP
+NodeName=$NODE_NAME NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 Gres=gpu:${#FAKE_GPU_FILES[@]} State=UNKNOWN
+$(partitions_conf)
 EOF
+}
+
+accounting_conf() {
+    if ! ((ACCOUNTING)); then
+        echo "AccountingStorageType=accounting_storage/none"
+        return 0
+    fi
+    cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
+EOF
+    ((ROOT_MODE)) || echo "AccountingStoragePass=$MUNGE_SOCKET"
+}
+
+partitions_conf() {
+    local node="Nodes=$NODE_NAME"
+    if [[ $VARIANT == site ]]; then
+        # preemptible default partition with a 4 h limit, a preempting one with 2 h
+        echo "PartitionName=scavenger $node Default=YES PriorityTier=1 GraceTime=10 PreemptMode=REQUEUE MaxTime=04:00:00 DefaultTime=00:30:00 State=UP"
+        echo "PartitionName=urgent $node PriorityTier=10 PreemptMode=OFF MaxTime=02:00:00 DefaultTime=00:30:00 State=UP"
+        return 0
+    fi
+    echo "PartitionName=debug $node Default=YES PriorityTier=1 GraceTime=10 PreemptMode=REQUEUE MaxTime=2-00:00:00 DefaultTime=01:00:00 State=UP"
+    echo "PartitionName=high $node PriorityTier=10 PreemptMode=OFF MaxTime=2-00:00:00 DefaultTime=01:00:00 State=UP"
 }
 
 gres_conf() {
@@ -388,9 +445,10 @@ write_config() {
     local slurm_text gres_text dbd_text
     slurm_text=$(slurm_conf)
     gres_text=$(gres_conf)
-    dbd_text=$(slurmdbd_conf)
     if write_file "$SLURM_CONF" root: 0644 <<<"$slurm_text"; then CONFIG_CHANGED=1; fi
     if write_file "$ETC_DIR/gres.conf" root: 0644 <<<"$gres_text"; then CONFIG_CHANGED=1; fi
+    ((ACCOUNTING)) || return 0
+    dbd_text=$(slurmdbd_conf)
     if write_file "$ETC_DIR/slurmdbd.conf" "$SLURM_USER:" 0600 <<<"$dbd_text"; then
         CONFIG_CHANGED=1
     fi
@@ -401,6 +459,16 @@ write_config() {
 link_client_config() {
     ((ROOT_MODE)) || return 0
     local link=/etc/slurm/slurm.conf target
+    if [[ $VARIANT == site ]]; then
+        # configuration only through SLURM_CONF: no client may find one by default
+        if [[ -L $link ]]; then
+            target=$(readlink -- "$link")
+            if [[ $target == */etc/slurm.conf && -f ${target%/etc/slurm.conf}/$MARKER ]]; then
+                rm -f -- "$link"
+            fi
+        fi
+        return 0
+    fi
     mkdir -p /etc/slurm
     if [[ -L $link ]]; then
         target=$(readlink -- "$link")
@@ -501,23 +569,44 @@ start_slurm_daemon() {
 
 start_all() {
     start_munged
-    start_mariadbd
-    start_slurm_daemon slurmdbd
-    wait_until "$T_DBD" slurmdbd "slurmdbd (sacctmgr list cluster)" dbd_ok
+    if ((ACCOUNTING)); then
+        start_mariadbd
+        start_slurm_daemon slurmdbd
+        wait_until "$T_DBD" slurmdbd "slurmdbd (sacctmgr list cluster)" dbd_ok
+    fi
     start_slurm_daemon slurmctld
     wait_until "$T_CTLD" slurmctld "slurmctld (scontrol ping)" ctld_ok
     start_slurm_daemon slurmd
     wait_until "$T_SLURMD" slurmd "node $NODE_NAME idle in sinfo" node_ok
-    wait_until "$T_REGISTER" slurmctld "cluster $CLUSTER_NAME registered in slurmdbd" \
-        cluster_registered
+    if ((ACCOUNTING)); then
+        wait_until "$T_REGISTER" slurmctld "cluster $CLUSTER_NAME registered in slurmdbd" \
+            cluster_registered
+    fi
+}
+
+readiness_checks() {
+    if ((ACCOUNTING)); then
+        echo munge_client_ok db_ping dbd_ok ctld_ok node_ok cluster_registered
+    else
+        echo munge_client_ok ctld_ok node_ok
+    fi
 }
 
 all_ok() {
     local d
     for d in "${DAEMONS[@]}"; do daemon_pid "$d" >/dev/null || return 1; done
-    for d in munge_client_ok db_ping dbd_ok ctld_ok node_ok cluster_registered; do
+    for d in $(readiness_checks); do
         "$d" >/dev/null 2>&1 || return 1
     done
+}
+
+# The other variant cannot run beside this one (the same node, CPUs and fake GPUs): stop it.
+stop_other_variant() {
+    local other_dir=$BASE_DIR
+    [[ $OTHER_VARIANT == site ]] && other_dir=$BASE_DIR-site
+    [[ -f $other_dir/$MARKER ]] || return 0
+    HPCTUNE_SLURM_VARIANT=$OTHER_VARIANT SLURM_CONF=$other_dir/etc/slurm.conf \
+        bash "${BASH_SOURCE[0]}" down
 }
 
 cmd_up() {
@@ -529,6 +618,7 @@ cmd_up() {
     if [[ -d $STATE_DIR ]] && ! state_dir_is_ours && [[ -n $(ls -A -- "$STATE_DIR") ]]; then
         die "$STATE_DIR exists, is not empty and was not made by cluster.sh; choose another HPCTUNE_SLURM_DIR"
     fi
+    stop_other_variant
     install -d -m 0755 "$STATE_DIR"
     touch "$STATE_DIR/$MARKER"
     install_packages
@@ -537,7 +627,7 @@ cmd_up() {
     write_config
     link_client_config
     if ((!CONFIG_CHANGED)) && all_ok; then
-        log "cluster already up (state: $STATE_DIR); checked in $(elapsed "$t0") s"
+        log "cluster ($VARIANT) already up (state: $STATE_DIR); checked in $(elapsed "$t0") s"
         return 0
     fi
     if ((CONFIG_CHANGED)); then
@@ -547,7 +637,7 @@ cmd_up() {
         for d in slurmd slurmctld slurmdbd; do stop_daemon "$d"; done
     fi
     start_all
-    log "cluster up in $(elapsed "$t0") s (state: $STATE_DIR)"
+    log "cluster ($VARIANT variant) up in $(elapsed "$t0") s (state: $STATE_DIR)"
     ((ROOT_MODE)) || log "clients need: eval \"\$($0 env)\""
 }
 
@@ -652,12 +742,17 @@ cmd_status() {
             ok=0
         fi
     }
+    echo "variant: $VARIANT"
     check "munge -n | unmunge" munged munge_client_ok
-    check "mariadb ping" mariadbd db_ping
-    check "slurmdbd (sacctmgr list cluster)" slurmdbd dbd_ok
+    if ((ACCOUNTING)); then
+        check "mariadb ping" mariadbd db_ping
+        check "slurmdbd (sacctmgr list cluster)" slurmdbd dbd_ok
+    fi
     check "slurmctld (scontrol ping)" slurmctld ctld_ok
     check "node $NODE_NAME up (sinfo)" slurmd node_ok
-    check "cluster registered in slurmdbd" slurmdbd cluster_registered
+    if ((ACCOUNTING)); then
+        check "cluster registered in slurmdbd" slurmdbd cluster_registered
+    fi
     if daemon_pid slurmctld >/dev/null; then
         timeout 10 sinfo || true
     fi
@@ -667,10 +762,13 @@ cmd_status() {
 cmd_env() {
     check_state_dir
     printf 'export SLURM_CONF=%q\n' "$SLURM_CONF"
+    printf 'export HPCTUNE_SLURM_VARIANT=%q\n' "$VARIANT"
+    # the site variant's export policy, as a site sets it for its users
+    if [[ $VARIANT == site ]]; then echo "export SBATCH_EXPORT=NONE"; fi
 }
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 main() {

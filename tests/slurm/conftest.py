@@ -23,9 +23,23 @@ UP_HINT = "run tests/slurm/cluster.sh up"
 
 @dataclass(frozen=True)
 class SlurmCluster:
-    """The running local cluster: the environment its clients need and a command runner."""
+    """The running local cluster: the environment its clients need and a command runner.
+
+    Tests marked ``site`` run against either variant of ``cluster.sh`` (``default`` and
+    ``site``): they take partition names and GPU counts from here, never hard-coded.
+    """
 
     env: dict[str, str]
+
+    @property
+    def variant(self) -> str:
+        """``default`` or ``site`` (HPCTUNE_SLURM_VARIANT)."""
+        return self.env.get("HPCTUNE_SLURM_VARIANT", "default")
+
+    @property
+    def accounting(self) -> bool:
+        """True when sacct works (the default variant has slurmdbd)."""
+        return self.variant == "default"
 
     def run(self, *args: str, timeout: float = 30) -> str:
         """Run a Slurm client command (sacct, squeue, ...) and return its stdout."""
@@ -35,6 +49,39 @@ class SlurmCluster:
         if proc.returncode != 0:
             raise AssertionError(f"{shlex.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc.stdout
+
+    def partitions(self) -> list[dict[str, str]]:
+        """``scontrol show partition`` as one dict of fields per partition."""
+        out = self.run("scontrol", "show", "partition", "-o")
+        return [
+            dict(word.split("=", 1) for word in line.split() if "=" in word)
+            for line in out.splitlines()
+            if line.strip()
+        ]
+
+    @property
+    def default_partition(self) -> str:
+        """The default (preemptible) partition."""
+        return next(p["PartitionName"] for p in self.partitions() if p.get("Default") == "YES")
+
+    @property
+    def preempting_partition(self) -> str:
+        """The partition with the highest PriorityTier (its jobs preempt the default's)."""
+        return max(self.partitions(), key=lambda p: int(p.get("PriorityTier", 0)))["PartitionName"]
+
+    def max_time_min(self, partition: str) -> int:
+        """A partition's MaxTime in minutes."""
+        from hpctune.slurm.options import parse_time
+
+        (part,) = [p for p in self.partitions() if p["PartitionName"] == partition]
+        return parse_time(part["MaxTime"], None, "MaxTime")
+
+    @property
+    def gpus(self) -> int:
+        """Fake GPUs on the node."""
+        match = re.search(r"Gres=gpu:(\d+)", self.run("scontrol", "show", "node", "-o"))
+        assert match, "the node has no GPUs"
+        return int(match.group(1))
 
 
 def _parse_exports(text: str) -> dict[str, str]:
@@ -74,6 +121,18 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         for name, value in env.items():
             mp.setenv(name, value)
         yield SlurmCluster(env=env)
+
+
+@pytest.fixture
+def accounting_cluster(slurm_cluster: SlurmCluster) -> SlurmCluster:
+    """The local cluster with sacct (the default variant); fails on the site variant."""
+    if not slurm_cluster.accounting:
+        pytest.fail(
+            f"this test needs sacct, which the {slurm_cluster.variant!r} variant has not: "
+            "run it against the default variant (tests/slurm/cluster.sh up)",
+            pytrace=False,
+        )
+    return slurm_cluster
 
 
 @pytest.fixture

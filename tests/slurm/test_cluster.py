@@ -32,15 +32,18 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def square_with_timing(x: int, hold_s: float) -> dict[str, Any]:
-    start = time.time()
+def square_at_barrier(x: int, barrier: Path, n: int, patience_s: float) -> dict[str, Any]:
+    """Square ``x`` after waiting (up to ``patience_s``) until all ``n`` tasks have
+    started: a file barrier, so the check needs concurrency, not a fast machine."""
     env = submitit.JobEnvironment()
-    time.sleep(hold_s)
+    (barrier / f"started-{x}").touch()
+    deadline = time.monotonic() + patience_s
+    while len(list(barrier.glob("started-*"))) < n and time.monotonic() < deadline:
+        time.sleep(0.1)
     return {
         "square": x * x,
         "array_task_id": env.array_task_id,
-        "start": start,
-        "end": time.time(),
+        "met": len(list(barrier.glob("started-*"))),
     }
 
 
@@ -122,18 +125,25 @@ def test_submit_returns_result(make_executor: MakeExecutor) -> None:
     wait_state(job, "COMPLETED")
 
 
-def test_map_array_runs_eight_tasks_at_once(make_executor: MakeExecutor) -> None:
-    # CPUs=8 (config_overrides) on a 2-core machine: 8 one-CPU tasks run concurrently.
+@pytest.mark.timeout(240)
+def test_map_array_runs_eight_tasks_at_once(
+    make_executor: MakeExecutor, submitit_folder: Path
+) -> None:
+    # CPUs=8 (config_overrides) on a 2-core machine: 8 one-CPU tasks run concurrently,
+    # so every task sees all 8 at the barrier; with fewer slots the first ones would wait
+    # out their patience and report fewer.
     n = 8
-    jobs = make_executor().map_array(square_with_timing, range(n), [3.0] * n)
+    barrier = submitit_folder / "barrier"
+    barrier.mkdir()
+    jobs = make_executor().map_array(
+        square_at_barrier, range(n), [barrier] * n, [n] * n, [150.0] * n
+    )
     assert len(jobs) == n
     assert len({job.job_id.split("_")[0] for job in jobs}) == 1, "one Slurm job array"
     results = [job.result() for job in jobs]
     assert [r["square"] for r in results] == [x * x for x in range(n)]
     assert sorted(int(r["array_task_id"]) for r in results) == list(range(n))
-    assert max(r["start"] for r in results) < min(r["end"] for r in results), (
-        "all 8 tasks should overlap in time"
-    )
+    assert [r["met"] for r in results] == [n] * n, "all 8 tasks should run at once"
 
 
 def test_gres_gpu_sets_cuda_visible_devices(make_executor: MakeExecutor) -> None:
@@ -158,6 +168,7 @@ def test_cancel_gives_cancelled_state(make_executor: MakeExecutor) -> None:
     assert job.done(force_check=True)
 
 
+@pytest.mark.timeout(300)
 def test_preempted_checkpointable_requeues_and_resumes(
     make_executor: MakeExecutor, submitit_folder: Path, slurm_cluster: Any
 ) -> None:
@@ -168,7 +179,8 @@ def test_preempted_checkpointable_requeues_and_resumes(
     low = make_executor(partition="debug", cpus_per_task=8, time=20).submit(
         HalfThenWait(n_steps, waiting_file)
     )
-    wait_for(waiting_file.exists, 30, "the low-priority job to reach its half")
+    # The whole node: it starts once earlier tests' jobs have left it (slow under load).
+    wait_for(waiting_file.exists, 180, "the low-priority job to reach its half")
 
     high = make_executor(partition="high", cpus_per_task=1, time=5).submit(partition_after, 2)
     assert high.result() == "high"

@@ -5,8 +5,12 @@ sum) goes through real checkpoints (torch serialization), so a resumed trial con
 Behaviours: ``ok``; ``raise`` (ValueError at step 2); ``nan`` (score NaN at step 3); ``exit``
 (the process dies at step 2, like an OOM kill); ``ignore`` (never reads decisions);
 ``hang`` (step 3 never ends).
-``sleep`` seconds are spent per step. ``boost`` multiplies the scores of trials that will fail
+``sleep`` seconds are spent per step. ``gate`` (a file path): step ``gate_step`` (default 3)
+waits until that file exists, so a test can act while a trial is known to be mid-training.
+``boost`` multiplies the scores of trials that will fail
 or diverge (``raise``, ``nan``), so that a test can check they are never the best trial.
+``checkpoint_every`` (default 1) saves a checkpoint only every that many steps (and when told to
+stop or suspend); ``checkpoint = false`` never does.
 """
 
 from __future__ import annotations
@@ -21,9 +25,14 @@ def train(ctx) -> None:
     state = ctx.load_checkpoint() or {"total": 0.0}
     print(f"trial {ctx.trial_id} starts at step {ctx.start_step}")
     gpus, job = os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("SLURM_JOB_ID")
-    print(f"env CUDA_VISIBLE_DEVICES={gpus} SLURM_JOB_ID={job}", flush=True)
+    module = os.environ.get("SITE_MODULE")  # set by a module a [slurm] setup line loads
+    print(f"env CUDA_VISIBLE_DEVICES={gpus} SLURM_JOB_ID={job} SITE_MODULE={module}", flush=True)
+    every = int(p.get("checkpoint_every", 1))
     for step in range(ctx.start_step + 1, ctx.max_steps + 1):
         time.sleep(p.get("sleep", 0.0))
+        if p.get("gate") and step == p.get("gate_step", 3):
+            while not os.path.exists(p["gate"]):
+                time.sleep(0.05)
         if behaviour == "raise" and step == 2:
             raise ValueError(f"bad value in trial {ctx.trial_id}")
         if behaviour == "hang" and step == 3:
@@ -37,7 +46,7 @@ def train(ctx) -> None:
             score = float("nan")
         state["total"] += score
         result = ctx.report(step=step, score=score, total=state["total"])
-        if p.get("checkpoint", True):
+        if p.get("checkpoint", True) and (step % every == 0 or result.should_stop):
             ctx.save_checkpoint(state)
         if behaviour != "ignore" and result.should_stop:
             return

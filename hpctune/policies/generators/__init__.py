@@ -1,8 +1,11 @@
 """Configuration generators: what the next new trial's hyperparameters are.
 
 Generators are separate from policies (HyperDrive's Hyperparameter Generator). Each is a
-:class:`Generator` with a ``name``, an ``Options`` dataclass and the constructor
-``(space, seed, options)``; :func:`make_generator` builds one from the ``[generator]`` table.
+:class:`Generator` with a ``name``, options (an ``Options`` dataclass, parsed by
+:meth:`Generator.parse`) and the constructor ``(space, seed, options)``; :func:`make_generator`
+builds one from the ``[generator]`` table. ``random`` and ``grid`` are hpctune's own; ``tpe``,
+``cmaes``, ``gp``, ``qmc``, ``nsga2`` and ``optuna`` (any of them, or Optuna's random sampler,
+with ``sampler = ...``) are Optuna's samplers fed from the journal (:mod:`.optuna_sampler`).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hpctune.policies._base import OptionError, parse_options
-from hpctune.policies.generators._base import Generator
+from hpctune.policies._base import OptionError
+from hpctune.policies.generators._base import Generator, Proposal
 from hpctune.policies.generators.grid import GridGenerator, GridOptions
+from hpctune.policies.generators.optuna_sampler import NAMED, OptunaGenerator, OptunaOptions
 from hpctune.policies.generators.random import RandomGenerator, RandomOptions
 
 if TYPE_CHECKING:
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
 GENERATORS: Mapping[str, type[Generator]] = {
     RandomGenerator.name: RandomGenerator,
     GridGenerator.name: GridGenerator,
+    **NAMED,
+    OptunaGenerator.name: OptunaGenerator,
 }
 
 
@@ -44,8 +50,45 @@ def make_generator(
             "name", f"unknown generator {name!r}; known generators: {', '.join(GENERATORS)}"
         )
     cls = GENERATORS[name]
-    parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
-    return cls(space, seed, parsed)
+    return cls(space, seed, cls.parse(options))
+
+
+def first_proposals(
+    generator: Generator,
+    count: int,
+    *,
+    metric: str,
+    mode: str,
+    max_steps: int,
+    objectives: tuple[tuple[str, str], ...] = (),
+) -> list[dict[str, Any]]:
+    """The generator's first ``count`` configurations, as a study with no results makes them.
+
+    A model-based generator sees each earlier proposal as a queued trial (as the controller
+    filling ``count`` slots at once does); the others draw by index.
+    """
+    from hpctune.policies._base import StudyView, TrialView
+    from hpctune.states import TrialStatus
+
+    trials: dict[int, TrialView] = {}
+    out = []
+    for index in range(count):
+        view = StudyView(
+            metric=metric,
+            mode=mode,
+            max_steps=max_steps,
+            boundary=1,
+            now=0.0,
+            trials=dict(trials),
+            free_slots=count - index,
+            total_slots=count,
+            trials_remaining=None,
+            objectives=objectives,
+        )
+        proposal = generator.propose(index, None if generator.predictable else view)
+        trials[index] = TrialView(index, TrialStatus.QUEUED, proposal.params, info=proposal.info)
+        out.append(proposal.params)
+    return out
 
 
 __all__ = [
@@ -53,7 +96,11 @@ __all__ = [
     "Generator",
     "GridGenerator",
     "GridOptions",
+    "OptunaGenerator",
+    "OptunaOptions",
+    "Proposal",
     "RandomGenerator",
     "RandomOptions",
+    "first_proposals",
     "make_generator",
 ]

@@ -3,17 +3,34 @@
 As HyperDrive separates its Hyperparameter Generator from its scheduling policy, a generator only
 answers "what is the configuration of the ``index``-th new trial". It is pure and deterministic in
 ``(seed, index)`` (and, for model-based generators, the view), so a restarted controller proposes
-exactly what the killed one would have.
+exactly what the killed one would have. Generators whose proposals depend on the trials so far
+(:attr:`Generator.predictable` false: the Optuna samplers) get the view; the others ignore it.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView
     from hpctune.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A generator's answer: the configuration and what to journal with the trial.
+
+    Attributes:
+        params: The configuration (JSON-able).
+        info: JSON-able data journaled with the trial (``TrialRecord.info``) and given back in
+            the view (``TrialView.info``): a model-based generator's sampler state.
+    """
+
+    params: dict[str, Any]
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Generator(abc.ABC):
@@ -26,6 +43,7 @@ class Generator(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    predictable: ClassVar[bool] = True  # proposals depend on (seed, index) only, not the view
 
     def __init__(self, space: SearchSpace, seed: int, options: Any = None) -> None:
         self.space = space
@@ -35,6 +53,17 @@ class Generator(abc.ABC):
     @abc.abstractmethod
     def suggest(self, index: int, view: StudyView | None = None) -> dict[str, Any]:
         """Return the hyperparameters of the ``index``-th new trial (0-based), JSON-able."""
+
+    def propose(self, index: int, view: StudyView | None = None) -> Proposal:
+        """Return the ``index``-th proposal with what to journal (default: no info)."""
+        return Proposal(self.suggest(index, view))
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> Any:
+        """Parse the ``[generator]`` table without ``name`` into the options object."""
+        from hpctune.policies._base import parse_options
+
+        return parse_options(cls.Options, options)  # type: ignore[attr-defined]
 
     def size(self) -> int | None:
         """Return how many distinct configurations there are, ``None`` if unbounded."""
