@@ -1,0 +1,278 @@
+"""The elastic planner (RubberBand, EuroSys 2021): the DAG, its simulator and Algorithm 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpctune.elastic import (
+    Allocation,
+    CostModel,
+    ExperimentSpec,
+    NodeKind,
+    PlanningError,
+    PlanOptions,
+    Profile,
+    Progress,
+    Stage,
+    StageShape,
+    critical_path,
+    plan_elastic,
+    simulate,
+    to_dag,
+)
+from hpctune.elastic.allocation import (
+    device_sizes,
+    fair_values,
+    static_allocation,
+    step_down,
+)
+from hpctune.elastic.cost import device_billing, parse_tres_weights
+from hpctune.elastic.simulate import mean_latencies
+
+# -- the paper's example (§6.3.1, Tables 2 and 3) ----------------------------------------------
+
+PAPER_SPEC = ExperimentSpec.successive_halving(32, [1, 4, 13, 50], 3)
+# ResNet-101-like data-parallel scaling: 120 s an epoch on one GPU; 15 s to scale and to start.
+PAPER_PROFILE = Profile.scaling(
+    120.0,
+    {2: 1.95, 4: 3.7, 8: 6.9},
+    cv=0.05,
+    queue_wait={1: (15.0,)},
+    startup=(15.0,),
+)
+PAPER_COST = CostModel(price=3.06)  # a p3.8xlarge's GPU-hour
+
+
+def test_the_paper_example_has_its_stages() -> None:
+    assert [PAPER_SPEC.get_stage(i) for i in range(PAPER_SPEC.num_stages())] == [
+        (32, 1),
+        (10, 3),
+        (3, 9),
+        (1, 37),
+    ]
+
+
+def test_the_paper_example_halves_the_cost_at_a_tight_deadline() -> None:
+    result = plan_elastic(
+        PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, options=PlanOptions(samples=16)
+    )
+    plan, static = result.plan, result.static
+    assert plan.kind == "elastic" and plan.feasible and static.feasible
+    assert plan.prediction.time.mean <= 20 * 60
+    # the paper: $15.68 against $34.00; here about half as well
+    assert result.saving >= 1.7, (plan.prediction.cost.mean, static.prediction.cost.mean)
+    # the allocation shrinks across rungs and the survivors get more GPUs each (Table 3)
+    pools = plan.allocation.vector
+    per_trial = [s.devices for s in plan.allocation.shapes]
+    assert all(a >= b for a, b in zip(pools, pools[1:], strict=False)), pools
+    assert pools[0] > pools[-1]
+    assert all(a <= b for a, b in zip(per_trial, per_trial[1:], strict=False)), per_trial
+    assert per_trial[-1] > per_trial[0]
+
+
+def test_the_paper_example_is_close_to_static_at_a_lax_deadline() -> None:
+    tight = plan_elastic(
+        PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, options=PlanOptions(samples=16)
+    )
+    lax = plan_elastic(
+        PAPER_SPEC, PAPER_PROFILE, 40 * 60, PAPER_COST, options=PlanOptions(samples=16)
+    )
+    assert lax.plan.feasible
+    assert 1.0 <= lax.saving < 1.3 < tight.saving
+    assert lax.static.prediction.cost.mean < tight.static.prediction.cost.mean
+
+
+# -- the DAG and its critical path, by hand ----------------------------------------------------
+
+TWO_STAGES = ExperimentSpec((Stage(2, 0, 2), Stage(1, 2, 4)))
+CONSTANT = Profile(
+    step_seconds={1: (10.0,)},
+    segment_start=(1.0,),
+    queue_wait={1: (5.0,)},
+    startup=(3.0,),
+    decision=(2.0,),
+)
+DEVICE_SECONDS = CostModel(price=3600.0)  # cost = device-seconds
+
+
+def test_an_elastic_dag_by_hand() -> None:
+    allocation = Allocation((StageShape(1, 2), StageShape(1, 1)))
+    dag = to_dag(TWO_STAGES, allocation)
+    kinds = [n.kind for n in dag.nodes]
+    # two workers scale and start; stage 1 keeps one of them (same size): no SCALE, no INIT
+    assert kinds.count(NodeKind.SCALE) == 2 and kinds.count(NodeKind.INIT) == 2
+    assert kinds.count(NodeKind.TRAIN) == 3 and kinds.count(NodeKind.SYNC) == 2
+    lat = mean_latencies(dag, CONSTANT)
+    path = [dag.nodes[v].kind for v in critical_path(dag, lat)]
+    assert path == [
+        NodeKind.SCALE,
+        NodeKind.INIT,
+        NodeKind.TRAIN,
+        NodeKind.SYNC,
+        NodeKind.TRAIN,
+        NodeKind.SYNC,
+    ]
+    held = simulate(TWO_STAGES, allocation, CONSTANT, DEVICE_SECONDS, samples=3)
+    # 5 + 3 + (1 + 20) + 2 + (1 + 20) + 2
+    assert held.time.mean == pytest.approx(54.0)
+    # stage 0: one worker from 5 to its last segment's end 29, the kept one to the SYNC at 31;
+    # stage 1: the kept worker from 31 to 52
+    assert held.cost.mean == pytest.approx(24.0 + 26.0 + 21.0)
+    assert held.critical == pytest.approx(
+        {"SCALE": 5.0, "INIT": 3.0, "TRAIN": 42.0, "SYNC": 4.0}
+    )
+    used = simulate(
+        TWO_STAGES, allocation, CONSTANT, CostModel(basis="used", price=3600.0), samples=3
+    )
+    assert used.cost.mean == pytest.approx(3 * 21.0)
+
+
+def test_a_static_dag_by_hand() -> None:
+    allocation = static_allocation(TWO_STAGES, 2, (1,))
+    assert allocation.vector == (2, 2)
+    prediction = simulate(TWO_STAGES, allocation, CONSTANT, DEVICE_SECONDS, samples=3)
+    assert prediction.time.mean == pytest.approx(54.0)
+    assert prediction.cost.mean == pytest.approx(2 * (54.0 - 5.0))  # idle in stage 1 too
+
+
+def test_a_dag_in_waves_and_a_resize() -> None:
+    """Three trials on two workers run in two waves; the next stage resizes (new workers)."""
+    spec = ExperimentSpec((Stage(3, 0, 1), Stage(1, 1, 2)))
+    profile = Profile(
+        step_seconds={1: (10.0,), 2: (6.0,)},
+        queue_wait={1: (5.0,), 2: (7.0,)},
+        startup=(3.0,),
+    )
+    allocation = Allocation((StageShape(1, 2), StageShape(2, 1)))
+    dag = to_dag(spec, allocation)
+    assert dag.count(NodeKind.SCALE) == 3
+    prediction = simulate(spec, allocation, profile, DEVICE_SECONDS, samples=2)
+    # stage 0: 5 + 3 + 10 + 10 = 28; stage 1 scales a 2-device worker: 7 + 3 + 6
+    assert prediction.time.mean == pytest.approx(28.0 + 16.0)
+    # stage 0: worker 0 holds 5..28, worker 1 5..18; stage 1: 2 devices from 35 to 44
+    assert prediction.cost.mean == pytest.approx(23.0 + 13.0 + 2 * 9.0)
+
+
+def test_a_replan_starts_from_progress() -> None:
+    allocation = Allocation((StageShape(1, 2), StageShape(1, 1)))
+    progress = Progress(stage=0, steps_left=(1, 0), elapsed=100.0, spent=7.0, devices=1, workers=2)
+    prediction = simulate(
+        TWO_STAGES, allocation, CONSTANT, DEVICE_SECONDS, samples=2, progress=progress
+    )
+    # one trial has a step left (no segment start: it is running), then SYNC, stage 1
+    assert prediction.time.mean == pytest.approx(100.0 + 10.0 + 2.0 + 21.0 + 2.0)
+    with pytest.raises(PlanningError, match="steps_left"):
+        simulate(
+            TWO_STAGES,
+            allocation,
+            CONSTANT,
+            DEVICE_SECONDS,
+            progress=Progress(0, (1,), 0.0, 0.0, 1, 2),
+        )
+
+
+# -- fairness, cost, profile -------------------------------------------------------------------
+
+
+@settings(max_examples=50, deadline=None)
+@given(trials=st.integers(1, 60), max_devices=st.integers(1, 8))
+def test_fair_values_split_trials_evenly(trials: int, max_devices: int) -> None:
+    sizes = device_sizes(max_devices)
+    values = fair_values(trials, sizes)
+    for a in values:
+        assert (a >= trials and a % trials == 0 and a // trials in sizes) or trials % a == 0
+    a = values[-1]
+    while (lower := step_down(trials, a, sizes)) is not None:
+        assert lower < a and lower in values
+        a = lower
+    assert a == 1
+
+
+def test_whole_node_sizes() -> None:
+    assert device_sizes(16, node_devices=4) == (1, 2, 3, 4, 8, 12, 16)
+
+
+def test_tres_billing_weights() -> None:
+    weights = parse_tres_weights("CPU=1.0,Mem=0.25G,GRES/gpu=2.0")
+    assert weights == {"cpu": 1.0, "mem": 0.25, "gres/gpu": 2.0}
+    assert device_billing(weights, cpus_per_device=4, mem_gb_per_device=8) == 4 + 2 + 2
+    with pytest.raises(PlanningError, match="NAME=number"):
+        parse_tres_weights("CPU=lots")
+    assert CostModel(billing_weight=8.0, price=0.5).of(3600.0) == pytest.approx(4.0)
+
+
+def test_profile_round_trip_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = PAPER_PROFILE.save(tmp_path / "profile.json")
+    again = Profile.load(tmp_path)
+    assert again == PAPER_PROFILE and path.exists()
+    assert again.step_mean(8) == pytest.approx(120.0 / 6.9, rel=1e-3)
+    assert 1.95 < again.speedup(3) < 3.7  # interpolated between measured sizes
+    with pytest.raises(PlanningError, match="does not exist"):
+        Profile.load(tmp_path / "nothing.json")
+    with pytest.raises(PlanningError, match="at least one size"):
+        Profile(step_seconds={})
+
+
+# -- the planner's guarantees ------------------------------------------------------------------
+
+
+@st.composite
+def problems(draw):  # type: ignore[no-untyped-def]
+    trials = draw(st.integers(2, 12))
+    eta = draw(st.integers(2, 3))
+    milestones = sorted(draw(st.sets(st.integers(1, 20), min_size=1, max_size=3)))
+    spec = ExperimentSpec.successive_halving(trials, milestones, eta)
+    s2 = draw(st.floats(1.2, 2.0))
+    s4 = draw(st.floats(s2 + 0.1, 4.0))
+    profile = Profile.scaling(
+        draw(st.floats(1.0, 30.0)),
+        {2: s2, 4: s4},
+        cv=draw(st.sampled_from([0.0, 0.1])),
+        samples=8,
+        queue_wait={1: (draw(st.floats(0.0, 20.0)),)},
+        startup=(draw(st.floats(0.0, 20.0)),),
+    )
+    deadline = draw(st.floats(20.0, 2000.0))
+    return spec, profile, deadline
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems())
+def test_the_plan_is_never_worse_than_its_warm_start(problem) -> None:  # type: ignore[no-untyped-def]
+    spec, profile, deadline = problem
+    options = PlanOptions(samples=4)
+    result = plan_elastic(spec, profile, deadline, DEVICE_SECONDS, options=options)
+    plan, static = result.plan, result.static
+    if static.feasible:
+        # a feasible plan exists: the plan meets the deadline and costs no more
+        assert plan.feasible and plan.prediction.time.mean <= deadline
+        assert plan.prediction.cost.mean <= static.prediction.cost.mean
+        feasible = [d for d in result.descents if d.feasible]
+        assert all(plan.prediction.cost.mean <= d.prediction.cost.mean for d in feasible)
+    else:
+        assert not plan.feasible and plan.kind == "static"
+    for stage, shape in zip(spec.stages, plan.allocation.shapes, strict=True):
+        if plan.allocation.static_pool is None:  # fair shares
+            assert shape.workers == stage.trials or (
+                shape.devices == 1 and stage.trials % shape.workers == 0
+            )
+        assert shape.devices <= profile.max_devices
+    assert plan.to_dict() == type(plan).from_dict(plan.to_dict()).to_dict()
+
+
+def test_an_impossible_deadline_is_reported() -> None:
+    result = plan_elastic(PAPER_SPEC, PAPER_PROFILE, 60.0, PAPER_COST, options=PlanOptions(8))
+    assert not result.feasible
+    assert result.plan.prediction.time.mean > 60.0
+    with pytest.raises(PlanningError, match="deadline"):
+        plan_elastic(PAPER_SPEC, PAPER_PROFILE, -1.0, PAPER_COST)
+
+
+def test_a_plan_is_a_pure_function_of_its_inputs() -> None:
+    a = plan_elastic(PAPER_SPEC, PAPER_PROFILE, 1500.0, PAPER_COST, options=PlanOptions(8))
+    b = plan_elastic(PAPER_SPEC, PAPER_PROFILE, 1500.0, PAPER_COST, options=PlanOptions(8))
+    assert a.to_dict() == b.to_dict()
+    assert np.isfinite(a.plan.prediction.cost.mean)
