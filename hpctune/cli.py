@@ -1445,6 +1445,198 @@ def replay(study_dir: Path, trials: tuple[int, ...], out: Path | None, local: bo
     return _exit_code(run_local(paths))
 
 
+def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
+    """``SIZE=VALUE`` options as ``(size, value)`` pairs (exit 2 on a malformed one)."""
+    pairs = []
+    for text in texts:
+        size, sep, value = text.partition("=")
+        if not sep or not size.strip().isdigit() or int(size) < 1 or not value.strip():
+            raise UsageError(f"{option} {text!r}: expected SIZE=VALUE with SIZE >= 1 devices")
+        pairs.append((int(size), value.strip()))
+    return pairs
+
+
+@cli.command("profile")
+@click.option(
+    "--steps",
+    "step_texts",
+    multiple=True,
+    required=True,
+    metavar="DEVICES=SOURCE",
+    help="Seconds per step at DEVICES devices per trial, from a trace file or a finished study "
+    "directory; repeatable.",
+)
+@click.option(
+    "--speedup",
+    "speedup_texts",
+    multiple=True,
+    metavar="DEVICES=X",
+    help="Throughput at DEVICES over one device, for a size not measured; repeatable.",
+)
+@click.option("--queue-wait", type=float, default=0.0, show_default=True, help="SCALE (s).")
+@click.option("--startup", type=float, default=0.0, show_default=True, help="INIT (s).")
+@click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
+@click.option(
+    "--segment-start",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds a segment takes to begin (checkpoint load).",
+)
+@click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the profile (JSON, for plan-elastic --profile).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+def profile_command(
+    step_texts: tuple[str, ...],
+    speedup_texts: tuple[str, ...],
+    queue_wait: float,
+    startup: float,
+    decision: float,
+    segment_start: float,
+    device: str,
+    out: Path,
+    as_json: bool,
+) -> int:
+    """Write a workload's profile for the elastic planner from measured step times.
+
+    Each --steps gives the seconds per step at one size (devices per trial) from a trace or a
+    finished study; --speedup fills in sizes not measured. Prints the mean seconds per step and
+    the speed-up at each size (docs/elastic.md).
+    """
+    from hpctune.elastic.profiling import profile_from_steps, read_steps
+
+    steps: dict[int, tuple[float, ...]] = {}
+    sources = []
+    for size, text in _size_pairs(step_texts, "--steps"):
+        steps[size], where = read_steps(Path(text))
+        sources.append(f"{size}={where}")
+    speedups: dict[int, float] = {}
+    for size, text in _size_pairs(speedup_texts, "--speedup"):
+        try:
+            speedups[size] = float(text)
+        except ValueError:
+            raise UsageError(f"--speedup {size}={text}: the speed-up must be a number") from None
+    profile = profile_from_steps(
+        steps,
+        speedups,
+        queue_wait=queue_wait,
+        startup=startup,
+        decision=decision,
+        segment_start=segment_start,
+        device=device,
+        source=", ".join(sources),
+    )
+    profile.save(out)
+    if as_json:
+        click.echo(json.dumps(profile.to_dict()))
+        return EXIT_OK
+    click.echo(f"profile: {out} ({profile.source})")
+    for size in profile.sizes:
+        measured = "measured" if size in steps else "from --speedup"
+        click.echo(
+            f"  {size:>3} {device}s/trial: {profile.step_mean(size):.4g} s/step, speed-up "
+            f"{profile.speedup(size):.3g} ({measured}, {len(profile.step_seconds[size])} samples)"
+        )
+    click.echo(f"  SCALE {queue_wait:g} s, INIT {startup:g} s, SYNC {decision:g} s")
+    return EXIT_OK
+
+
+@cli.command("plan-elastic")
+@click.argument("study_toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--deadline", required=True, help="From the study's start: 2h, 1h30m, 90m, 45s.")
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The profile (hpctune profile --out); default: profile.json in the study directory.",
+)
+@click.option("--price", type=float, default=None, help="Money per GPU-hour (billed hour).")
+@click.option(
+    "--billing-weight",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Billed units per device-hour (the partition's TRESBillingWeights).",
+)
+@click.option(
+    "--basis",
+    type=click.Choice(["held", "used"]),
+    default="held",
+    show_default=True,
+    help="Cost of devices held (start to end, idle included) or used (in segments).",
+)
+@click.option("--max-pool", type=int, default=None, help="Most devices held at once.")
+@click.option("--node-devices", type=int, default=None, help="Devices of a node (whole nodes).")
+@click.option(
+    "--quantile",
+    type=float,
+    default=None,
+    help="Judge the deadline on this quantile of the completion time (default: its mean).",
+)
+@click.option("--samples", type=int, default=64, show_default=True, help="Per simulation.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the simulator.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/cli.md).")
+@_plot_option("Also draw the devices held per stage, plan against static, to this PNG.")
+def plan_elastic_command(
+    study_toml: Path,
+    deadline: str,
+    profile_path: Path | None,
+    price: float | None,
+    billing_weight: float,
+    basis: str,
+    max_pool: int | None,
+    node_devices: int | None,
+    quantile: float | None,
+    samples: int,
+    seed: int,
+    as_json: bool,
+    plot_path: Path | None,
+) -> int:
+    """Plan the cheapest elastic allocation that finishes STUDY_TOML by --deadline.
+
+    RubberBand's planner (docs/elastic.md): the study's rungs (SHA, Hyperband, ASHA) as stages,
+    simulated from the profile; prints per stage the trials, devices per trial and pool of the
+    plan and of the best static plan, with their predicted completion time and cost. Exit 1
+    when no plan is predicted to meet the deadline. Creates nothing.
+    """
+    from hpctune.elastic import (
+        CostModel,
+        PlanOptions,
+        Profile,
+        experiment_from_study,
+        plan_elastic,
+    )
+    from hpctune.elastic.profile import PROFILE_FILE
+    from hpctune.elastic.report import format_plan, parse_duration, plot_plan
+    from hpctune.spec import load_spec
+
+    seconds = parse_duration(deadline)
+    spec = load_spec(study_toml)
+    experiment = experiment_from_study(spec)
+    profile = Profile.load(profile_path or spec.directory / PROFILE_FILE)
+    device = "CPU" if profile.device == "cpu" else "GPU"
+    cost = CostModel(basis=basis, billing_weight=billing_weight, price=price, device=device)
+    options = PlanOptions(
+        samples=samples, seed=seed, quantile=quantile, max_pool=max_pool, node_devices=node_devices
+    )
+    result = plan_elastic(experiment, profile, seconds, cost, options=options)
+    if plot_path is not None:
+        plot_plan(result, plot_path)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        click.echo(format_plan(result))
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")
+    return EXIT_OK if result.feasible else EXIT_FAILURE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map errors to exit codes (2 bad input, 1 failure)."""
     args = sys.argv[1:] if argv is None else argv

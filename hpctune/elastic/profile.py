@@ -78,7 +78,7 @@ class Profile:
         if not steps or any(not v for v in steps.values()):
             raise PlanningError(
                 "profile: step_seconds needs samples for at least one size (devices per trial); "
-                "run `hpctune profile study.toml`"
+                "make one with `hpctune profile`"
             )
         if any(np.mean(v) <= 0 for v in steps.values()):
             raise PlanningError("profile: the mean seconds per step must be > 0 at every size")
@@ -111,7 +111,7 @@ class Profile:
         sublinear workload); above the largest, no further speed-up.
         """
         return float(
-            np.exp(self._interpolate(devices, np.log([self._mean(g) for g in self.sizes])))
+            np.exp(self._interpolate(devices, [math.log(self._mean(g)) for g in self.sizes]))
         )
 
     def step_sd(self, devices: int) -> float:
@@ -211,7 +211,7 @@ class Profile:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PlanningError(
                 f"{where}: not a profile ({type(exc).__name__}: {exc}); make one with "
-                "`hpctune profile study.toml`"
+                "`hpctune profile`"
             ) from None
 
     def save(self, path: Path) -> Path:
@@ -235,8 +235,8 @@ class Profile:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise PlanningError(
-                f"profile {path} does not exist; run `hpctune profile study.toml` or give "
-                "--profile the profile.json it wrote"
+                f"profile {path} does not exist; make one with `hpctune profile --steps "
+                "1=TRACE --out profile.json` and give it as --profile"
             ) from None
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PlanningError(f"profile {path} cannot be read: {exc}") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -60,16 +62,18 @@ def test_the_paper_example_halves_the_cost_at_a_tight_deadline() -> None:
         PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, options=PlanOptions(samples=16)
     )
     plan, static = result.plan, result.static
-    assert plan.kind == "elastic" and plan.feasible and static.feasible
+    assert plan.kind == "elastic"
+    assert plan.feasible
+    assert static.feasible
     assert plan.prediction.time.mean <= 20 * 60
     # the paper: $15.68 against $34.00; here about half as well
     assert result.saving >= 1.7, (plan.prediction.cost.mean, static.prediction.cost.mean)
     # the allocation shrinks across rungs and the survivors get more GPUs each (Table 3)
     pools = plan.allocation.vector
     per_trial = [s.devices for s in plan.allocation.shapes]
-    assert all(a >= b for a, b in zip(pools, pools[1:], strict=False)), pools
+    assert all(a >= b for a, b in itertools.pairwise(pools)), pools
     assert pools[0] > pools[-1]
-    assert all(a <= b for a, b in zip(per_trial, per_trial[1:], strict=False)), per_trial
+    assert all(a <= b for a, b in itertools.pairwise(per_trial)), per_trial
     assert per_trial[-1] > per_trial[0]
 
 
@@ -103,8 +107,10 @@ def test_an_elastic_dag_by_hand() -> None:
     dag = to_dag(TWO_STAGES, allocation)
     kinds = [n.kind for n in dag.nodes]
     # two workers scale and start; stage 1 keeps one of them (same size): no SCALE, no INIT
-    assert kinds.count(NodeKind.SCALE) == 2 and kinds.count(NodeKind.INIT) == 2
-    assert kinds.count(NodeKind.TRAIN) == 3 and kinds.count(NodeKind.SYNC) == 2
+    assert kinds.count(NodeKind.SCALE) == 2
+    assert kinds.count(NodeKind.INIT) == 2
+    assert kinds.count(NodeKind.TRAIN) == 3
+    assert kinds.count(NodeKind.SYNC) == 2
     lat = mean_latencies(dag, CONSTANT)
     path = [dag.nodes[v].kind for v in critical_path(dag, lat)]
     assert path == [
@@ -121,9 +127,7 @@ def test_an_elastic_dag_by_hand() -> None:
     # stage 0: one worker from 5 to its last segment's end 29, the kept one to the SYNC at 31;
     # stage 1: the kept worker from 31 to 52
     assert held.cost.mean == pytest.approx(24.0 + 26.0 + 21.0)
-    assert held.critical == pytest.approx(
-        {"SCALE": 5.0, "INIT": 3.0, "TRAIN": 42.0, "SYNC": 4.0}
-    )
+    assert held.critical == pytest.approx({"SCALE": 5.0, "INIT": 3.0, "TRAIN": 42.0, "SYNC": 4.0})
     used = simulate(
         TWO_STAGES, allocation, CONSTANT, CostModel(basis="used", price=3600.0), samples=3
     )
@@ -186,7 +190,8 @@ def test_fair_values_split_trials_evenly(trials: int, max_devices: int) -> None:
         assert (a >= trials and a % trials == 0 and a // trials in sizes) or trials % a == 0
     a = values[-1]
     while (lower := step_down(trials, a, sizes)) is not None:
-        assert lower < a and lower in values
+        assert lower < a
+        assert lower in values
         a = lower
     assert a == 1
 
@@ -207,7 +212,8 @@ def test_tres_billing_weights() -> None:
 def test_profile_round_trip_and_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = PAPER_PROFILE.save(tmp_path / "profile.json")
     again = Profile.load(tmp_path)
-    assert again == PAPER_PROFILE and path.exists()
+    assert again == PAPER_PROFILE
+    assert path.exists()
     assert again.step_mean(8) == pytest.approx(120.0 / 6.9, rel=1e-3)
     assert 1.95 < again.speedup(3) < 3.7  # interpolated between measured sizes
     with pytest.raises(PlanningError, match="does not exist"):
@@ -248,12 +254,14 @@ def test_the_plan_is_never_worse_than_its_warm_start(problem) -> None:  # type: 
     plan, static = result.plan, result.static
     if static.feasible:
         # a feasible plan exists: the plan meets the deadline and costs no more
-        assert plan.feasible and plan.prediction.time.mean <= deadline
+        assert plan.feasible
+        assert plan.prediction.time.mean <= deadline
         assert plan.prediction.cost.mean <= static.prediction.cost.mean
         feasible = [d for d in result.descents if d.feasible]
         assert all(plan.prediction.cost.mean <= d.prediction.cost.mean for d in feasible)
     else:
-        assert not plan.feasible and plan.kind == "static"
+        assert not plan.feasible
+        assert plan.kind == "static"
     for stage, shape in zip(spec.stages, plan.allocation.shapes, strict=True):
         if plan.allocation.static_pool is None:  # fair shares
             assert shape.workers == stage.trials or (
