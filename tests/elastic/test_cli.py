@@ -1,4 +1,4 @@
-"""``hpctune profile`` and ``hpctune plan-elastic``: a profile from a trace, the plan, bad input."""
+"""`hpctune profile` and `hpctune plan-elastic`: a profile from a trace, the plan, bad input."""
 
 from __future__ import annotations
 
