@@ -1307,19 +1307,22 @@ def fit_curves(
     """
     from hpctune.curves.report import fit_curves as run
     from hpctune.curves.report import format_table, load_curves, plot_curves
+    from hpctune.progress_bar import progress_bar
 
     if seed is not None and seed < 0:
         raise UsageError(f"--seed must be >= 0, but got {seed}")
     curves = load_curves(source, bounds=bounds, seed=seed)
-    rows, predictions = run(
-        curves,
-        trials=trials,
-        at_epoch=at_epoch,
-        threshold=threshold,
-        workers=workers,
-        budget=budget,
-        model=model,  # type: ignore[arg-type]
-    )
+    with progress_bar(len(set(trials)) or len(curves.ids), "fitting") as advance:
+        rows, predictions = run(
+            curves,
+            trials=trials,
+            at_epoch=at_epoch,
+            threshold=threshold,
+            workers=workers,
+            budget=budget,
+            model=model,  # type: ignore[arg-type]
+            on_fitted=lambda n: advance(f"{model} curves", n),
+        )
     if plot_path is not None:
         plot_curves(curves, rows, predictions, plot_path)
     if as_json:

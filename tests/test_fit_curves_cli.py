@@ -154,3 +154,32 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert load_curves(DIGITS).top_threshold() == pytest.approx(
         np.quantile(Trace.load(DIGITS).best_values(), 0.9)
     )
+
+
+@pytest.mark.parametrize("model", ["amortised", "domhan"])
+def test_fits_report_progress_and_the_bar_draws_it(model: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from hpctune.curves.report import fit_curves
+    from hpctune.progress_bar import progress_bar
+
+    curves = load_curves(DIGITS)
+    ids = list(curves.ids[:3])
+    out = io.StringIO()
+    counts: list[int] = []
+    with progress_bar(len(ids), "fitting", console=Console(file=out, force_terminal=True)) as bar:
+
+        def fitted(n: int) -> None:
+            counts.append(n)
+            bar("curves", n)
+
+        rows, _ = fit_curves(
+            curves, trials=ids, at_epoch=4, model=model, budget="fast", on_fitted=fitted
+        )
+    assert [row["trial"] for row in rows] == ids
+    # the amortised model fits all in one pass; MCMC without workers reports each curve
+    assert counts == ([3] if model == "amortised" else [1, 1, 1])
+    assert "fitting" in out.getvalue()
+    assert "3/3" in out.getvalue()

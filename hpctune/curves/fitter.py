@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -203,10 +203,16 @@ class CurveFitter:
         if self.chunk_size is not None and self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, but got {self.chunk_size}")
 
-    def fit(self, requests: Sequence[CurveRequest]) -> dict[Hashable, CurvePrediction]:
+    def fit(
+        self,
+        requests: Sequence[CurveRequest],
+        on_fitted: Callable[[int], None] | None = None,
+    ) -> dict[Hashable, CurvePrediction]:
         """Fit every request; the result maps each key to its prediction.
 
-        Deterministic for given seeds whatever ``workers`` and ``chunk_size``.
+        Deterministic for given seeds whatever ``workers`` and ``chunk_size``. ``on_fitted(n)``
+        is called after every ``n`` curves fitted (a progress bar): per curve for MCMC without
+        workers, per chunk with workers, once for the amortised model's single pass.
 
         Raises:
             ValueError: Two requests share a key.
@@ -214,13 +220,23 @@ class CurveFitter:
         keys = [r.key for r in requests]
         if len(set(keys)) != len(keys):
             raise ValueError("request keys must be unique")
-        if self.workers == 0 or len(requests) <= 1 or self.options.model == "amortised":
+        done = on_fitted or (lambda n: None)
+        results: list[CurvePrediction] = []
+        if self.options.model == "amortised" or len(requests) <= 1:
             results = fit_many(requests, self.options)
+            done(len(requests))
+        elif self.workers == 0:
+            for request in requests:
+                results += fit_many([request], self.options)
+                done(1)
         else:
             size = self.chunk_size or max(1, math.ceil(len(requests) / (4 * self.workers)))
             chunks = _chunks(requests, size)
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
-                parts = pool.map(fit_many, chunks, [self.options] * len(chunks))
-                results = [p for part in parts for p in part]
+                for chunk, part in zip(
+                    chunks, pool.map(fit_many, chunks, [self.options] * len(chunks)), strict=True
+                ):
+                    results += part
+                    done(len(chunk))
         return dict(zip(keys, results, strict=True))

@@ -12,7 +12,7 @@ controller's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,8 +137,11 @@ def fit_curves(
     workers: int = 0,
     budget: str = "hyperdrive",
     model: CurveModelName = "amortised",
+    on_fitted: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[int, CurvePrediction]]:
     """Fit the selected curves; return the report rows and the predictions by id.
+
+    ``on_fitted(n)`` is called after every ``n`` curves fitted (a progress bar).
 
     Raises:
         UsageError: An unknown id, ``at_epoch`` < 1, ``workers`` < 0, no curve selected.
@@ -174,7 +177,7 @@ def fit_curves(
             )
         )
     fitter = CurveFitter(workers=workers, options=FitOptions(model=model, budget=budget))
-    predictions = {int(k): v for k, v in fitter.fit(requests).items()}  # type: ignore[call-overload]
+    predictions = {int(k): v for k, v in fitter.fit(requests, on_fitted).items()}  # type: ignore[call-overload]
     rows = [
         _row(curves, request, predictions[int(request.key)], thr)  # type: ignore[call-overload]
         for request in requests

@@ -34,7 +34,14 @@ function metricAxis(values, title) {
   if (!v.length) return axis;
   if (ov.mode === "min" && v[0] > 0 && v[v.length - 1] / v[0] > 10) {
     axis.type = "log";
-    axis.dtick = "D2";  // 1, 2, 5 in each decade: fewer labels than every digit
+    // 1, 2, 5 in each decade, each labelled with its whole value (Plotly's own minor labels
+    // read "2" and "5" for 0.2 and 0.5)
+    const ticks = [];
+    for (let e = Math.floor(Math.log10(v[0])); e <= Math.ceil(Math.log10(v[v.length - 1])); e++) {
+      for (const m of [1, 2, 5]) ticks.push(m * 10 ** e);
+    }
+    axis.tickvals = ticks;
+    axis.ticktext = ticks.map((t) => String(+t.toPrecision(1)));
     return axis;
   }
   const q = (p) => v[Math.min(v.length - 1, Math.max(0, Math.floor(p * (v.length - 1))))];

@@ -6,40 +6,18 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+
+from hpctune.progress_bar import progress_bar
 
 
 @contextlib.contextmanager
 def run_progress(
     total: int, *, console: Console | None = None
 ) -> Iterator[Callable[[str, int], None]]:
-    """A bar over ``total`` simulated runs; yields the ``on_run(label, seed)`` callback.
-
-    Drawn on standard error, and only when it is a terminal (``--json`` output and logs stay
-    clean); the bar disappears when the runs are done.
-    """
-    console = console or Console(stderr=True)
-    progress = Progress(
-        TextColumn("simulating {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
-    with progress:
-        task = progress.add_task("", total=total)
+    """A bar over ``total`` simulated runs; yields the ``on_run(label, seed)`` callback."""
+    with progress_bar(total, "simulating", console=console) as advance:
 
         def on_run(label: str, seed: int) -> None:
-            progress.update(task, advance=1, description=f"{label} seed {seed}")
+            advance(f"{label} seed {seed}", 1)
 
         yield on_run
