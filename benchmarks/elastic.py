@@ -73,8 +73,8 @@ def from_trace(
     profile = profile_from_steps(
         {1: tuple(scale * s for s in step_samples(trace))},
         speedups,
-        queue_wait=queue_wait,
-        startup=startup,
+        queue_wait=(queue_wait,),
+        startup=(startup,),
         source=str(path.relative_to(REPO)),
     )
     return spec, profile

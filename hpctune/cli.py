@@ -1478,6 +1478,13 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 )
 @click.option("--queue-wait", type=float, default=0.0, show_default=True, help="SCALE (s).")
 @click.option("--startup", type=float, default=0.0, show_default=True, help="INIT (s).")
+@click.option(
+    "--latencies-from",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="A study directory whose workers' queue waits and start-ups replace --queue-wait and "
+    "--startup.",
+)
 @click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
 @click.option(
     "--segment-start",
@@ -1499,6 +1506,7 @@ def profile_command(
     speedup_texts: tuple[str, ...],
     queue_wait: float,
     startup: float,
+    latencies_from: Path | None,
     decision: float,
     segment_start: float,
     device: str,
@@ -1511,7 +1519,9 @@ def profile_command(
     finished study; --speedup fills in sizes not measured. Prints the mean seconds per step and
     the speed-up at each size (docs/elastic.md).
     """
-    from hpctune.elastic.profiling import profile_from_steps, read_steps
+    import numpy as np
+
+    from hpctune.elastic.profiling import profile_from_steps, read_steps, study_latencies
 
     steps: dict[int, tuple[float, ...]] = {}
     sources = []
@@ -1524,11 +1534,18 @@ def profile_command(
             speedups[size] = float(text)
         except ValueError:
             raise UsageError(f"--speedup {size}={text}: the speed-up must be a number") from None
+    queue_samples: tuple[float, ...] = (queue_wait,)
+    startup_samples: tuple[float, ...] = (startup,)
+    if latencies_from is not None:
+        from hpctune.journal.reader import open_study
+
+        queue_samples, startup_samples = study_latencies(open_study(latencies_from).record)
+        sources.append(f"latencies={latencies_from}")
     profile = profile_from_steps(
         steps,
         speedups,
-        queue_wait=queue_wait,
-        startup=startup,
+        queue_wait=queue_samples or (0.0,),
+        startup=startup_samples or (0.0,),
         decision=decision,
         segment_start=segment_start,
         device=device,
@@ -1545,7 +1562,11 @@ def profile_command(
             f"  {size:>3} {device}s/trial: {profile.step_mean(size):.4g} s/step, speed-up "
             f"{profile.speedup(size):.3g} ({measured}, {len(profile.step_seconds[size])} samples)"
         )
-    click.echo(f"  SCALE {queue_wait:g} s, INIT {startup:g} s, SYNC {decision:g} s")
+    click.echo(
+        f"  SCALE {np.mean(profile.queue_wait[1]):.3g} s, INIT {np.mean(profile.startup):.3g} s "
+        f"(means of {len(profile.queue_wait[1])} and {len(profile.startup)} samples), "
+        f"SYNC {decision:g} s"
+    )
     return EXIT_OK
 
 

@@ -3,18 +3,20 @@
 Each measured size (devices per trial) comes from a trace file (docs/traces.md) or a finished
 study directory (its journal, read as :meth:`~hpctune.traces.Trace.from_study` does); sizes not
 measured may be given as throughput speed-ups over one device. The cluster's latencies (SCALE,
-INIT, SYNC) are given in seconds, as ``hpctune simulate`` takes them.
+INIT, SYNC) are given in seconds, as ``hpctune simulate`` takes them, or SCALE and INIT are read
+from a study's journal (:func:`study_latencies`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.profile import Profile
+from hpctune.journal.state import StudyRecord
 from hpctune.traces import Trace
 
 MAX_SAMPLES = 256
@@ -49,8 +51,8 @@ def profile_from_steps(
     steps: Mapping[int, tuple[float, ...]],
     speedups: Mapping[int, float] | None = None,
     *,
-    queue_wait: float = 0.0,
-    startup: float = 0.0,
+    queue_wait: Sequence[float] = (0.0,),
+    startup: Sequence[float] = (0.0,),
     decision: float = 0.0,
     segment_start: float = 0.0,
     device: str = "gpu",
@@ -76,12 +78,47 @@ def profile_from_steps(
     return Profile(
         step_seconds=table,
         segment_start=(segment_start,),
-        startup=(startup,),
-        queue_wait={1: (queue_wait,)},
+        startup=tuple(startup),
+        queue_wait={1: tuple(queue_wait)},
         decision=(decision,),
         device=device,
         source=source,
     )
 
 
-__all__ = ["MAX_SAMPLES", "profile_from_steps", "read_steps", "step_samples"]
+def study_latencies(record: StudyRecord) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """SCALE and INIT samples of a study's workers, from its journal.
+
+    SCALE: from a worker's submission to the start of its first process (Slurm's pending time;
+    0 for local workers). INIT: from the later of that start and its first segment's
+    assignment to the segment's start (the worker process importing and starting up).
+    Workers that never ran or never started a segment are left out.
+    """
+    queue: list[float] = []
+    startup: list[float] = []
+    firsts: dict[str, tuple[float, float]] = {}
+    for seg in record.segments.values():
+        if seg.started_time is None:
+            continue
+        known = firsts.get(seg.worker_id)
+        if known is None or seg.assigned_time < known[0]:
+            firsts[seg.worker_id] = (seg.assigned_time, seg.started_time)
+    for worker in record.workers.values():
+        if not worker.runs:
+            continue
+        since = worker.runs[0].since
+        if worker.submitted_time is not None:
+            queue.append(max(since - worker.submitted_time, 0.0))
+        if worker.worker_id in firsts:
+            assigned, started = firsts[worker.worker_id]
+            startup.append(max(started - max(since, assigned), 0.0))
+    return tuple(queue), tuple(startup)
+
+
+__all__ = [
+    "MAX_SAMPLES",
+    "profile_from_steps",
+    "read_steps",
+    "step_samples",
+    "study_latencies",
+]

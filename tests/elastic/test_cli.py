@@ -11,7 +11,11 @@ import pytest
 
 from hpctune.cli import main
 from hpctune.elastic import Profile
+from hpctune.elastic.profiling import study_latencies
+from hpctune.journal import open_study
 from hpctune.traces import Trace
+from tests.conftest import DIGITS as DIGITS_JOB
+from tests.conftest import run_hpctune, write_study
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "benchmarks" / "traces" / "digits.h5"
@@ -173,3 +177,63 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     )
     assert code == 2
     assert "relative to one device" in err
+
+
+def test_profile_and_plan_from_a_real_local_study(
+    tmp_path: Path, cleanup_studies: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real SHA study on local workers: its step times, queue waits and start-ups make the
+    profile, and its own study.toml is planned with it."""
+    spec = write_study(
+        tmp_path,
+        train=DIGITS_JOB / "train.py",
+        metric="val_accuracy",
+        max_steps=3,
+        num_trials=3,
+        policy={"name": "sha", "bracket_size": 3},
+        space={
+            "hidden": 16,
+            "layers": 1,
+            "dropout": 0.1,
+            "momentum": 0.9,
+            "weight_decay": 1e-4,
+            "batch_size": 32,
+            "activation": "relu",
+            "lr": {"type": "float", "low": 0.05, "high": 0.2},
+        },
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies.append(study_dir)
+    run_hpctune("launch", str(spec), "--local", check=True)
+    record = open_study(study_dir).record
+    queue, startup = study_latencies(record)
+    started = [w for w in record.workers.values() if w.runs]
+    assert len(startup) == len(started) >= 1
+    assert all(0 <= s < 60 for s in startup)
+    assert len(queue) == sum(1 for w in started if w.submitted_time is not None)
+
+    out = tmp_path / "profile.json"
+    code, text, err = _run(
+        capsys,
+        "profile",
+        "--steps",
+        f"1={study_dir}",
+        "--speedup",
+        "2=1.5",
+        "--latencies-from",
+        str(study_dir),
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    profile = Profile.load(out)
+    assert profile.startup == startup
+    trace = Trace.from_study(study_dir)
+    seconds = trace.epoch_seconds[np.isfinite(trace.epoch_seconds)]
+    assert profile.step_mean(1) == pytest.approx(float(np.mean(seconds)))
+    assert f"latencies={study_dir}" in text
+    code, text, err = _run(
+        capsys, "plan-elastic", str(spec), "--deadline", "1h", "--profile", str(out), "--json"
+    )
+    assert code == 0, err
+    assert [row["trials"] for row in json.loads(text)["plan_stages"]] == [3, 1]
