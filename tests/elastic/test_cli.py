@@ -237,3 +237,33 @@ def test_profile_and_plan_from_a_real_local_study(
     )
     assert code == 0, err
     assert [row["trials"] for row in json.loads(text)["plan_stages"]] == [3, 1]
+
+
+def test_stages_of_sha_hyperband_and_asha(tmp_path: Path) -> None:
+    from hpctune.elastic import experiment_from_study
+    from hpctune.spec import load_spec
+
+    def stages(policy: str, trials: int) -> list[tuple[int, int, int, int]]:
+        path = _study(tmp_path, policy)
+        path.write_text(path.read_text().replace("num_trials = 27", f"num_trials = {trials}"))
+        spec = experiment_from_study(load_spec(path))
+        return [(s.trials, s.start_step, s.end_step, s.bracket) for s in spec.stages]
+
+    # SHA: brackets of 27 one after another; the last one holds the trials left
+    assert stages("sha", 30) == [
+        (27, 0, 1, 0),
+        (9, 1, 3, 0),
+        (3, 3, 9, 0),
+        (1, 9, 27, 0),
+        (3, 0, 1, 1),
+        (1, 1, 3, 1),
+        (1, 3, 9, 1),
+        (1, 9, 27, 1),
+    ]
+    # Hyperband: s = 3, 2, 1, 0 brackets of 27, 12, 6, 4 trials from 1, 3, 9, 27 steps
+    hyperband = stages("hyperband", 49)
+    firsts = [(t, start, end) for t, start, end, _ in hyperband if start == 0]
+    assert firsts == [(27, 0, 1), (12, 0, 3), (6, 0, 9), (4, 0, 27)]
+    assert sum(t for t, *_ in firsts) == 49
+    # ASHA (eta 4): its rungs as one synchronous bracket of every trial
+    assert stages("asha", 27) == [(27, 0, 1, 0), (6, 1, 4, 0), (1, 4, 16, 0), (1, 16, 27, 0)]
