@@ -1584,9 +1584,13 @@ def profile_command(
 @click.option(
     "--billing-weight",
     type=float,
-    default=1.0,
-    show_default=True,
-    help="Billed units per device-hour (the partition's TRESBillingWeights).",
+    default=None,
+    help="Billed units per device-hour (default 1, or from --partition).",
+)
+@click.option(
+    "--partition",
+    default=None,
+    help="Read the billing weight from this partition's TRESBillingWeights (scontrol).",
 )
 @click.option(
     "--basis",
@@ -1612,7 +1616,8 @@ def plan_elastic_command(
     deadline: str,
     profile_path: Path | None,
     price: float | None,
-    billing_weight: float,
+    billing_weight: float | None,
+    partition: str | None,
     basis: str,
     max_pool: int | None,
     node_devices: int | None,
@@ -1636,6 +1641,7 @@ def plan_elastic_command(
         experiment_from_study,
         plan_elastic,
     )
+    from hpctune.elastic.cost import partition_billing
     from hpctune.elastic.profile import PROFILE_FILE
     from hpctune.elastic.report import format_plan, parse_duration, plot_plan
     from hpctune.spec import load_spec
@@ -1645,7 +1651,18 @@ def plan_elastic_command(
     experiment = experiment_from_study(spec)
     profile = Profile.load(profile_path or spec.directory / PROFILE_FILE)
     device = "CPU" if profile.device == "cpu" else "GPU"
-    cost = CostModel(basis=basis, billing_weight=billing_weight, price=price, device=device)
+    billing_source = "--billing-weight" if billing_weight is not None else ""
+    if billing_weight is None and partition is not None:
+        billing_weight, billing_source = partition_billing(
+            spec, partition, gpu=profile.device == "gpu"
+        )
+    cost = CostModel(
+        basis=basis,
+        billing_weight=1.0 if billing_weight is None else billing_weight,
+        price=price,
+        device=device,
+        billing_source=billing_source,
+    )
     options = PlanOptions(
         samples=samples, seed=seed, quantile=quantile, max_pool=max_pool, node_devices=node_devices
     )

@@ -76,6 +76,11 @@ def format_plan(result: PlanResult) -> str:
     ]
     if result.profile_source:
         head.append(f"profile: {result.profile_source}")
+    if result.cost.billing_source:
+        head.append(
+            f"billing: {result.cost.billing_weight:g} units per {result.cost.device}-hour "
+            f"({result.cost.billing_source})"
+        )
     if not result.feasible:
         head.append(
             "no plan is predicted to meet the deadline: the fastest static plan is shown; give "

@@ -94,12 +94,14 @@ class Partition:
         default: True for the cluster's default partition.
         max_time_min: ``MaxTime`` in minutes, ``None`` when unlimited.
         state: ``UP``, ``DOWN``, ``DRAIN`` or ``INACTIVE``.
+        billing_weights: ``TRESBillingWeights`` as written (empty: none set).
     """
 
     name: str
     default: bool
     max_time_min: int | None
     state: str
+    billing_weights: str = ""
 
 
 def parse_partitions(text: str) -> list[Partition]:
@@ -119,6 +121,7 @@ def parse_partitions(text: str) -> list[Partition]:
                 default=fields.get("Default") == "YES",
                 max_time_min=minutes,
                 state=fields.get("State", ""),
+                billing_weights=fields.get("TRESBillingWeights", ""),
             )
         )
     return partitions
