@@ -284,3 +284,37 @@ def test_a_plan_is_a_pure_function_of_its_inputs() -> None:
     b = plan_elastic(PAPER_SPEC, PAPER_PROFILE, 1500.0, PAPER_COST, options=PlanOptions(8))
     assert a.to_dict() == b.to_dict()
     assert np.isfinite(a.plan.prediction.cost.mean)
+
+
+def test_a_quantile_deadline_is_stricter_than_the_mean() -> None:
+    noisy = Profile.scaling(
+        120.0, {2: 1.95, 4: 3.7, 8: 6.9}, cv=0.5, queue_wait={1: (15.0,)}, startup=(15.0,)
+    )
+    deadline = 1450.0
+    mean = plan_elastic(PAPER_SPEC, noisy, deadline, PAPER_COST, options=PlanOptions(16))
+    p90 = plan_elastic(
+        PAPER_SPEC, noisy, deadline, PAPER_COST, options=PlanOptions(16, quantile=0.9)
+    )
+    assert mean.plan.prediction.time.mean <= deadline < mean.plan.prediction.time.p90
+    assert p90.plan.prediction.time.p90 <= deadline
+    assert p90.plan.prediction.cost.mean > mean.plan.prediction.cost.mean
+
+
+def test_a_replan_starts_where_the_study_stands() -> None:
+    first = plan_elastic(PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, options=PlanOptions(8))
+    shape = first.plan.allocation.shapes[1]
+    # stage 1 runs: 5 minutes gone, $5 spent, each trial with 1 of its 3 epochs left
+    progress = Progress(1, (1,) * 10, 300.0, 5.0, shape.devices, shape.workers)
+    again = plan_elastic(
+        PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, progress=progress, options=PlanOptions(8)
+    )
+    assert again.progress == progress
+    assert again.feasible
+    assert 300.0 < again.plan.prediction.time.mean <= 20 * 60
+    assert again.plan.prediction.cost.mean > 5.0
+    assert again.plan.prediction.cost.mean < again.static.prediction.cost.mean
+    # 10 minutes gone with 2 epochs left: no plan finishes in 20 minutes
+    late = Progress(1, (2,) * 10, 600.0, 5.0, shape.devices, shape.workers)
+    assert not plan_elastic(
+        PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, progress=late, options=PlanOptions(8)
+    ).feasible
