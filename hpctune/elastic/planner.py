@@ -29,6 +29,7 @@ import numpy as np
 
 from hpctune.elastic.allocation import (
     Allocation,
+    StageShape,
     device_sizes,
     elastic_allocation,
     elastic_shape,
@@ -109,7 +110,7 @@ class Plan:
     """One allocation and what the simulator predicts for it.
 
     Attributes:
-        kind: ``"elastic"`` or ``"static"``.
+        kind: ``"elastic"``, ``"static"`` or ``"naive"`` (:func:`naive_elastic`).
         allocation: The shape of every stage (a static plan: and its pool).
         prediction: Completion time and cost with their spread.
         feasible: The predicted time meets the deadline.
@@ -404,4 +405,27 @@ def _descend(
         current, now = chosen
 
 
-__all__ = ["PLAN_VERSION", "Plan", "PlanOptions", "PlanResult", "plan_elastic"]
+def naive_elastic(
+    spec: ExperimentSpec,
+    profile: Profile,
+    deadline: float,
+    cost: CostModel,
+    *,
+    options: PlanOptions | None = None,
+) -> Plan | None:
+    """The paper's naive elastic baseline (§6.3.1): the cluster follows the stages, every trial
+    of a stage runs at once, and every trial gets the same devices in every stage; the cheapest
+    such plan that meets the deadline, or ``None``."""
+    options = options or PlanOptions()
+    sizes = device_sizes(options.max_devices or profile.max_devices, options.node_devices)
+    evaluate = _Evaluator(spec, profile, cost, deadline, options, None)
+    plans = [
+        evaluate.plan("naive", Allocation(tuple(StageShape(g, st.trials) for st in spec.stages)))
+        for g in sizes
+        if options.max_pool is None or g * max(st.trials for st in spec.stages) <= options.max_pool
+    ]
+    feasible = [p for p in plans if p.feasible]
+    return min(feasible, key=lambda p: p.prediction.cost.mean) if feasible else None
+
+
+__all__ = ["PLAN_VERSION", "Plan", "PlanOptions", "PlanResult", "naive_elastic", "plan_elastic"]

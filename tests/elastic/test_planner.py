@@ -32,6 +32,7 @@ from hpctune.elastic.allocation import (
     step_down,
 )
 from hpctune.elastic.cost import device_billing, parse_tres_weights
+from hpctune.elastic.planner import naive_elastic
 from hpctune.elastic.simulate import mean_latencies
 
 # -- the paper's example (§6.3.1, Tables 2 and 3) ----------------------------------------------
@@ -75,6 +76,13 @@ def test_the_paper_example_halves_the_cost_at_a_tight_deadline() -> None:
     assert pools[0] > pools[-1]
     assert all(a <= b for a, b in itertools.pairwise(per_trial)), per_trial
     assert per_trial[-1] > per_trial[0]
+    # the naive elastic baseline (the same GPUs per trial throughout) costs more (§6.3.1)
+    naive = naive_elastic(PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, options=PlanOptions(16))
+    assert naive is not None
+    assert naive.prediction.time.mean <= 20 * 60
+    assert len({s.devices for s in naive.allocation.shapes}) == 1
+    assert [s.workers for s in naive.allocation.shapes] == [32, 10, 3, 1]
+    assert plan.prediction.cost.mean < naive.prediction.cost.mean
 
 
 def test_the_paper_example_is_close_to_static_at_a_lax_deadline() -> None:
