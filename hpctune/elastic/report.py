@@ -109,6 +109,7 @@ def plot_plan(result: PlanResult, path: Path) -> None:
             where="mid",
             label=f"{label}: {format_duration(p.time.mean)}, {result.cost.format(p.cost.mean)}",
         )
+    ax.set_xticks(list(stages))
     ax.set_xlabel("stage (rung)")
     ax.set_ylabel(f"{result.cost.device}s held")
     ax.set_title(f"deadline {format_duration(result.deadline)}")
