@@ -326,3 +326,38 @@ def test_a_replan_starts_where_the_study_stands() -> None:
     assert not plan_elastic(
         PAPER_SPEC, PAPER_PROFILE, 20 * 60, PAPER_COST, progress=late, options=PlanOptions(8)
     ).feasible
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(), st.integers(0, 2**16), st.booleans())
+def test_the_critical_path_is_the_longest_path(problem, seed: int, static: bool) -> None:  # type: ignore[no-untyped-def]
+    """On random DAGs with random latencies: the critical path is a chain of predecessors from a
+    source to the end whose latencies add up to the end's finish time, and every node finishes
+    after each of its predecessors by exactly its latency or more."""
+    from hpctune.elastic.dag import finish_times
+    from hpctune.elastic.simulate import sample_latencies
+
+    spec, profile, _ = problem
+    sizes = device_sizes(profile.max_devices)
+    rng = np.random.default_rng(seed)
+    if static:
+        allocation = static_allocation(spec, int(rng.integers(1, 40)), sizes)
+    else:
+        allocation = Allocation(
+            tuple(
+                StageShape(int(rng.choice(sizes)), int(rng.integers(1, s.trials + 1)))
+                for s in spec.stages
+            )
+        )
+    dag = to_dag(spec, allocation)
+    lat = sample_latencies(dag, profile, rng, 1)[0] + rng.uniform(0, 1, len(dag.nodes))
+    finish = finish_times(dag, lat[None, :])[0]
+    path = critical_path(dag, lat)
+    assert path[-1] == dag.end
+    assert not dag.nodes[path[0]].preds
+    assert all(a in dag.nodes[b].preds for a, b in itertools.pairwise(path))
+    assert sum(lat[v] for v in path) == pytest.approx(finish[dag.end])
+    for v, node in enumerate(dag.nodes):
+        for p in node.preds:
+            assert p < v
+            assert finish[v] >= finish[p] + lat[v] - 1e-9
