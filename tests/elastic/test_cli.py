@@ -179,6 +179,7 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "relative to one device" in err
 
 
+@pytest.mark.slow
 def test_profile_and_plan_from_a_real_local_study(
     tmp_path: Path, cleanup_studies: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
