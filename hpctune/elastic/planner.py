@@ -2,7 +2,10 @@
 
 1. **Warm start**: every static pool worth trying (:func:`~.allocation.static_pools`) is
    simulated; the cheapest whose predicted time meets the deadline is the best static plan.
-2. **Greedy descent** from the elastic allocation of 1x, 2x and 3x that pool: each step makes one
+2. **Greedy descent** from the elastic allocation of 1x, 2x and 3x that pool, and from the
+   cheapest naive elastic plan (the same devices per trial in every stage, all trials at once:
+   its workers carry over from stage to stage, which single-stage steps cannot reach when
+   start-up is dear; not in the paper): each step makes one
    candidate per stage by lowering that stage's devices to the next fair value (a factor or a
    multiple of its trials, :func:`~.allocation.step_down`), simulates them, and moves to the
    candidate with the largest marginal benefit ``(C(a*) - C(a_i)) / (T(a_i) - T(a*))`` (cost
@@ -317,8 +320,7 @@ def plan_elastic(
         raise PlanningError(f"the deadline must be a positive time, but got {deadline!r} s")
     if progress is not None:
         progress.check(spec)
-    max_devices = options.max_devices or profile.max_devices
-    sizes = device_sizes(max_devices, options.node_devices)
+    sizes = _sizes(profile, options)
     largest = max(s.trials for s in spec.stages) * sizes[-1]
     max_pool = min(options.max_pool or largest, largest)
     evaluate = _Evaluator(spec, profile, cost, deadline, options, progress)
@@ -352,6 +354,9 @@ def plan_elastic(
         ]
         start = elastic_allocation(spec, vector, sizes)
         descents.append(_descend(spec, start, first, sizes, evaluate))
+    naive = _naive(spec, sizes, evaluate) if progress is None else None
+    if naive is not None:  # one more warm start: it keeps every worker from stage to stage
+        descents.append(_descend(spec, naive.allocation, first, sizes, evaluate))
     best = min(
         [static, *(d for d in descents if d.feasible)],
         key=lambda p: (p.prediction.cost.mean, evaluate.time(p.prediction)),
@@ -417,12 +422,21 @@ def naive_elastic(
     of a stage runs at once, and every trial gets the same devices in every stage; the cheapest
     such plan that meets the deadline, or ``None``."""
     options = options or PlanOptions()
-    sizes = device_sizes(options.max_devices or profile.max_devices, options.node_devices)
     evaluate = _Evaluator(spec, profile, cost, deadline, options, None)
+    return _naive(spec, _sizes(profile, options), evaluate)
+
+
+def _sizes(profile: Profile, options: PlanOptions) -> tuple[int, ...]:
+    return device_sizes(options.max_devices or profile.max_devices, options.node_devices)
+
+
+def _naive(spec: ExperimentSpec, sizes: tuple[int, ...], evaluate: _Evaluator) -> Plan | None:
+    widest = max(st.trials for st in spec.stages)
+    max_pool = evaluate.options.max_pool
     plans = [
         evaluate.plan("naive", Allocation(tuple(StageShape(g, st.trials) for st in spec.stages)))
         for g in sizes
-        if options.max_pool is None or g * max(st.trials for st in spec.stages) <= options.max_pool
+        if max_pool is None or g * widest <= max_pool
     ]
     feasible = [p for p in plans if p.feasible]
     return min(feasible, key=lambda p: p.prediction.cost.mean) if feasible else None

@@ -267,6 +267,8 @@ def test_the_plan_is_never_worse_than_its_warm_start(problem) -> None:  # type: 
         assert plan.prediction.cost.mean <= static.prediction.cost.mean
         feasible = [d for d in result.descents if d.feasible]
         assert all(plan.prediction.cost.mean <= d.prediction.cost.mean for d in feasible)
+        naive = naive_elastic(spec, profile, deadline, DEVICE_SECONDS, options=options)
+        assert naive is None or plan.prediction.cost.mean <= naive.prediction.cost.mean
     else:
         assert not plan.feasible
         assert plan.kind == "static"
