@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from hpctune.cli import main
 from hpctune.eventlog import read_events
 from hpctune.journal import open_study
 from hpctune.journal import state as st
@@ -68,7 +69,11 @@ def _launch(spec: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_launch_refuses_what_slurm_would_not_run_and_creates_nothing(
-    tmp_path: Path, slurm_cluster: SlurmCluster, study_name: str
+    tmp_path: Path,
+    slurm_cluster: SlurmCluster,
+    study_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     part = slurm_cluster.default_partition
     limit = slurm_cluster.max_time_min(part)
@@ -102,18 +107,20 @@ def test_launch_refuses_what_slurm_would_not_run_and_creates_nothing(
         assert any(w.lower() in result.stderr.lower() for w in words), result.stderr
         assert not (tmp_path / f"case{i}" / "study").exists()
         assert not list((tmp_path / f"case{i}").glob(".study.creating-*"))
-    # Slurm takes --test-only but refuses the real submission: nothing is left either
+    # The real submission fails after the check passed (the cluster changed in between; here
+    # the check is skipped and the partition does not exist): nothing is left either.
     spec = write_study(
         tmp_path / "late",
         train=BEHAVIOURS,
         name=study_name,
         space={"x": 1.0},
         resources={"slots": 1},
-        slurm={"controller": {"extra": {"dependency": "afterok:999999"}}},
+        slurm={"partition": "nosuchpartition", "controller": {"partition": "nosuchpartition"}},
     )
-    result = _launch(spec)
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    assert "sbatch" in result.stderr
+    monkeypatch.setattr("hpctune.slurm.cluster.check_jobs", lambda *args, **kwargs: None)
+    capsys.readouterr()
+    assert main(["launch", str(spec)]) == 1
+    assert "sbatch" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "late").iterdir()) == ["study.toml", "train.py"]
 
 
@@ -279,10 +286,13 @@ def test_failing_worker_submissions_show_stop_and_resume_with_other_settings(
 
     # resume with other settings: journaled, and the study finishes with them
     part = slurm_cluster.default_partition
+    starts = open_study(stopped).record.controller_starts
     resumed = run_hpctune(
         "resume", str(stopped), "--slurm", f"partition={part}", "--slurm", "time=5", check=True
     )
     assert f"worker.partition: '{doomed}' -> '{part}'" in resumed.stdout
+    # the study stays `stopped` until the new controller job starts
+    assert wait_for(lambda: open_study(stopped).record.controller_starts > starts, 120)
     study = _wait_final(stopped, 180)
     assert study.record.state is StudyState.FINISHED, study.record.reason
     assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
