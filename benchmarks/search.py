@@ -17,7 +17,9 @@ has one); time to target is the first simulated time a trial reports a value at 
 the budget is a quarter of the time running every configuration to its end takes on S slots
 (``sum(epoch_seconds) / S / 4``), and the best value at the budget is the best value reported by
 then. Every run's figures are appended to ``--results`` (JSON lines) as it ends, and runs found
-there are not run again, so an interrupted benchmark continues where it stopped.
+there are not run again, so an interrupted benchmark continues where it stopped; runs go seed by
+seed (every cell's seed 0, then every cell's seed 1, ...), so a run stopped early leaves every cell
+with its first seeds rather than some cells complete and others empty.
 
 The model-based peers (Optuna's TPE with its Hyperband pruner, Syne Tune's BOHB and MOBSTER,
 Ray Tune's BOHB) run with ``benchmarks/search_peers.py`` in a separate virtual environment (its
@@ -303,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in keep]
     jobs = [
         (str(p), g, pol, seed, args.slots)
+        for seed in range(args.seeds)  # seed-major: a partial run has every cell's first seeds
         for p in paths
         for g in args.generators.split(",")
         for pol in args.policies.split(",")
-        for seed in range(args.seeds)
     ]
     if not args.table_only:
         run_all(jobs, args.results, args.jobs)

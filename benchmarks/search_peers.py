@@ -24,6 +24,8 @@ Protocol (as ``../shared/tools/peers/simulate_peers.py``): a trial of configurat
 t0 reports ``curves[i, e-1]`` at ``t0 + sum(epoch_seconds[i, :e])``; reports of all workers in
 global time order; after each report the peer may stop the trial and the worker starts the next
 trial at once; no other costs. Target, budget and the figures are ``benchmarks/search.py``'s.
+Runs found in ``--results`` are not run again, and runs go seed by seed across traces and peers,
+so a run stopped early leaves every cell with its first seeds.
 Stopping: Optuna's ``HyperbandPruner(min_resource=1, max_resource=epochs, reduction_factor=3)``;
 Syne Tune's BOHB and MOBSTER are ASHA schedulers (grace period 1, reduction factor 3, one
 bracket); Ray's ``TuneBOHB`` runs under Ray's ``AsyncHyperBandScheduler`` (grace period 1,
@@ -425,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
             done.add((with_key["trace"], with_key["peer"], with_key["seed"], with_key["slots"]))
     jobs = [
         (str(p), peer, seed, args.slots)
+        for seed in range(args.seeds)  # seed-major: a partial run has every cell's first seeds
         for p in paths
         for peer in args.peers.split(",")
-        for seed in range(args.seeds)
         if (p.stem, peer, seed, args.slots) not in done
     ]
     print(f"{len(jobs)} runs to do", flush=True)
