@@ -184,8 +184,8 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
 ) -> None:
     paths = _study(tmp_path, [0.5, 1.0], max_steps=16, sleep=0.3)
     options = FitOptions(
-        model="domhan", budget=Budget(nwalkers=32, nsamples=150, burn_in=75), n_keep=64
-    )
+        model="domhan", budget=Budget(nwalkers=24, nsamples=100, burn_in=50), n_keep=64
+    )  # small: the fits asked again must end before the trials do, also on a loaded machine
     first = _controller(paths, curve_options=options)
     first.start()
     service = first.curve_service

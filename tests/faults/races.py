@@ -98,14 +98,25 @@ class RaceOutcome:
         )
 
 
-def make_study(folder: Path, *, slurm: dict[str, object] | None = None, **study: object) -> Path:
-    """Write a small study (4 trials of 10 steps, 0.2 s each, 2 slots); return its spec."""
+def make_study(
+    folder: Path,
+    *,
+    slurm: dict[str, object] | None = None,
+    gate: Path | None = None,
+    **study: object,
+) -> Path:
+    """Write a small study (4 trials of 10 steps, 0.2 s each, 2 slots); return its spec.
+
+    ``gate``: trials wait at step 3 until this file exists (so the study cannot end first)."""
+    space: dict[str, object] = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.2}
+    if gate is not None:
+        space["gate"] = str(gate)
     return write_study(
         folder,
         train=BEHAVIOURS,
         num_trials=NUM_TRIALS,
         max_steps=MAX_STEPS,
-        space={"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.2},
+        space=space,
         resources={"slots": 2},
         slurm=slurm,
         **study,
@@ -215,10 +226,19 @@ def _launch_and_wait(
 
 def resume_resume(tmp: Path, gap: float = 0.3) -> RaceOutcome:
     """``hpctune stop``, then two ``hpctune resume --local`` started ``gap`` s apart."""
-    study_dir = tmp / "study"
+    from hpctune.journal import open_study
+    from hpctune.states import StudyState
+
+    study_dir, gate = tmp / "study", tmp / "gate"
     try:
-        launch = _launch_and_wait(make_study(tmp), study_dir)
+        # the trials wait at step 3 until the controller has taken the stop: the study cannot
+        # finish before `hpctune stop` (which a study no controller runs refuses) on a slow machine
+        launch = _launch_and_wait(make_study(tmp, gate=gate), study_dir)
         run_hpctune("stop", str(study_dir), check=True)
+        stopping = (StudyState.STOPPING, StudyState.STOPPED)
+        if not wait_for(lambda: open_study(study_dir).record.state in stopping, 120):
+            raise AssertionError("the controller did not take the stop within 120 s")
+        gate.touch()
         out, _ = launch.communicate(timeout=300)
         if launch.returncode != 0 or "stopped" not in out:
             raise AssertionError(f"the study did not stop cleanly:\n{out}")

@@ -81,10 +81,12 @@ def test_accounting_agrees_with_sacct_after_controller_and_worker_preemption(
         f"({100 * (usage.allocated_s - theirs) / theirs:+.1f} %); queue wait hpctune "
         f"{usage.queue_s:.1f} s, sacct {queue:.0f} s"
     )
-    assert abs(usage.allocated_s - theirs) <= 0.05 * theirs
     # sacct has whole seconds, and hpctune sees each run's start and end from the worker
     # process: up to a few seconds per run (runs: sacct's records of the worker jobs)
     runs = sum(len(_sacct("-D", "-X", "-j", job, "-o", "JobID")) for job in jobs)
+    # hpctune counts a run from its worker process's start (Slurm's launch before it, about
+    # 0.5 s, is not seen): 5 % plus half a second per run
+    assert abs(usage.allocated_s - theirs) <= 0.05 * theirs + 0.5 * runs
     assert abs(usage.queue_s - queue) <= 0.05 * queue + 2.0 * runs
     out = run_hpctune("status", str(study_dir), "--sacct", check=True).stdout
     assert f"sacct: worker jobs held their allocation {theirs:.0f} s" in out
