@@ -96,13 +96,20 @@ def test_digits_pbt_keeps_its_lineage_and_population_across_controller_kills(
     assert len(frame) == expected_rows  # no valid metric row lost or duplicated
     # the workers of the killed controllers were adopted: no more than two ever existed
     assert len(record.workers) == 2
-    # checkpoints: only the last one of the fittest trial (best last value) is left, in the
-    # journal and on disk
+    # checkpoints: only two models are left, in the journal and on disk: PBT's fittest trial
+    # (best last value, at any step: its last checkpoint) and the study's best model under
+    # `keep_checkpoints` (the default keeps it; a PBT study's `best` is "last"): the trial with
+    # the best last value among those that trained to max_steps. They may be one model.
+    assert record.spec["best"] == "last"
     live = [ref for ref in record.checkpoints.values() if not ref.deleted]
     fittest = min(trials.values(), key=lambda t: (t.curve_values[-1], t.trial_id))
-    assert [(ref.trial_id, ref.step) for ref in live] == [(fittest.trial_id, fittest.end_step)]
+    final = [t for t in trials.values() if t.end_step is None or t.end_step == MAX_STEPS]
+    best = min(final, key=lambda t: (t.curve_values[-1], t.trial_id))
+    expected = {(fittest.trial_id, fittest.end_step), (best.trial_id, MAX_STEPS)}
+    assert {(ref.trial_id, ref.step) for ref in live} == expected
+    assert len(live) == len(expected)
     files = sorted(p for p in (study_dir / "checkpoints").rglob("*") if p.is_file())
-    assert files == [study_dir / ref.path for ref in live]
+    assert files == sorted(study_dir / ref.path for ref in live)
 
     # training replay (§3.9): the fittest trial's lineage re-run as a new study, bit for bit
     replay_dir = tmp_path / "replay"
