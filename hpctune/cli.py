@@ -878,6 +878,11 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
 @click.option("--boundary", type=int, default=1, show_default=True, help="Study boundary.")
 @click.option("--max-steps", type=int, default=None, help="Default: the trace's epochs.")
 @click.option("--num-trials", type=int, default=None, help="Default: every configuration.")
+@click.option(
+    "--stages",
+    is_flag=True,
+    help="Run over a stage tree ([stages] enabled): shared sequence prefixes train once.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/traces.md).")
 @click.option("--timeline", is_flag=True, help="With --json: add each run's timeline.")
 @click.option(
@@ -925,6 +930,7 @@ def simulate(
     boundary: int,
     max_steps: int | None,
     num_trials: int | None,
+    stages: bool,
     as_json: bool,
     timeline: bool,
     predictions_path: Path | None,
@@ -962,6 +968,7 @@ def simulate(
         max_steps=max_steps,
         num_trials=num_trials,
         target=target,
+        stages=stages,
     )
     from hpctune.curves import FitOptions
     from hpctune.simulator import PredictionCache, build_policy

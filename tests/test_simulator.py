@@ -144,6 +144,7 @@ class _SuspendFirstAtReport(Policy):
     """Suspends trial 0 on its first REPORT (not a boundary), then fills slots as Default."""
 
     name: ClassVar[str] = "suspend-first"
+    wants_reports: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.done = False
@@ -406,13 +407,96 @@ def test_simulator_and_local_executor_take_the_same_asha_decisions(
     assert simulated == reasons  # same rung, same value, same cutoff
 
 
-@pytest.mark.parametrize(
-    "name", sorted(n for n, cls in POLICIES.items() if cls.makes_configurations)
+LRS = (0.001, 0.01, 0.1, 1.0)
+PBT_TRACE = Trace(
+    np.array([[0.1 * (1 + i) * s for s in range(1, 7)] for i in range(4)]) / 2.4,
+    np.ones((4, 6)),
+    tuple({"lr": lr} for lr in LRS),
+    metric="acc",
+    mode="max",
+    random_level=0.0,
+    search_space={"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": True}},
 )
-def test_policies_that_make_configurations_are_refused(name: str) -> None:
-    trace = Trace.load(DIGITS_TRACE).subset(range(4))
-    with pytest.raises(SimulatorError, match="creates configurations of its own"):
-        simulate(trace, name, {}, slots=2, seed=0)
+
+
+@pytest.mark.parametrize("name", ["pbt", "pbt-truncation"])
+def test_pbt_runs_in_simulation_and_forks_onto_the_nearest_recorded_configuration(
+    name: str,
+) -> None:
+    """PBT is the controller's own: generations of forks from checkpoints, each child going on
+    along the trace's configuration nearest to its mutated hyperparameters."""
+    options: dict[str, Any] = {"population_size": 4}
+    options["steps_per_generation" if name == "pbt" else "perturbation_interval"] = 2
+    result = simulate(PBT_TRACE, name, options, slots=2, seed=3)
+    sim_trials = {t.trial: t for t in result.trials}
+    assert result.trials_out_of_trace == 0
+    ended = (TrialStatus.COMPLETED, TrialStatus.TERMINATED)  # truncation stops the cloned
+    assert all(t.status in ended for t in result.trials)
+    assert sum(t.status is TrialStatus.COMPLETED and t.step == 6 for t in result.trials) == 4
+    assert result.trials_started > 4  # children were forked
+    for span in result.segments:  # every segment trains its trial's own configuration
+        assert span.config == sim_trials[span.trial].config
+    assert result.best_value == pytest.approx(PBT_TRACE.curves[3, -1])
+
+
+def test_forked_trials_continue_from_the_parents_step_on_the_nearest_configuration() -> None:
+    from hpctune.policies import make_policy
+    from hpctune.simulator import Simulator
+
+    sim = Simulator(
+        PBT_TRACE,
+        make_policy("pbt", {"population_size": 4, "steps_per_generation": 2}),
+        slots=2,
+        seed=3,
+    )
+    result = sim.run()
+    record = sim.record
+    forked = [t for t in record.trials.values() if t.parent_trial is not None]
+    assert forked
+    for trial in forked:
+        lr = trial.params["lr"]
+        nearest = min(range(4), key=lambda i: abs(math.log(LRS[i]) - math.log(lr)))
+        assert sim.rows.row(record, trial.trial_id) == nearest
+        first = record.segments[trial.segments[0]]
+        assert first.start_step == trial.parent_step  # from the parent's checkpoint
+        # its own steps report its row's values
+        pairs = zip(trial.curve_steps, trial.curve_values, strict=True)
+        own = [(s, v) for s, v in pairs if s > first.start_step]
+        assert own
+        assert all(v == PBT_TRACE.curves[nearest, s - 1] for s, v in own)
+    trained = sum(t.step - (t.parent_step or 0) for t in record.trials.values())
+    assert result.training_hours * 3600 == pytest.approx(trained)
+
+
+STAGE_LRS: list[Any] = [
+    {"schedule": "piecewise", "values": [0.1, 0.02], "milestones": [4]},
+    {"schedule": "piecewise", "values": [0.1, 0.05], "milestones": [4]},
+    {"schedule": "multistep", "base": 0.1, "milestones": [6], "gamma": 0.1},
+]
+
+
+@pytest.mark.parametrize("stages", [False, True])
+def test_a_stage_tree_simulation_trains_each_shared_prefix_once(stages: bool) -> None:
+    """Three learning-rate sequences equal up to step 4 (and two of them to step 6 in value,
+    not in sequence): over a stage tree the shared 4 steps are trained once."""
+    trace = Trace(
+        np.array([[0.1 * s + 0.01 * i for s in range(1, 9)] for i in range(3)]),
+        np.ones((3, 8)),
+        tuple({"lr": lr} for lr in STAGE_LRS),
+        metric="acc",
+        mode="max",
+        random_level=0.0,
+        search_space={"lr": STAGE_LRS},
+    )
+    result = simulate(trace, "default", slots=2, seed=0, stages=stages, target=10.0)
+    assert all(t.status is TrialStatus.COMPLETED and t.step == 8 for t in result.trials)
+    assert result.trials_started == 3
+    assert result.training_hours * 3600 == pytest.approx(4 + 3 * 4 if stages else 3 * 8)
+
+
+def test_stage_trees_refuse_policies_that_cannot_run_over_them() -> None:
+    with pytest.raises(SimulatorError, match="stage trees run with the policies"):
+        simulate(THREE, "pop", slots=2, stages=True)
 
 
 class _BoundsRecorder(Policy):

@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
 from hpctune.clock import Clock, RealClock
+from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.files import dumps, write_json_atomic
 from hpctune.journal import state as st
 from hpctune.journal.epochs import branch_journal, point_link
+from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.layout import StudyPaths
 from hpctune.lease import Fenced, Lease, acquire, rival
 from hpctune.permissions import check_study_dir, use_umask_of
-from hpctune.policies import Event, StudyView, make_policy
-from hpctune.policies.generators import Proposal, make_generator
+from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
+from hpctune.policies.generators import Generator, Proposal, make_generator
 from hpctune.protocol import DecisionMessage, Heartbeat
 from hpctune.seeding import component_seed
 from hpctune.spec import StudySpec
@@ -95,6 +98,9 @@ class ControllerBase:
         Fenced: Another controller took over while this one was starting.
     """
 
+    journal_dir: Path | None  # this controller's epoch journal (None: in memory)
+    _journal_source: Path | None
+
     def __init__(
         self,
         study_dir: str | Path,
@@ -110,28 +116,73 @@ class ControllerBase:
         curve_options: FitOptions | None = None,
         force: bool = False,
     ) -> None:
-        self.paths = StudyPaths.of(study_dir)
-        check_study_dir(self.paths.root)
-        use_umask_of(self.paths.root)
-        self.lease: Lease = acquire(self.paths.root, force=force)
-        self.journal_dir, self._journal_source = branch_journal(self.paths.root, self.epoch)
-        self.lease.check()
+        paths = StudyPaths.of(study_dir)
+        check_study_dir(paths.root)
+        use_umask_of(paths.root)
+        lease: Lease = acquire(paths.root, force=force)
+        journal_dir, journal_source = branch_journal(paths.root, lease.epoch)
+        lease.check()
+        writer = JournalWriter(journal_dir, epoch=lease.epoch)
+        writer.before_publish = lease.check
+        self.journal_dir = journal_dir
+        self._journal_source = journal_source
+        self._setup(
+            paths=paths,
+            wire=FileWire(paths),
+            writer=writer,
+            lease=lease,
+            state=load_state(JournalReader(journal_dir)),
+            executor=executor,
+            clock=clock or RealClock(),
+            poll_interval=poll_interval,
+            worker_timeout=worker_timeout,
+            startup_timeout=startup_timeout,
+            decision_wait=decision_wait,
+            stop_grace=stop_grace,
+            on_progress=on_progress,
+            curve_options=curve_options,
+        )
+
+    def _setup(
+        self,
+        *,
+        paths: StudyPaths,
+        wire: Wire,
+        writer: JournalWriter | MemoryJournal,
+        lease: Lease | None,
+        state: StudyRecord,
+        executor: Executor | Callable[[StudySpec], Executor],
+        clock: Clock,
+        poll_interval: float,
+        worker_timeout: float,
+        startup_timeout: float,
+        decision_wait: float,
+        stop_grace: float | None,
+        on_progress: Callable[[Any], None] | None,
+        curve_options: FitOptions | None,
+        policy: Policy | None = None,
+        generator: Generator | None = None,
+    ) -> None:
+        """Set the controller up on its journal, wire, lease, executor and clock (the files of
+        a study directory, or the simulator's memory: :meth:`in_memory`)."""
+        self.paths = paths
+        self.wire = wire
+        self.lease = lease
         self.fenced: Fenced | None = None
-        self.clock = clock or RealClock()
+        self.clock = clock
         self.poll_interval = poll_interval
         self.worker_timeout = worker_timeout
         self.startup_timeout = startup_timeout
         self.decision_wait = decision_wait
         self.stop_grace = stop_grace or float(os.environ.get("HPCTUNE_STOP_GRACE", 300))
         self.on_progress = on_progress
-        self.writer = JournalWriter(self.journal_dir, epoch=self.lease.epoch)
-        self.writer.before_publish = self.lease.check
-        self.state: StudyRecord = load_state(JournalReader(self.journal_dir))
+        self.writer = writer
+        self.state = state
         self.spec = StudySpec.from_dict(self.state.spec)
         self.executor = executor if isinstance(executor, Executor) else executor(self.spec)
-        self.policy = make_policy(self.spec.policy.name, self.spec.policy.options)
+        self.policy = policy or make_policy(self.spec.policy.name, self.spec.policy.options)
         self.policy.load_state_dict(self.state.policy_state)
-        self.generator = make_generator(
+        self.generator = generator or make_generator(
             self.spec.generator.name,
             self.spec.generator.options,
             self.spec.space,
@@ -165,6 +216,55 @@ class ControllerBase:
         self._resends: dict[int, int] = {}  # segment -> assignment re-sends
         self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
         self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
+        self._trial_views: dict[int, tuple[tuple[Any, ...], TrialView]] = {}  # see _trial_view
+        self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
+
+    @classmethod
+    def in_memory(
+        cls,
+        state: StudyRecord,
+        writer: MemoryJournal,
+        wire: Wire,
+        executor: Executor,
+        clock: Clock,
+        *,
+        policy: Policy | None = None,
+        generator: Generator | None = None,
+        curve_service: CurveService | None = None,
+        decision_wait: float = 2.0,
+    ) -> Self:
+        """A controller of a study that exists only in memory (the simulator's): no study
+        directory, no lease, no files; ``wire`` and ``executor`` stand for the workers.
+
+        ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object
+        that is not registered, or a generator answered from a trace); ``curve_service``
+        answers the curve fits.
+        """
+        controller = cls.__new__(cls)
+        controller.journal_dir = None
+        controller._journal_source = None
+        controller._setup(
+            paths=StudyPaths.of(Path(state.spec.get("directory") or "simulated-study")),
+            wire=wire,
+            writer=writer,
+            lease=None,
+            state=state,
+            executor=executor,
+            clock=clock,
+            poll_interval=0.0,
+            worker_timeout=math.inf,
+            startup_timeout=math.inf,
+            decision_wait=decision_wait,
+            stop_grace=math.inf,
+            on_progress=None,
+            curve_options=None,
+            policy=policy,
+            generator=generator,
+        )
+        controller.curve_service = curve_service
+        controller.storage_patience = math.inf
+        controller.assignment_timeout = math.inf
+        return controller
 
     def _view(self, free_slots: int = 0) -> StudyView:
         """The policy's view of the study (built by the controller class)."""
@@ -192,11 +292,12 @@ class ControllerBase:
     @property
     def epoch(self) -> int:
         """This controller's epoch (written into its commits, assignments and decisions)."""
-        return self.lease.epoch
+        return self.lease.epoch if self.lease is not None else 0
 
     def _check_lease(self) -> None:
         """Raise :class:`Fenced` if another controller took a higher epoch."""
-        self.lease.check()
+        if self.lease is not None:
+            self.lease.check()
 
     def _commit(self) -> None:
         """Commit the journal, then write the files that follow from it (the outbox).
@@ -334,15 +435,12 @@ class ControllerBase:
         They are left by a controller killed between a commit and its deletions, or by a worker
         killed while writing; nothing can use them.
         """
-        folder = self.paths.trial_checkpoints(trial_id)
         keep = {
             ref.path
             for ref in self.state.checkpoints.values()
             if ref.trial_id == trial_id and not ref.deleted
         }
-        for path in folder.glob("*") if folder.is_dir() else []:
-            if self.paths.relative(path) not in keep:
-                path.unlink(missing_ok=True)
+        self.wire.sweep_checkpoints(trial_id, keep)
 
     def _beat(self, final: bool = False) -> None:
         """Write ``controller.json``: pid, host, Slurm job, time, state.
@@ -362,6 +460,8 @@ class ControllerBase:
                 logger.warning("could not write %s: %s", self.paths.controller_file, exc)
 
     def _write_beat(self, now: float, ended: bool, final: bool) -> None:
+        if self.journal_dir is None:
+            return  # a controller in memory (the simulator's) has no controller.json
         if not final:
             point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
         write_json_atomic(
@@ -406,8 +506,7 @@ class ControllerBase:
         message = DecisionMessage(
             seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason, self.epoch
         )
-        path = self.paths.decision(seg.segment_id)
-        self._outbox.append(lambda: write_json_atomic(path, message.to_dict(), fsync=True))
+        self._outbox.append(partial(self.wire.write_decision, message, fsync=True))
         self._decision_sent[seg.segment_id] = self.clock.now()
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import partial
 from typing import Any
 
-from hpctune.asktell import ANSWERS_DIR, complete_params
+from hpctune.asktell import complete_params
 from hpctune.controller._base import ControllerBase
-from hpctune.files import write_json_atomic
 from hpctune.journal import state as st
 from hpctune.seeding import component_seed, index_rng, trial_seed
 from hpctune.states import StudyState, TrialStatus
@@ -83,14 +83,8 @@ class TrialCommandsController(ControllerBase):
         )
         self._set_trial(self.state.trials[trial_id], TrialStatus.RUNNING, "asked")
         self._reopen("a trial was asked for")
-        path = self.paths.root / ANSWERS_DIR / f"{request}.json"
         answer = {"trial": trial_id, "params": proposal.params}
-
-        def write() -> None:
-            path.parent.mkdir(exist_ok=True)
-            write_json_atomic(path, answer, fsync=True)
-
-        self._outbox.append(write)
+        self._outbox.append(partial(self.wire.write_answer, request, answer))
         logger.info("trial %d asked for (%s): %s", trial_id, request, proposal.params)
 
     def _tell(self, command: dict[str, Any]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,6 @@ from hpctune.controller._base import (
     IDENTICAL_START_FAILURES,
     ControllerBase,
 )
-from hpctune.eventlog import read_events
 from hpctune.journal import state as st
 from hpctune.journal.state import CheckpointRef, SegmentRecord, TrialRecord
 from hpctune.metric_names import metric_name_problem
@@ -38,15 +36,11 @@ class IngestingController(ControllerBase):
             self._ingest_segment(seg)
 
     def _ingest_segment(self, seg: SegmentRecord) -> None:
-        path = self.paths.event_file(seg.segment_id)
-        key = path.name
+        key = self.wire.event_name(seg.segment_id)
         offset = self.cursors.get(key, 0)
-        try:
-            if path.stat().st_size <= offset:
-                return
-        except FileNotFoundError:
+        result = self.wire.read_events(seg.segment_id, offset)
+        if result is None:
             return
-        result = read_events(path, offset)
         self.cursors[key] = result.offset
         corrupt: dict[int, list[bytes]] = {}
         for position, line in result.corrupt_lines:
@@ -55,19 +49,19 @@ class IngestingController(ControllerBase):
             if seg.status.is_final:
                 break
             for line in corrupt.get(index, ()):
-                self._on_corrupt_line(seg, path, _line_kind(line))
+                self._on_corrupt_line(seg, key, _line_kind(line))
             if index < len(result.records):
                 self._on_event_checked(seg, result.records[index])
         if seg.status.is_final:
             self.cursors.pop(key, None)
 
-    def _on_corrupt_line(self, seg: SegmentRecord, path: Path, kind: str) -> None:
+    def _on_corrupt_line(self, seg: SegmentRecord, name: str, kind: str) -> None:
         """Journal a skipped line: a report (or a line of unknown kind) is a missing row."""
         trial = self.state.trials[seg.trial_id]
         rows = int(kind in (EV_REPORT, ""))
         logger.warning(
             "%s: a corrupt %s line skipped after step %d of trial %d",
-            path,
+            name,
             kind or "event",
             trial.step,
             trial.trial_id,
@@ -76,7 +70,7 @@ class IngestingController(ControllerBase):
             st.CORRUPT_LINES,
             trial=seg.trial_id,
             segment=seg.segment_id,
-            file=path.name,
+            file=name,
             line_kind=kind,
             rows=rows,
             step=trial.step,
@@ -89,7 +83,7 @@ class IngestingController(ControllerBase):
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
             logger.warning("segment %d: bad event %r skipped (%s)", seg.segment_id, record, exc)
             self._on_corrupt_line(
-                seg, self.paths.event_file(seg.segment_id), str(record.get("kind", ""))
+                seg, self.wire.event_name(seg.segment_id), str(record.get("kind", ""))
             )
 
     def _report_metrics(self, seg: SegmentRecord, raw: Any) -> dict[str, float]:
@@ -233,7 +227,7 @@ class IngestingController(ControllerBase):
             return
         self._log(st.CHECKPOINT_DELETED, rows=[r.row for r in refs])
         for ref in refs:
-            self._outbox.append(partial(Path.unlink, self.paths.root / ref.path, missing_ok=True))
+            self._outbox.append(partial(self.wire.delete_checkpoint, ref.path))
 
     def _end_segment(
         self,

@@ -28,19 +28,17 @@ import os
 import socket
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hpctune.asktell import VALIDATORS as TRIAL_COMMANDS
-from hpctune.best import best_checkpoint_rows, keeps_latest
+from hpctune.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommandsController
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
-from hpctune.files import sha256_file, write_json_atomic
-from hpctune.inbox import RETRYABLE, VALIDATORS, check_command, read_command, reject_file
+from hpctune.inbox import RETRYABLE, VALIDATORS, check_command
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
 from hpctune.journal.state import SegmentRecord, TrialRecord
@@ -53,7 +51,7 @@ from hpctune.policies import (
     StudyView,
     TrialView,
 )
-from hpctune.protocol import Assignment, DecisionMessage, write_assignment
+from hpctune.protocol import Assignment, DecisionMessage
 from hpctune.seeding import trial_seed
 from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
 
@@ -105,16 +103,21 @@ class Controller(TrialCommandsController, StageTreeController):
         rejected = {c.file: c.reason for c in self.state.rejected_commands}
         for name in self.state.commands_done:  # files a killed controller left behind
             if name in rejected:
-                action = partial(reject_file, self.paths.inbox, name, rejected[name])
+                self._outbox.append(partial(self.wire.reject_command, name, rejected[name]))
             else:
-                action = partial(Path.unlink, self.paths.inbox / name, missing_ok=True)
-            self._outbox.append(action)
+                self._outbox.append(partial(self.wire.remove_command, name))
         for worker in self._live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
                 self._worker_gone(worker, "lost", "never confirmed started", None)
-                path = self.paths.assignment(worker.worker_id)
-                order = partial(write_assignment, path, None, "unknown to controller")
-                self._outbox.append(partial(order, epoch=self.epoch))
+                self._outbox.append(
+                    partial(
+                        self.wire.write_assignment,
+                        worker.worker_id,
+                        None,
+                        "unknown to controller",
+                        epoch=self.epoch,
+                    )
+                )
         self._startup_failures = 0
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
@@ -124,7 +127,8 @@ class Controller(TrialCommandsController, StageTreeController):
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
         self._start_curves()
         self._commit()
-        prune_journals(self.paths.root, self.epoch, self._journal_source)
+        if self._journal_source is not None:
+            prune_journals(self.paths.root, self.epoch, self._journal_source)
 
     def step(self) -> bool:
         """Run one iteration; return True when the controller should exit.
@@ -147,7 +151,9 @@ class Controller(TrialCommandsController, StageTreeController):
         self._watch_segments()
         self._update_curves()
         self._schedule(writable)
-        if self.writer.has_pending and not self.stages_enabled:  # stage trees: in _schedule
+        changes = self.state.checkpoint_changes
+        if changes != self._collected_at and not self.stages_enabled:  # stages: in _schedule
+            self._collected_at = changes
             self._collect_checkpoints()
         if writable:
             self._manage_pool()
@@ -205,14 +211,10 @@ class Controller(TrialCommandsController, StageTreeController):
 
     def _read_inbox(self) -> None:
         """Carry out new inbox files; journal and set aside (``inbox/rejected/``) bad ones."""
-        try:
-            names = sorted(p.name for p in self.paths.inbox.glob("*.json"))
-        except OSError:
-            return
-        for name in names:
+        for name in self.wire.inbox():
             if name in self.state.commands_done:
                 continue
-            read = read_command(self.paths.inbox / name)
+            read = self.wire.read_command(name)
             if read is None:
                 continue  # unparsable but young: it may still be being written
             command, problem = read
@@ -221,10 +223,10 @@ class Controller(TrialCommandsController, StageTreeController):
                 logger.warning("inbox file %s rejected: %s", name, problem)
                 shown = command if isinstance(command, dict | list | str | int | float) else None
                 self._log(st.COMMAND, file=name, command=shown, rejected=problem)
-                self._outbox.append(partial(reject_file, self.paths.inbox, name, problem))
+                self._outbox.append(partial(self.wire.reject_command, name, problem))
                 continue
             self._log(st.COMMAND, file=name, command=command)
-            self._outbox.append(partial(Path.unlink, self.paths.inbox / name, missing_ok=True))
+            self._outbox.append(partial(self.wire.remove_command, name))
             self._apply_command(command, name)
 
     def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
@@ -257,7 +259,7 @@ class Controller(TrialCommandsController, StageTreeController):
                 continue
             while trial.checkpoint_row is not None:
                 ref = self.state.checkpoints[trial.checkpoint_row]
-                problem = _checkpoint_problem(self.paths.root / ref.path, ref.sha256)
+                problem = self.wire.checkpoint_problem(ref.path, ref.sha256)
                 if not problem:
                     break
                 logger.warning("trial %d: checkpoint %s %s; skipped", trial_id, ref.path, problem)
@@ -266,30 +268,49 @@ class Controller(TrialCommandsController, StageTreeController):
         if trial_ids and self.state.state in (StudyState.FINISHED, StudyState.FAILED):
             self._set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
 
+    def _trial_view(self, t: TrialRecord, t0: float) -> TrialView:
+        """The policy's view of one trial, rebuilt only when the trial changed."""
+        key = (
+            t.status,
+            t.step,
+            len(t.curve_steps),
+            id(t.curve_values),
+            t.checkpoint_row,
+            t.priority,
+            t.retries,
+            t.end_step,
+            t.parent_trial,
+            id(t.info),
+            t0,
+        )
+        cached = self._trial_views.get(t.trial_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = TrialView(
+            trial_id=t.trial_id,
+            status=t.status,
+            params=t.params,
+            step=t.step,
+            steps=np.asarray(t.curve_steps, dtype=np.int64),
+            values=np.asarray(t.curve_values, dtype=float),
+            times=np.asarray(t.curve_times, dtype=float) - t0,
+            checkpoint_step=self.state.checkpoint_step(t.trial_id),
+            parent_trial=t.parent_trial,
+            parent_step=t.parent_step,
+            priority=t.priority,
+            retries=t.retries,
+            info=t.info,
+            end_step=t.end_step,
+            generation=t.generation,
+            initiator=t.initiator,
+            last_metrics=dict(t.last_metrics),
+        )
+        self._trial_views[t.trial_id] = (key, view)
+        return view
+
     def _view(self, free_slots: int = 0) -> StudyView:
         t0 = self.state.started_time or self.state.created_time
-        trials = {
-            tid: TrialView(
-                trial_id=tid,
-                status=t.status,
-                params=t.params,
-                step=t.step,
-                steps=np.asarray(t.curve_steps, dtype=np.int64),
-                values=np.asarray(t.curve_values, dtype=float),
-                times=np.asarray(t.curve_times, dtype=float) - t0,
-                checkpoint_step=self.state.checkpoint_step(tid),
-                parent_trial=t.parent_trial,
-                parent_step=t.parent_step,
-                priority=t.priority,
-                retries=t.retries,
-                info=t.info,
-                end_step=t.end_step,
-                generation=t.generation,
-                initiator=t.initiator,
-                last_metrics=dict(t.last_metrics),
-            )
-            for tid, t in self.state.trials.items()
-        }
+        trials = {tid: self._trial_view(t, t0) for tid, t in self.state.trials.items()}
         return StudyView(
             metric=self.spec.metric,
             mode=self.spec.mode,
@@ -316,6 +337,8 @@ class Controller(TrialCommandsController, StageTreeController):
     def _schedule(self, writable: bool = True) -> None:
         """Give the policy its events, then free slots (not while writes fail: ``writable``)."""
         events, self._events = self._events, []
+        if not self.policy.wants_reports:
+            events = [e for e in events if e.kind is not EventKind.REPORT]
         if events:
             view = self._view()
             for event in events:
@@ -323,14 +346,29 @@ class Controller(TrialCommandsController, StageTreeController):
                 prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
                 if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
-                for action in self.policy.decide(view, event, self._rng()):
+                actions = self.policy.decide(view, event, self._rng())
+                for action in actions:
                     self._apply(action, event)
+                if event.kind is EventKind.BOUNDARY and not any(
+                    a.trial_id == event.trial_id for a in actions
+                ):
+                    self._answer_boundary(trial, int(event.step or 0))
         if self.state.state is StudyState.RUNNING and self._dirty and writable:
             self._dirty = False
             self._fill_slots()
         if self.state.state is StudyState.STOPPING and not self.state.active_segments():
             final = StudyState.FAILED if self.state.failing else StudyState.STOPPED
             self._set_study(final, self.state.reason)
+
+    def _answer_boundary(self, trial: TrialRecord, step: int) -> None:
+        """Tell a worker waiting at a boundary to go on when the policy said nothing of its
+        trial (a policy that decides at boundaries answers every one; the worker would
+        otherwise wait ``decision_wait``)."""
+        seg = self._running_segment(trial)
+        if seg is None or not self.policy.boundary_decisions or seg.decision:
+            return
+        message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
+        self._outbox.append(partial(self.wire.write_decision, message))
 
     def _collect_checkpoints(self) -> None:
         """Delete the checkpoints nothing needs any more (trial-based studies).
@@ -355,10 +393,12 @@ class Controller(TrialCommandsController, StageTreeController):
             if not t.status.is_final and t.parent_checkpoint_row is not None
         }
         rows = []
-        for trial in self.state.trials.values():
-            live = self.state.live_checkpoints(trial.trial_id)
-            if not live:
-                continue
+        latest_kept = needed is None and keep_mode(self.state) != "best"
+        for trial_id, live_rows in self.state.live_rows().items():
+            trial = self.state.trials.get(trial_id)
+            if trial is None or (latest_kept and live_rows == {trial.checkpoint_row}):
+                continue  # its only checkpoint is its latest, which the rule keeps
+            live = self.state.live_checkpoints(trial_id)
             if needed is not None:
                 drop_latest = trial.status.is_final and trial.trial_id not in needed
             else:
@@ -696,13 +736,7 @@ class Controller(TrialCommandsController, StageTreeController):
             checkpoint_steps=seg.checkpoint_steps,
             epoch=self.epoch,
         )
-        path = self.paths.assignment(seg.worker_id)
-
-        def write() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_assignment(path, assignment)
-
-        return write
+        return partial(self.wire.write_assignment, seg.worker_id, assignment)
 
     def _apply(self, action: Action, event: Event | None) -> None:
         trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
@@ -718,18 +752,8 @@ class Controller(TrialCommandsController, StageTreeController):
                     priority=action.priority,
                     reason=action.reason,
                 )
-            seg = self._running_segment(trial)
-            if (
-                seg is not None
-                and event is not None
-                and event.kind is EventKind.BOUNDARY
-                and self.policy.boundary_decisions
-            ):
-                message = DecisionMessage(
-                    seg.segment_id, int(event.step or 0), Decision.CONTINUE, epoch=self.epoch
-                )
-                path = self.paths.decision(seg.segment_id)
-                self._outbox.append(lambda: write_json_atomic(path, message.to_dict()))
+            if event is not None and event.kind is EventKind.BOUNDARY:
+                self._answer_boundary(trial, int(event.step or 0))
         elif action.kind is ActionKind.SUSPEND:
             seg = self._running_segment(trial)
             if seg is not None:
@@ -783,16 +807,3 @@ class Controller(TrialCommandsController, StageTreeController):
                 )
         self._commit()
         return not self._live_workers()
-
-
-def _checkpoint_problem(path: Path, sha256: str) -> str:
-    """Why a checkpoint file cannot be resumed from ("" if it can)."""
-    try:
-        digest = sha256_file(path)
-    except FileNotFoundError:
-        return "is missing"
-    except OSError as exc:
-        return f"cannot be read ({exc})"
-    if sha256 and digest != sha256:
-        return f"has SHA-256 {digest[:12]}..., not the journal's {sha256[:12]}..."
-    return ""

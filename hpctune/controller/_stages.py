@@ -79,8 +79,8 @@ class StageWork:
 class StageTreeController(CurveFittingController):
     """Admits the generator's trials to the search plan and picks the paths workers run."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _setup(self, **kwargs: Any) -> None:
+        super()._setup(**kwargs)
         self._trial_stages: dict[int, list[TrialStage]] = {}  # a trial's stages never change
         self._future: dict[int, dict[str, Any]] = {}  # generator index -> configuration
         spec = self.spec.stages

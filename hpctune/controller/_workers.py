@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from functools import partial
 from typing import Any
 
 from hpctune.controller._base import (
@@ -18,7 +19,7 @@ from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
-from hpctune.protocol import Heartbeat, write_assignment
+from hpctune.protocol import Heartbeat
 from hpctune.states import Decision, SegmentStatus, StudyState
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class WorkerManagingController(IngestingController):
             if not worker.info:
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
-            beat = Heartbeat.read(self.paths.heartbeat(wid))
+            beat = self.wire.heartbeat(wid)
             self._beats[wid] = beat
             state = self.executor.state(wid, worker.info)
             if self._worker_states.get(wid) is not state:
@@ -237,9 +238,7 @@ class WorkerManagingController(IngestingController):
                     self._end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
                 else:
                     self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
-            self._worker_gone(
-                worker, "lost", reason, Heartbeat.read(self.paths.heartbeat(worker.worker_id))
-            )
+            self._worker_gone(worker, "lost", reason, self.wire.heartbeat(worker.worker_id))
 
     def _worker_gone(
         self,
@@ -315,9 +314,8 @@ class WorkerManagingController(IngestingController):
 
     def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
         self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
-        path = self.paths.assignment(worker.worker_id)
-        epoch = self.epoch
-        self._outbox.append(lambda: write_assignment(path, None, reason, epoch=epoch))
+        order = partial(self.wire.write_assignment, worker.worker_id, None, reason)
+        self._outbox.append(partial(order, epoch=self.epoch))
 
     def _release_unstarted(self) -> None:
         """Let go of workers whose jobs never ran (never submitted, or still queued): their

@@ -37,6 +37,11 @@ WARNING = "warning"
 CORRUPT_LINES = "corrupt_lines"
 SUBMISSION = "submission"
 SLURM_CHANGED = "slurm_changed"
+
+# the kinds that can change which checkpoints a study still needs
+_CHECKPOINT_KINDS = frozenset(
+    {TRIAL_CREATED, TRIAL_STATUS, SEGMENT_ASSIGNED, SEGMENT_ENDED, CHECKPOINT_DELETED, LINEAGE}
+)
 LOG_KINDS = (
     STUDY,
     TRIAL_CREATED,
@@ -256,6 +261,11 @@ class StudyRecord:
     warnings: list[StudyWarning] = field(default_factory=list)
     # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
     _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
+    # segments assigned or running, by id (kept as segments are assigned and end)
+    _active: dict[int, SegmentRecord] = field(default_factory=dict, repr=False, compare=False)
+    # counts the records that can change which checkpoints are needed (trials created and their
+    # statuses, checkpoints added and deleted, lineage): the controller collects on a change
+    checkpoint_changes: int = field(default=0, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -270,6 +280,8 @@ class StudyRecord:
         if handler is None:
             return  # kinds from a newer minor version are ignored
         handler(trial, segment, time, data)
+        if kind in _CHECKPOINT_KINDS:
+            self.checkpoint_changes += 1
 
     # -- handlers, one per kind ------------------------------------------------------------
 
@@ -338,6 +350,7 @@ class StudyRecord:
             checkpoint_steps=tuple(int(s) for s in data.get("checkpoint_steps", ())),
         )
         self.segments[segment] = record
+        self._active[segment] = record
         tr = self.trials[trial]
         tr.segments.append(segment)
         tr.truncate_curve(record.start_step)
@@ -363,6 +376,7 @@ class StudyRecord:
     ) -> None:
         record = self.segments[segment]
         record.status = SegmentStatus(data["status"])
+        self._active.pop(segment, None)
         record.ended_time = float(data.get("at", time))
         record.end_step = data.get("step")
         record.reason = data.get("reason", "")
@@ -512,6 +526,7 @@ class StudyRecord:
 
     def add_checkpoint(self, ref: CheckpointRef) -> None:
         """Record a checkpoint row; it becomes its trial's latest checkpoint."""
+        self.checkpoint_changes += 1
         self.checkpoints[ref.row] = ref
         if self._live_rows is not None and not ref.deleted:
             self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
@@ -554,8 +569,14 @@ class StudyRecord:
         return None if row is None else self.checkpoints[row].step
 
     def active_segments(self) -> list[SegmentRecord]:
-        """Segments assigned or running, not yet ended."""
-        return [s for s in self.segments.values() if not s.status.is_final]
+        """Segments assigned or running, not yet ended (by id)."""
+        return [s for _, s in sorted(self._active.items()) if not s.status.is_final]
+
+    def live_rows(self) -> dict[int, set[int]]:
+        """The rows of the checkpoints not deleted, by trial (the index itself: read only)."""
+        self.live_checkpoints(-1)  # builds the index
+        assert self._live_rows is not None
+        return self._live_rows
 
     def counts(self) -> dict[str, int]:
         """Number of trials in each status."""

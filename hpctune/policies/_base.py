@@ -336,14 +336,18 @@ class Policy(abc.ABC):
     :func:`parse_options`) and set :attr:`boundary_decisions` to ``False`` when they never act at
     boundaries, so that workers need not wait for a decision there. Policies that set
     :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
-    (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done).
+    (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done). REPORT
+    events (a report between boundaries) reach only policies that set :attr:`wants_reports`
+    (none of the registered ones decides there; the controller then builds no view for them).
     Policies that set :attr:`makes_configurations` create trials with configurations of their own
-    (forks, explicit parameters: PBT, replay); the trace-driven simulator refuses them.
+    (forks, explicit parameters: PBT, replay); in the trace-driven simulator a forked trial goes
+    on along the recorded configuration nearest to its parameters.
     """
 
     name: ClassVar[str] = ""
     boundary_decisions: ClassVar[bool] = True
     wants_predictions: ClassVar[bool] = False
+    wants_reports: ClassVar[bool] = False
     makes_configurations: ClassVar[bool] = False
 
     @abc.abstractmethod

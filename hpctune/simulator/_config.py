@@ -37,6 +37,8 @@ class SimulatorConfig:
         max_time: End the simulation at this time (seconds since the start).
         bounds: ``(low, high)``: the metric's range (``[study].metric_bounds``); ``None``: the
             trace's ``metric_bounds``, else (0, 1).
+        stages: Run the study over a stage tree (``[stages] enabled``): trials whose
+            hyperparameter sequences share a prefix train it once.
     """
 
     queue_wait: float = 0.0
@@ -52,6 +54,7 @@ class SimulatorConfig:
     min_time: float = 0.0
     max_time: float = math.inf
     bounds: tuple[float, float] | None = None
+    stages: bool = False
 
     def metric_bounds(self, trace: Trace) -> tuple[float, float]:
         """The metric's range: :attr:`bounds`, else the trace's, else (0, 1)."""
