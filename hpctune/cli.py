@@ -875,6 +875,13 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
 @click.option("--suspend-cost", type=float, default=0.0, show_default=True, help="Seconds.")
 @click.option("--resume-cost", type=float, default=0.0, show_default=True, help="Seconds.")
 @click.option("--checkpoint-cost", type=float, default=0.0, show_default=True, help="Seconds.")
+@click.option(
+    "--segment-start",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds from an assignment to its segment's start on an idle worker.",
+)
 @click.option("--boundary", type=int, default=1, show_default=True, help="Study boundary.")
 @click.option("--max-steps", type=int, default=None, help="Default: the trace's epochs.")
 @click.option("--num-trials", type=int, default=None, help="Default: every configuration.")
@@ -927,6 +934,7 @@ def simulate(
     suspend_cost: float,
     resume_cost: float,
     checkpoint_cost: float,
+    segment_start: float,
     boundary: int,
     max_steps: int | None,
     num_trials: int | None,
@@ -964,6 +972,7 @@ def simulate(
         suspend_cost=suspend_cost,
         resume_cost=resume_cost,
         checkpoint_cost=checkpoint_cost,
+        segment_start=segment_start,
         boundary=boundary,
         max_steps=max_steps,
         num_trials=num_trials,

@@ -204,7 +204,6 @@ class ControllerBase:
         self._worker_states: dict[str, WorkerState] = {}
         self._running_since: dict[str, float] = {}
         self.iterations = 0
-        self._decide_calls = 0
         self.curve_options = curve_options
         self.curve_service: CurveService | None = None  # started by policies that want it
         self.predictions: dict[int, CurvePrediction] = {}  # the latest of each trial

@@ -328,10 +328,16 @@ class Controller(TrialCommandsController, StageTreeController):
             objectives=self.spec.objectives,
         )
 
-    def _rng(self) -> np.random.Generator:
-        """A fresh generator per decision: seeded by the policy seed, the commit and a counter."""
-        self._decide_calls += 1
-        key = (int(self.writer.state["commit"]), self._decide_calls)
+    def _rng(self, event: Event) -> np.random.Generator:
+        """A fresh generator per decision, seeded by the policy seed and the event: a trial's
+        boundary or report (its id and step), or free slots (the trials created so far and the
+        slots). The same event gets the same numbers in every run of the study, after a
+        restart and in the simulator (whatever the timing of the controller's iterations)."""
+        kind = list(EventKind).index(event.kind)
+        if event.kind is EventKind.SLOT_FREE:
+            key = (kind, len(self.state.trials), event.free_slots)
+        else:
+            key = (kind, int(event.trial_id or 0), int(event.step or 0))
         return np.random.default_rng(np.random.SeedSequence(self._policy_seed, spawn_key=key))
 
     def _schedule(self, writable: bool = True) -> None:
@@ -346,7 +352,7 @@ class Controller(TrialCommandsController, StageTreeController):
                 prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
                 if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
-                actions = self.policy.decide(view, event, self._rng())
+                actions = self.policy.decide(view, event, self._rng(event))
                 for action in actions:
                     self._apply(action, event)
                 if event.kind is EventKind.BOUNDARY and not any(
@@ -443,7 +449,8 @@ class Controller(TrialCommandsController, StageTreeController):
             return
         view = self._view(free_slots)
         placed = 0
-        for action in self.policy.decide(view, Event.slot_free(free_slots), self._rng()):
+        event = Event.slot_free(free_slots)
+        for action in self.policy.decide(view, event, self._rng(event)):
             if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
                 self._apply(action, None)
                 continue
@@ -532,7 +539,8 @@ class Controller(TrialCommandsController, StageTreeController):
         else:
             slots = max(self.spec.num_trials, 1)
         view = self._view(slots)
-        for action in self.policy.decide(view, Event.slot_free(slots), self._rng()):
+        event = Event.slot_free(slots)
+        for action in self.policy.decide(view, event, self._rng(event)):
             if action.kind in (ActionKind.START, ActionKind.FORK):
                 trial = self._trial_for(action, view)
                 if trial is not None:
@@ -554,7 +562,8 @@ class Controller(TrialCommandsController, StageTreeController):
 
     def _next_milestone(self, trial: TrialRecord, step: int, view: StudyView) -> int | None:
         """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
-        milestones = self.policy.stage_milestones(view, trial.trial_id, self._rng()) or []
+        rng = self._rng(Event.boundary(trial.trial_id, step))
+        milestones = self.policy.stage_milestones(view, trial.trial_id, rng) or []
         later = [m for m in milestones if m > step and m < self.spec.max_steps]
         return later[0] if later else None
 
@@ -566,7 +575,8 @@ class Controller(TrialCommandsController, StageTreeController):
             if trial.status is not TrialStatus.SUSPENDED or step is None or trial.step < step:
                 continue
             view = view or self._view()  # the tuner judges each trial by its own values
-            actions = self.policy.decide(view, Event.boundary(trial.trial_id, step), self._rng())
+            event = Event.boundary(trial.trial_id, step)
+            actions = self.policy.decide(view, event, self._rng(event))
             if any(a.kind is ActionKind.TERMINATE for a in actions):
                 for action in actions:
                     self._apply(action, None)

@@ -25,6 +25,8 @@ class SimulatorConfig:
         suspend_cost: Seconds a worker spends when a segment ends suspended (beyond the
             boundary's checkpoint).
         resume_cost: Seconds a segment that starts from a checkpoint spends loading it.
+        segment_start: Seconds from an assignment to its segment's start on a worker that was
+            idle (noticing the assignment, calling the training function).
         checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
         boundary: The study's evaluation boundary in steps (``[study].boundary``).
         max_steps: The last step of a trial; ``None``: the trace's epochs.
@@ -45,6 +47,7 @@ class SimulatorConfig:
     startup: float = 0.0
     suspend_cost: float = 0.0
     resume_cost: float = 0.0
+    segment_start: float = 0.0
     checkpoint_cost: float = 0.0
     boundary: int = 1
     max_steps: int | None = None
@@ -62,7 +65,8 @@ class SimulatorConfig:
 
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""
-        for name in ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost"):
+        costs = ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost")
+        for name in (*costs, "segment_start"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")

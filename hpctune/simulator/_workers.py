@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from hpctune.controller.wire import EventLines, Wire
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal.state import StudyRecord
@@ -57,9 +59,11 @@ class TraceRows:
 
     A trial the generator proposed carries its row in ``info["trace_row"]``. Any other trial (a
     PBT child, a trial added with given parameters, a replayed one) takes the row nearest to its
-    parameters (:class:`~hpctune.nearest.NearestConfigurations`' distance, used rows included): a
-    forked child therefore continues, from its parent's checkpoint step, on the curve of the
-    recorded configuration nearest to its mutated hyperparameters.
+    parameters (:class:`~hpctune.nearest.NearestConfigurations`' distance, used rows included)
+    among the rows that recorded the first step it trains (a child forked at step s: step s + 1),
+    else the nearest row: a forked child therefore continues, from its parent's checkpoint step,
+    on the curve of the recorded configuration nearest to its mutated hyperparameters (in a
+    trace exported from a PBT study, its own row).
     """
 
     def __init__(self, trace: Trace, nearest: NearestConfigurations) -> None:
@@ -76,6 +80,10 @@ class TraceRows:
                 self._rows[trial_id] = given
             else:
                 distances = self.nearest.distances(trial.params)
+                first = min(int(trial.parent_step or 0), self.trace.num_epochs - 1)
+                recorded = ~np.isnan(self.trace.epoch_seconds[:, first])
+                if recorded.any():
+                    distances = np.where(recorded, distances, np.inf)
                 self._rows[trial_id] = int(distances.argmin())
         return self._rows[trial_id]
 
@@ -87,6 +95,7 @@ class _Kind(Enum):
     END = 3  # the segment's end line is written
     PROCEED = 4  # a decision arrived at a waiting boundary
     WAIT_OVER = 5  # the decision wait at a boundary ran out
+    BEGIN = 6  # a segment's function starts
 
 
 @dataclass
@@ -243,17 +252,27 @@ class Workers:
         if worker is not None:
             self._take(worker)
 
-    def _take(self, worker: SimWorker) -> None:
-        """An idle, ready worker reads its assignment file: a new segment, or exit."""
+    def _take(self, worker: SimWorker, *, fresh: bool = False) -> None:
+        """An idle, ready worker reads its assignment file: a new segment, or exit.
+
+        A worker that was idle starts the segment ``segment_start`` seconds later (it notices
+        the assignment, calls the function); a new one at once (``startup`` counted that).
+        """
+        now = self.clock.now()
         if worker.exited is not None or worker.run is not None:
             return
-        if self.clock.now() < worker.ready or worker.worker_id not in self.assignments:
+        if now < worker.ready or worker.worker_id not in self.assignments:
             return
         assignment = self.assignments[worker.worker_id]
         if assignment is None:
-            worker.exited = self.clock.now()
+            worker.exited = now
         elif not any(r.assignment.segment_id == assignment.segment_id for r in worker.runs):
-            self._begin(worker, assignment)
+            delay = 0.0 if fresh else self.config.segment_start
+            run = Run(assignment, self.rows.row(self.record, assignment.trial_id), now + delay)
+            run.step = assignment.start_step
+            worker.run = run
+            worker.runs.append(run)
+            self.push(run.began, _Kind.BEGIN, worker.worker_id)
 
     def decision(self, message: DecisionMessage) -> None:
         """The controller wrote a segment's decision file."""
@@ -273,12 +292,14 @@ class Workers:
     def _handle(self, kind: _Kind, worker: SimWorker, step: int) -> None:
         now = self.clock.now()
         if kind is _Kind.READY:
-            self._take(worker)
+            self._take(worker, fresh=True)
             return
         run = worker.run
         if run is None or worker.exited is not None or run.ended is not None:
             return  # killed meanwhile
-        if kind is _Kind.STEP:
+        if kind is _Kind.BEGIN:
+            self._begin(worker, run, now)
+        elif kind is _Kind.STEP:
             self._step(worker, run, step, now)
         elif kind is _Kind.SAVED:
             self._write(run, EV_CHECKPOINT, now, step=step, **self._checkpoint(run, step))
@@ -290,11 +311,9 @@ class Workers:
             self._read_decision(run, step)
             self._after_report(worker, run, step, now)
 
-    def _begin(self, worker: SimWorker, a: Assignment) -> None:
-        now = self.clock.now()
-        run = Run(a, self.rows.row(self.record, a.trial_id), now, step=a.start_step)
-        worker.run = run
-        worker.runs.append(run)
+    def _begin(self, worker: SimWorker, run: Run, now: float) -> None:
+        """The function starts: the ``start`` line, the checkpoint loaded, the first step."""
+        a = run.assignment
         self._write(run, EV_START, now, host="simulated", pid=0)
         if a.checkpoint is not None:
             now += self.config.resume_cost
