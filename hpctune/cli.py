@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import traceback
@@ -1507,7 +1508,14 @@ def check_policy_command(
     except OptionError as exc:
         raise UsageError(f"{target} refuses the search space: {exc}") from exc
     except ConformanceError as exc:
-        click.echo(f"FAILED: {exc}")
+        again = ["hpctune", "check-policy", target, "--seed", str(exc.seed)]
+        again += ["--views", str(exc.views)]
+        if options:
+            again += ["--options", options_text]
+        if space_text is not None:
+            again += ["--space", space_text]
+        click.echo(f"FAILED: {exc.headline}")
+        click.echo(f"reproduce: {shlex.join(again)}")
         return EXIT_FAILURE
     click.echo(report.summary())
     return EXIT_OK

@@ -4,9 +4,11 @@ A :class:`StudyWalk` starts from a random study in mid-course (trials in every s
 checkpoints, forks with generations and initiators, learning-curve predictions) and moves on in
 rounds as the controller does: running trials report and reach boundaries (REPORT, BOUNDARY),
 fits arrive (PREDICTION), some trials fail, end early, lose their worker (queued again) or are
-stopped or retried by the user; the policy's actions are carried out as
-``hpctune.controller._loop`` carries them out (``_apply``, ``_trial_for``, ``_assign``), and
-checkpoints the policy no longer needs are deleted. Everything is drawn from one generator.
+stopped or retried by the user. The policy's actions are carried out as
+``hpctune.controller._loop`` carries them out (``_apply``, ``_trial_for``, ``_assign``): a running
+trial told to suspend or terminate stays running until its worker hears it (at once, mostly, or
+at its next boundary), and holds its slot till then. Checkpoints the policy no longer needs are
+deleted. Everything is drawn from one generator.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class _Trial:
     initiator: int | None = None
     last_metrics: dict[str, float] = field(default_factory=dict)
     until_step: int | None = None  # the running assignment's last step
+    stopping: TrialStatus | None = None  # suspended or terminated, once its worker hears it
 
 
 class StudyWalk:
@@ -330,6 +333,9 @@ class StudyWalk:
         events: list[Event] = []
         elapsed = float(rng.uniform(0.1, 2.0))
         for trial in self.running():
+            if trial.stopping is not None and rng.random() < 0.7:
+                self._stop(trial)  # it was waiting at its boundary for the decision
+                continue
             if rng.random() < 0.15:
                 continue  # no report this round
             end = self.end_of(trial)
@@ -360,6 +366,8 @@ class StudyWalk:
             elif target >= until:
                 self._set(trial, TrialStatus.SUSPENDED)  # the assignment ended at until_step
                 trial.checkpoint_step = target
+            elif trial.stopping is not None and at_boundary:
+                self._stop(trial)  # it went on before the decision came; stops here
         self.now += elapsed
         self._fates()
         events += self._fits()
@@ -418,6 +426,7 @@ class StudyWalk:
     def _set(self, trial: _Trial, status: TrialStatus) -> None:
         trial.status = status
         trial.until_step = None
+        trial.stopping = None
 
     # -- carrying out actions ------------------------------------------------------------------
 
@@ -429,15 +438,24 @@ class StudyWalk:
         if action.kind is ActionKind.CONTINUE:
             trial.priority = float(action.priority)
         elif action.kind is ActionKind.SUSPEND:
-            if trial.status is TrialStatus.RUNNING:
-                self._set(trial, TrialStatus.SUSPENDED)
+            if trial.status is TrialStatus.RUNNING:  # its worker is told; it stops later
+                trial.stopping = trial.stopping or TrialStatus.SUSPENDED
                 trial.priority = float(action.priority)
-                if trial.step > (trial.parent_step or 0) and self.rng.random() < 0.9:
-                    trial.checkpoint_step = trial.step
             elif trial.status is TrialStatus.QUEUED:
                 self._set(trial, TrialStatus.SUSPENDED)
-        elif action.kind is ActionKind.TERMINATE and not trial.status.is_final:
-            self._set(trial, TrialStatus.TERMINATED)
+        elif action.kind is ActionKind.TERMINATE:
+            if trial.status is TrialStatus.RUNNING:
+                trial.stopping = TrialStatus.TERMINATED
+            elif not trial.status.is_final:
+                self._set(trial, TrialStatus.TERMINATED)
+
+    def _stop(self, trial: _Trial) -> None:
+        """A running trial's worker carries out the suspension or termination it was told."""
+        status = trial.stopping or TrialStatus.SUSPENDED
+        self._set(trial, status)
+        trained = trial.step > (trial.parent_step or 0)
+        if status is TrialStatus.SUSPENDED and trained and self.rng.random() < 0.9:
+            trial.checkpoint_step = trial.step
 
     def place(self, actions: Sequence[Action], free_slots: int) -> None:
         """The actions of a SLOT_FREE decision, as the controller's ``_fill_slots``."""

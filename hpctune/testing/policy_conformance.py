@@ -32,6 +32,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 import numpy as np
@@ -80,9 +81,11 @@ class ConformanceError(AssertionError):
         detail: What was wrong.
         event: The event decided on (``None`` outside ``decide``: a hook such as
             ``needed_checkpoints``).
-        seed: The seed of the study it happened in: ``check_policy(make, seed=seed,
-            n_views=decision)`` reproduces it.
-        decision: How many decisions of that study were checked, this one included.
+        seed: The seed of the study it happened in.
+        decision: How many decisions of that study were checked, this one included (0: the
+            failure came before the first).
+        views: ``check_policy(make, seed=seed, n_views=views)`` reproduces the failure.
+        headline: The message without the reproducer.
         view: The view the policy was given, or ``None``.
         actions: The actions it returned, or ``None``.
     """
@@ -108,11 +111,13 @@ class ConformanceError(AssertionError):
         self.view = view
         self.actions = actions
         where = describe_event(event) if event is not None else "a call outside decide"
-        super().__init__(
+        self.headline = (
             f"policy {policy!r} failed the check {check!r} at decision {decision} ({where}) of "
-            f"the study with seed {seed}: {detail}\n"
-            f"reproduce: check_policy(make, seed={seed}, n_views={decision}) or "
-            f"hpctune check-policy TARGET --seed {seed} --views {decision}"
+            f"the study with seed {seed}: {detail}"
+        )
+        self.views = max(decision, 1)
+        super().__init__(
+            f"{self.headline}\nreproduce: check_policy(make, seed={seed}, n_views={self.views})"
         )
 
 
@@ -153,8 +158,12 @@ class ConformanceReport:
 def describe_event(event: Event) -> str:
     """``SLOT_FREE with 2 free slots``, ``BOUNDARY of trial 3 at step 4``."""
     if event.kind is EventKind.SLOT_FREE:
-        return f"SLOT_FREE with {event.free_slots} free slots"
+        return f"SLOT_FREE with {_free(event.free_slots)}"
     return f"{event.kind.name} of trial {event.trial_id} at step {event.step}"
+
+
+def _free(slots: int) -> str:
+    return f"{slots} free slot{'' if slots == 1 else 's'}"
 
 
 def describe_action(action: Any) -> str:
@@ -265,7 +274,7 @@ def action_problem(view: StudyView, event: Event, actions: Any) -> tuple[str, st
     placing = [a for a in actions if a.kind in PLACING]
     if event.kind is EventKind.SLOT_FREE and len(placing) > event.free_slots:
         shown = ", ".join(describe_action(a) for a in placing)
-        return "slots", (f"{len(placing)} placements ({shown}) with {event.free_slots} free slots")
+        return "slots", f"{len(placing)} placements ({shown}) with {_free(event.free_slots)}"
     resumed: set[int] = set()
     for action in actions:
         problem = _problem(view, event, action, resumed)
@@ -413,6 +422,12 @@ class _Run:
         """Walk one study for ``rounds`` rounds (or until ``n_views`` decisions in all)."""
         self.seed, self.index, self.event, self.view = seed, 0, None, None
         policy = self.make()
+        loaded = self._call(lambda: policy.load_state_dict({}))  # as a new study's controller
+        if isinstance(loaded, BaseException):
+            self._fail(
+                "state-round-trip",
+                f"load_state_dict({{}}) (a new study's state) raised {_exception_text(loaded)}",
+            )
         study = StudyWalk(
             np.random.default_rng(seed),
             space,
@@ -498,6 +513,7 @@ class _Run:
         holds = self._hook(lambda: policy.holds_idle_workers(view))
         if not isinstance(holds, bool | np.bool_):
             self._fail("legal", f"holds_idle_workers returned {holds!r}, not a bool")
+        self._milestones(policy, view)
         if not policy.makes_configurations:
             return
         needed = self._hook(lambda: policy.needed_checkpoints(view))
@@ -506,6 +522,23 @@ class _Run:
                 self._fail("legal", f"needed_checkpoints returned {needed!r}, not trial ids")
             needed = {int(t) for t in needed}
         study.collect_checkpoints(needed)
+
+    def _milestones(self, policy: Policy, view: StudyView) -> None:
+        """``stage_milestones`` (stage trees), asked of a copy restored from the policy's state
+        (it may draw from ``rng`` and remember, as ASHA's bracket choice)."""
+        copy = self._restore(*self._state(policy))
+        trial_ids: list[int | None] = [None, *list(view.trials)[-1:]]
+        for trial_id in trial_ids:
+            steps = self._hook(partial(copy.stage_milestones, view, trial_id, self._rng()))
+            if steps is None:
+                continue
+            ints = isinstance(steps, list) and all(_is_int(s) for s in steps)
+            if not ints or steps != sorted(set(steps)) or not _within(steps, view.max_steps):
+                self._fail(
+                    "legal",
+                    f"stage_milestones(view, {trial_id}) returned {steps!r}, not ascending steps "
+                    f"in 1..{view.max_steps}",
+                )
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -576,6 +609,10 @@ class _Run:
             view=self.view,
             actions=actions if isinstance(actions, list) else None,
         )
+
+
+def _within(steps: list[int], max_steps: int) -> bool:
+    return not steps or (steps[0] >= 1 and steps[-1] <= max_steps)
 
 
 def _iterable(value: Any) -> bool:

@@ -28,6 +28,7 @@ from hpctune.policies import (
     EventKind,
     Policy,
     StudyView,
+    TruncationPbtPolicy,
     make_policy,
 )
 from hpctune.states import TrialStatus
@@ -262,9 +263,9 @@ def _caught(make: Callable[[], Policy], check: str) -> ConformanceError:
     assert err.check == check, str(err)
     assert err.policy == make().name
     assert f"failed the check {check!r}" in str(err)
-    assert f"seed={err.seed}, n_views={err.decision}" in str(err)
+    assert f"seed={err.seed}, n_views={err.views}" in str(err)
     with pytest.raises(ConformanceError) as again:  # the reproducer fails at the same decision
-        check_policy(make, seed=err.seed, n_views=err.decision)
+        check_policy(make, seed=err.seed, n_views=err.views)
     assert (again.value.check, again.value.decision, again.value.event) == (
         check,
         err.decision,
@@ -277,7 +278,8 @@ def test_more_placements_than_free_slots_are_caught() -> None:
     err = _caught(OverPlacing, "slots")
     assert err.event is not None
     assert err.event.kind is EventKind.SLOT_FREE
-    assert f"with {err.event.free_slots} free slots" in err.detail
+    free = err.event.free_slots
+    assert f"with {free} free slot{'' if free == 1 else 's'}" in err.detail
 
 
 @pytest.mark.parametrize(
@@ -317,6 +319,38 @@ def test_a_state_that_does_not_round_trip_is_caught() -> None:
 def test_state_missing_from_the_journal_is_caught_at_restart() -> None:
     err = _caught(HiddenState, "restart")
     assert "uninterrupted: []" in err.detail
+
+
+class ForgetsClones(TruncationPbtPolicy):
+    """Ray's PBT without its waiting clones in the journal."""
+
+    def __init__(self) -> None:
+        super().__init__(TruncationPbtPolicy.Options(population_size=4, perturbation_interval=2))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "pending": []}
+
+
+def test_a_registered_policy_missing_part_of_its_state_fails_restart() -> None:
+    err = _caught(ForgetsClones, "restart")
+    assert "FORK" in err.detail  # the uninterrupted one forks a clone, the restored one cannot
+
+
+class NeedsState(DefaultPolicy):
+    """Cannot start from a new study's empty state."""
+
+    name: ClassVar[str] = "needs-state"
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.count = int(state["count"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": 0}
+
+
+def test_a_policy_that_cannot_load_an_empty_state_is_caught() -> None:
+    err = _caught(NeedsState, "state-round-trip")
+    assert "load_state_dict({}) (a new study's state) raised KeyError" in err.detail
 
 
 def test_nondeterminism_is_caught() -> None:
@@ -445,7 +479,11 @@ def test_check_policy_command_names_the_failing_check(
     assert main(["check-policy", target, "--views", "60", "--seed", "3"]) == 1
     out = capsys.readouterr().out
     assert "failed the check 'slots'" in out
-    assert "hpctune check-policy TARGET --seed" in out
+    reproduce = out.splitlines()[-1].split()
+    assert reproduce[:3] == ["reproduce:", "hpctune", "check-policy"]
+    assert reproduce[3:5] == [target, "--seed"]
+    assert main(reproduce[2:]) == 1  # the command it prints fails the same way
+    assert capsys.readouterr().out.splitlines()[0] == out.splitlines()[0]
 
 
 def test_check_policy_command_takes_factories_and_class_options(
