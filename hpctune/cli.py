@@ -1480,9 +1480,10 @@ def check_policy_command(
 
     TARGET is a registered policy (asha) or MODULE:CLASS_OR_FACTORY (a Policy subclass, or a
     function returning a policy, called with the options as keyword arguments). Checked at every
-    decision: no exception, no I/O, no clock, a JSON state that round-trips, determinism,
-    restart from the journaled state equals no restart, no more placements than free slots,
-    only legal actions. Exit 0 if it passes, 1 with the failing check, 2 for a bad argument.
+    decision: no exception, no I/O, no clock, the view left alone, a JSON state that round-trips,
+    determinism, restart from the journaled state equals no restart, no more placements than
+    free slots, only legal actions. Exit 0 if it passes, 1 with the failing check, 2 for a bad
+    argument.
     """
     from hpctune.policies import OptionError
     from hpctune.space import parse_space

@@ -297,7 +297,8 @@ class StudyWalk:
     # -- views ---------------------------------------------------------------------------------
 
     def view(self, free_slots: int) -> StudyView:
-        """A frozen view of the study now (read-only arrays and mappings, as a fresh snapshot)."""
+        """A new view of the study now: read-only arrays and mappings of trials and predictions;
+        parameters and metrics are copies (the kit checks that ``decide`` leaves them alone)."""
         trials = {tid: _freeze(t) for tid, t in sorted(self.trials.items())}
         predictions = dict(self.predictions) if self.wants_predictions else {}
         return StudyView(
@@ -541,7 +542,7 @@ def _freeze(trial: _Trial) -> TrialView:
     return TrialView(
         trial_id=trial.trial_id,
         status=trial.status,
-        params=MappingProxyType(dict(trial.params)),
+        params=_json_data(trial.params),  # plain dicts, as the controller's; copies
         step=trial.step,
         steps=_readonly(trial.steps, np.int64),
         values=_readonly(trial.values, float),
@@ -551,9 +552,9 @@ def _freeze(trial: _Trial) -> TrialView:
         parent_step=trial.parent_step,
         priority=trial.priority,
         retries=trial.retries,
-        info=MappingProxyType({}),
+        info={},
         end_step=trial.end_step,
         generation=trial.generation,
         initiator=trial.initiator,
-        last_metrics=MappingProxyType(dict(trial.last_metrics)),
+        last_metrics=dict(trial.last_metrics),
     )

@@ -7,6 +7,7 @@ decision is checked (:data:`CHECKS`, in this order):
 
 * ``exception``: ``decide`` (and ``state_dict``, ``needed_checkpoints``, ...) does not raise;
 * ``no-io``, ``no-clock``: no file, directory, socket, process or sleep; no clock of :mod:`time`;
+* ``no-mutation``: the view is left as it was (trials' parameters, metrics, curves);
 * ``state-json``: ``state_dict()`` is a mapping the journal can write (JSON);
 * ``state-round-trip``: a new policy given that state (after JSON) gives the same state back;
 * ``determinism``: two policies restored from the same state decide alike with the same seed;
@@ -61,6 +62,7 @@ CHECKS: tuple[str, ...] = (
     "exception",
     "no-io",
     "no-clock",
+    "no-mutation",
     "state-json",
     "state-round-trip",
     "determinism",
@@ -381,7 +383,10 @@ def check_policy(
     Raises:
         ConformanceError: A check failed (the first failure).
         OptionError: The policy refuses the search space (``check_space``); pass ``space``.
+        ValueError: ``n_views`` or ``rounds`` below 1.
     """
+    if n_views < 1 or rounds < 1:
+        raise ValueError(f"n_views and rounds must be >= 1, but got {n_views} and {rounds}")
     started = time.perf_counter()
     space = space if space is not None else default_space()
     first = make()
@@ -469,11 +474,21 @@ class _Run:
         raw, before = self._state(policy)
         restored = self._restore(raw, before)
         twin = self._restore(raw, before)
+        fingerprint = _fingerprint(view)
         ours = self._call(lambda: policy.decide(view, event, self._rng()))
         if isinstance(ours, BaseException):
+            if _is_mutation(ours):
+                self._fail("no-mutation", f"decide changed the view: {_exception_text(ours)}")
             self._fail("exception", f"decide raised {_exception_text(ours)}")
         theirs = self._call(lambda: restored.decide(view, event, self._rng()))
         again = self._call(lambda: twin.decide(view, event, self._rng()))
+        changed = [t for t, f in _fingerprint(view).items() if f != fingerprint[t]]
+        if changed:
+            self._fail(
+                "no-mutation",
+                f"decide changed the parameters, metrics or info of trials {changed} in the view "
+                "(the controller's own records)",
+            )
         if _key(theirs) != _key(again):
             self._fail(
                 "determinism",
@@ -613,6 +628,19 @@ class _Run:
 
 def _within(steps: list[int], max_steps: int) -> bool:
     return not steps or (steps[0] >= 1 and steps[-1] <= max_steps)
+
+
+def _fingerprint(view: StudyView) -> dict[int, str]:
+    """The mutable parts of each trial's view, as text."""
+    return {tid: dumps([t.params, t.info, t.last_metrics]) for tid, t in view.trials.items()}
+
+
+def _is_mutation(exc: BaseException) -> bool:
+    """Whether ``exc`` is numpy's or a read-only mapping's refusal to be changed."""
+    text = str(exc)
+    return isinstance(exc, ValueError | TypeError) and (
+        "read-only" in text or "mappingproxy" in text
+    )
 
 
 def _iterable(value: Any) -> bool:

@@ -353,6 +353,36 @@ def test_a_policy_that_cannot_load_an_empty_state_is_caught() -> None:
     assert "load_state_dict({}) (a new study's state) raised KeyError" in err.detail
 
 
+class Mutating(DefaultPolicy):
+    """Changes the view it is given: ``how`` says what."""
+
+    name: ClassVar[str] = "mutating"
+    how: ClassVar[str] = "params"
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        trial = view.trials.get(event.trial_id) if event.trial_id is not None else None
+        if trial is not None and self.how == "params":
+            trial.params["seen"] = True  # type: ignore[index]
+        elif trial is not None and self.how == "values":
+            trial.values.sort()
+        elif trial is not None and self.how == "trials":
+            view.trials[trial.trial_id] = trial  # type: ignore[index]
+        return super().decide(view, event, rng)
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("params", "changed the parameters, metrics or info of trials ["),
+        ("values", "read-only"),
+        ("trials", "mappingproxy"),
+    ],
+)
+def test_changing_the_view_is_caught(how: str, message: str) -> None:
+    err = _caught(type("Mutating", (Mutating,), {"how": how}), "no-mutation")
+    assert message in err.detail
+
+
 def test_nondeterminism_is_caught() -> None:
     err = _caught(Nondeterministic, "determinism")
     assert err.event is not None
@@ -468,7 +498,7 @@ def test_check_policy_command_passes_a_registered_policy(
     args = ["check-policy", "asha", "--options", '{"reduction_factor": 2}', "--views", "40"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "policy 'asha' passed 9 checks" in out
+    assert "policy 'asha' passed 10 checks" in out
     assert "on 40 decisions" in out
 
 
@@ -521,4 +551,4 @@ def test_check_policy_command_exits_2_on_bad_arguments(
 def test_the_report_counts_every_decision() -> None:
     report = check_policy(DefaultPolicy, n_views=30)
     assert sum(report.events.values()) == report.decisions == 30
-    assert "passed 9 checks" in report.summary()
+    assert f"passed {len(CHECKS)} checks" in report.summary()
