@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -464,7 +465,7 @@ def test_view_problems_finds_impossible_views() -> None:
     assert "free slots" in view_problems(too_free)[0]
 
 
-def test_forbid_io_refuses_this_thread_only_and_allows_imports() -> None:
+def test_forbid_io_refuses_this_thread_only_and_allows_imports(tmp_path: Path) -> None:
     seen: list[BaseException | None] = []
 
     def other_thread() -> None:
@@ -474,8 +475,9 @@ def test_forbid_io_refuses_this_thread_only_and_allows_imports() -> None:
         except BaseException as exc:
             seen.append(exc)
 
+    written = tmp_path / "written"
     with forbid_io() as violations:
-        with pytest.raises(ForbiddenIOError), open(os.devnull):
+        with pytest.raises(ForbiddenIOError), open(written, "w"):
             pass
         with pytest.raises(ForbiddenIOError):
             time.time()
@@ -484,6 +486,7 @@ def test_forbid_io_refuses_this_thread_only_and_allows_imports() -> None:
         thread.join()
         import json.tool  # noqa: F401  (an import reads files: allowed)
     assert [v.what for v in violations] == ["open", "time.time"]
+    assert not written.exists()  # refused, not only recorded
     assert seen == [None]
     open(os.devnull).close()  # nothing refused after the block
     assert time.time() > 0
