@@ -21,6 +21,7 @@ from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.files import dumps, write_json_atomic
 from hpctune.journal import state as st
+from hpctune.journal.delta import state_delta
 from hpctune.journal.epochs import branch_journal, point_link
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.reader import load_state
@@ -217,6 +218,7 @@ class ControllerBase:
         self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
         self._trial_views: dict[int, tuple[tuple[Any, ...], TrialView]] = {}  # see _trial_view
         self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
+        self._policy_text = ""  # the policy's state as last journaled (JSON text)
 
     @classmethod
     def in_memory(
@@ -310,9 +312,7 @@ class ControllerBase:
         """
         try:
             if self.writer.has_pending or self.cursors != self.writer.cursors:
-                state = self.policy.state_dict()
-                if state != self.state.policy_state:
-                    self._log(st.POLICY_STATE, state=state)
+                self._journal_policy_state()
                 self._check_lease()
                 self.writer.commit(self.cursors)
         except OSError as exc:
@@ -329,6 +329,23 @@ class ControllerBase:
                 logger.warning("could not write a file after commit: %s", exc)
                 if storage_error(exc) is not None:
                     self._storage_fault(describe(exc), "a file after commit")
+
+    def _journal_policy_state(self) -> None:
+        """Journal the policy's state when it changed: a patch of the last one
+        (``policy_delta``), or the whole state when the patch would not be much smaller."""
+        text = dumps(self.policy.state_dict())
+        last = self.state.policy_state
+        if text == self._policy_text:
+            return
+        self._policy_text = text
+        state = json.loads(text)  # as the journal holds it
+        if state == last:
+            return
+        delta = state_delta(last, state) if last else None
+        if delta is not None and len(dumps(delta)) * 2 < len(dumps(state)):
+            self._log(st.POLICY_DELTA, delta=delta)
+        else:
+            self._log(st.POLICY_STATE, state=state)
 
     def _warn(self, code: str, message: str, trial: int = -1) -> None:
         """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""

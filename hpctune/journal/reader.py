@@ -132,7 +132,7 @@ def _load(reader: JournalReader | Hdf5Journal) -> tuple[StudyRecord, MetricRows]
             ) from exc
     for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
         if not ref.deleted and ref.trial_id in record.trials:
-            record.trials[ref.trial_id].checkpoint_row = ref.row
+            record.hold_checkpoint(record.trials[ref.trial_id], ref.row)
     metrics = MetricRows(reader, record)
     for trial_id, all_rows in metrics.by_trial.items():
         tr = record.trials.get(trial_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.journal.delta import apply_delta
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
 
 # Log record kinds.
@@ -27,6 +28,7 @@ DECISION = "decision"
 WORKER = "worker"
 COMMAND = "command"
 POLICY_STATE = "policy_state"
+POLICY_DELTA = "policy_delta"  # a patch of the last policy state (journal/delta.py)
 CHECKPOINT_DELETED = "checkpoint_deleted"
 CONTROLLER = "controller"
 PREDICTION = "prediction"
@@ -53,6 +55,7 @@ LOG_KINDS = (
     WORKER,
     COMMAND,
     POLICY_STATE,
+    POLICY_DELTA,
     CHECKPOINT_DELETED,
     CONTROLLER,
     PREDICTION,
@@ -266,6 +269,8 @@ class StudyRecord:
     # counts the records that can change which checkpoints are needed (trials created and their
     # statuses, checkpoints added and deleted, lineage): the controller collects on a change
     checkpoint_changes: int = field(default=0, repr=False, compare=False)
+    # checkpoint row -> the trials whose latest checkpoint it is (kept by hold_checkpoint)
+    _holders: dict[int, set[int]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -445,6 +450,11 @@ class StudyRecord:
     ) -> None:
         self.policy_state = data["state"]
 
+    def _on_policy_delta(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        self.policy_state = apply_delta(self.policy_state, data["delta"])
+
     def _on_checkpoint_deleted(
         self, trial: int, segment: int, time: float, data: dict[str, Any]
     ) -> None:
@@ -455,12 +465,13 @@ class StudyRecord:
                 ref.deleted = True
                 if self._live_rows is not None:
                     self._live_rows.get(ref.trial_id, set()).discard(row)
-        for tr in self.trials.values():  # its own or (stage trees) one it went on from
-            if tr.checkpoint_row in rows:
-                ref = self.checkpoints.get(tr.checkpoint_row)
-                own = self.live_checkpoints(tr.trial_id)  # its previous one, as readers find it
-                mine = ref is not None and ref.trial_id == tr.trial_id
-                tr.checkpoint_row = own[-1].row if own and mine else None
+        holders = sorted({tid for row in rows for tid in self._holders.get(row, ())})
+        for tid in holders:  # its own or (stage trees) one it went on from
+            tr = self.trials[tid]
+            ref = self.checkpoints.get(tr.checkpoint_row)  # type: ignore[arg-type]
+            own = self.live_checkpoints(tr.trial_id)  # its previous one, as readers find it
+            mine = ref is not None and ref.trial_id == tr.trial_id
+            self.hold_checkpoint(tr, own[-1].row if own and mine else None)
 
     def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
@@ -475,7 +486,7 @@ class StudyRecord:
         row = record.parent_checkpoint_row
         current = self.checkpoints.get(record.checkpoint_row)  # type: ignore[arg-type]
         if row in self.checkpoints and (current is None or current.step <= step):
-            record.checkpoint_row = int(row)  # its latest checkpoint until it writes its own
+            self.hold_checkpoint(record, int(row))  # its latest until it writes its own
         _copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
 
@@ -532,7 +543,17 @@ class StudyRecord:
             self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
         trial = self.trials.get(ref.trial_id)
         if trial is not None and not ref.deleted:
-            trial.checkpoint_row = ref.row
+            self.hold_checkpoint(trial, ref.row)
+
+    def hold_checkpoint(self, trial: TrialRecord, row: int | None) -> None:
+        """Make ``row`` the trial's latest checkpoint (``None``: none), keeping the index of
+        which trials hold each checkpoint (a deletion then visits only those)."""
+        old = trial.checkpoint_row
+        if old is not None:
+            self._holders.get(old, set()).discard(trial.trial_id)
+        trial.checkpoint_row = row
+        if row is not None:
+            self._holders.setdefault(row, set()).add(trial.trial_id)
 
     def add_report(
         self,

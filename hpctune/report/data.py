@@ -18,6 +18,7 @@ from hpctune.analysis.timeline import best_so_far, time_to_best
 from hpctune.best import describe_best, peak_value, trial_value
 from hpctune.formatting import format_duration, format_params, format_value
 from hpctune.journal import state as st
+from hpctune.journal.delta import policy_states
 from hpctune.journal.state import decode_data
 from hpctune.space import SearchSpace
 from hpctune.states import TrialStatus
@@ -217,7 +218,13 @@ def _log_records(study: Study, kind: str) -> list[tuple[float, dict[str, Any]]]:
 
 def _pools(study: Study) -> dict[str, Any] | None:
     """POP's promising and opportunistic slots over time, from its journaled policy states."""
-    states = [(t, d["state"]) for t, d in _log_records(study, st.POLICY_STATE)]
+    log = study.journal.table("log")
+    records = (
+        (float(t), str(k), decode_data(str(d)))
+        for k, t, d in zip(log["kind"], log["time"], log["data"], strict=True)
+        if k in (st.POLICY_STATE, st.POLICY_DELTA)
+    )
+    states = policy_states(records)
     points = [(t, s) for t, s in states if isinstance(s, dict) and "s_promising" in s]
     if not points:
         return None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hpctune.controller import Controller
 from hpctune.curves.service import FitJob, FitResult
 from hpctune.journal import state as st
+from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.state import StudyRecord
 from hpctune.nearest import NearestConfigurations, trace_space
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 MAX_ITERATIONS_PER_INSTANT = 50  # iterations at one instant before the clock must move
 # records after which another iteration at the same instant has nothing new to do
-_BOOKKEEPING = frozenset({st.CHECKPOINT_DELETED, st.POLICY_STATE})
+_BOOKKEEPING = frozenset({st.CHECKPOINT_DELETED, st.POLICY_STATE, st.POLICY_DELTA})
 
 
 class TraceOrder(Generator):
@@ -464,11 +465,11 @@ class Simulator:
         return steps[-1] if steps else 0
 
     def _policy_states(self) -> list[tuple[float, dict[str, Any]]]:
-        return [
-            (float(row["time"]), _data(row["data"]).get("state", {}))
+        return policy_states(
+            (float(row["time"]), row["kind"], _data(row["data"]))
             for row in self.journal.rows["log"]
-            if row["kind"] == st.POLICY_STATE
-        ]
+            if row["kind"] in (st.POLICY_STATE, st.POLICY_DELTA)
+        )
 
 
 def _data(text: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ seeds = st.integers(0, 2**32 - 1)
 def float_ranges(draw: st.DrawFn) -> tuple[FloatParam, float]:
     log = draw(st.booleans())
     low = draw(st.floats(1e-6 if log else -1e3, 1e3))
-    high = draw(st.floats(low * 1.001 + 1e-9, 1e4))
+    high = draw(st.floats(low + abs(low) * 0.001 + 1e-9, 1e4))  # above low, also for low < 0
     param = FloatParam(low, high, log=log)
     value = draw(st.floats(low, high))
     return param, value
