@@ -217,8 +217,14 @@ class ControllerBase:
         self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
         self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
         self._trial_views: dict[int, tuple[tuple[Any, ...], TrialView]] = {}  # see _trial_view
+        self._views: dict[int, TrialView] = {}  # the trials' views, kept up to date by _view
+        self._open_views: set[int] = set()  # trials whose views are looked at every time
+        self._views_t0: float | None = None
         self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
         self._policy_text = ""  # the policy's state as last journaled (JSON text)
+        self._consulted = True  # the policy was asked since its state was last journaled
+        self._checked: dict[str, float] = {}  # worker -> when its heartbeat was last read
+        self._watched_at = -math.inf  # when the segment watchdogs last ran
 
     @classmethod
     def in_memory(
@@ -312,7 +318,9 @@ class ControllerBase:
         """
         try:
             if self.writer.has_pending or self.cursors != self.writer.cursors:
-                self._journal_policy_state()
+                if self._consulted:  # a policy's state changes only when it decides
+                    self._consulted = False
+                    self._journal_policy_state()
                 self._check_lease()
                 self.writer.commit(self.cursors)
         except OSError as exc:
@@ -342,7 +350,7 @@ class ControllerBase:
         if state == last:
             return
         delta = state_delta(last, state) if last else None
-        if delta is not None and len(dumps(delta)) * 2 < len(dumps(state)):
+        if delta is not None and len(dumps(delta)) * 2 < len(text):
             self._log(st.POLICY_DELTA, delta=delta)
         else:
             self._log(st.POLICY_STATE, state=state)

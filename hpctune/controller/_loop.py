@@ -309,8 +309,21 @@ class Controller(TrialCommandsController, StageTreeController):
         return view
 
     def _view(self, free_slots: int = 0) -> StudyView:
+        """The policy's view; trials are looked at again only when the study record says they
+        changed or they have not ended (a study of many ended trials costs little)."""
         t0 = self.state.started_time or self.state.created_time
-        trials = {tid: self._trial_view(t, t0) for tid, t in self.state.trials.items()}
+        if t0 != self._views_t0:
+            self._views_t0, self._views = t0, {}
+            self._open_views = set(self.state.trials)
+        changed, self.state.changed = self.state.changed, set()
+        for tid in sorted(changed | self._open_views):  # new trials come last: id order
+            view = self._trial_view(self.state.trials[tid], t0)
+            self._views[tid] = view
+            if view.status.is_final:
+                self._open_views.discard(tid)
+            else:
+                self._open_views.add(tid)
+        trials = dict(self._views)
         return StudyView(
             metric=self.spec.metric,
             mode=self.spec.mode,
@@ -333,6 +346,7 @@ class Controller(TrialCommandsController, StageTreeController):
         boundary or report (its id and step), or free slots (the trials created so far and the
         slots). The same event gets the same numbers in every run of the study, after a
         restart and in the simulator (whatever the timing of the controller's iterations)."""
+        self._consulted = True
         kind = list(EventKind).index(event.kind)
         if event.kind is EventKind.SLOT_FREE:
             key = (kind, len(self.state.trials), event.free_slots)
@@ -345,6 +359,8 @@ class Controller(TrialCommandsController, StageTreeController):
         events, self._events = self._events, []
         if not self.policy.wants_reports:
             events = [e for e in events if e.kind is not EventKind.REPORT]
+        if not self.policy.wants_boundaries:
+            events = [e for e in events if e.kind is not EventKind.BOUNDARY]
         if events:
             view = self._view()
             for event in events:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from functools import partial
 from typing import Any
@@ -26,6 +27,11 @@ logger = logging.getLogger(__name__)
 
 #: Worker submissions that fail this many times in a row stop the study (failed).
 SUBMIT_TRIES = 5
+#: Seconds between two reads of the heartbeat of a worker whose segment runs (its events say
+#: it is alive; an idle, stopping or queued worker is checked at every iteration).
+BUSY_CHECK_PERIOD = 1.0
+#: Seconds between two passes of the segment watchdogs (whose delays are 30 s and more).
+WATCH_PERIOD = 1.0
 
 
 def submit_retry_delay(failures: int) -> float:
@@ -54,6 +60,11 @@ class WorkerManagingController(IngestingController):
             if not worker.info:
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
+            seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+            busy = seg is not None and seg.status is SegmentStatus.RUNNING
+            if busy and now - self._checked.get(wid, -math.inf) < BUSY_CHECK_PERIOD:
+                continue  # a busy worker's heartbeat is read at its own period
+            self._checked[wid] = now
             beat = self.wire.heartbeat(wid)
             self._beats[wid] = beat
             state = self.executor.state(wid, worker.info)
@@ -148,6 +159,9 @@ class WorkerManagingController(IngestingController):
           ``assignment_timeout`` seconds (its file may not have been written).
         """
         now = self.clock.now()
+        if now - self._watched_at < WATCH_PERIOD:
+            return  # the watchdogs' delays are tens of seconds
+        self._watched_at = now
         active = {seg.segment_id for seg in self.state.active_segments()}
         for table in (self._idle_since, self._decision_sent):
             for key in [k for k in table if k not in active]:

@@ -271,6 +271,8 @@ class StudyRecord:
     checkpoint_changes: int = field(default=0, repr=False, compare=False)
     # checkpoint row -> the trials whose latest checkpoint it is (kept by hold_checkpoint)
     _holders: dict[int, set[int]] = field(default_factory=dict, repr=False, compare=False)
+    # trials changed since the controller last took this set (its views of them are stale)
+    changed: set[int] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def metric(self) -> str:
@@ -285,6 +287,8 @@ class StudyRecord:
         if handler is None:
             return  # kinds from a newer minor version are ignored
         handler(trial, segment, time, data)
+        if trial >= 0:
+            self.changed.add(trial)
         if kind in _CHECKPOINT_KINDS:
             self.checkpoint_changes += 1
 
@@ -549,6 +553,7 @@ class StudyRecord:
         """Make ``row`` the trial's latest checkpoint (``None``: none), keeping the index of
         which trials hold each checkpoint (a deletion then visits only those)."""
         old = trial.checkpoint_row
+        self.changed.add(trial.trial_id)
         if old is not None:
             self._holders.get(old, set()).discard(trial.trial_id)
         trial.checkpoint_row = row
@@ -566,6 +571,7 @@ class StudyRecord:
         """Record a report of trial ``trial_id`` (``value``: the study metric, if reported;
         ``metrics``: every metric of the report)."""
         trial = self.trials[trial_id]
+        self.changed.add(trial_id)
         trial.step = step
         for name, v in (metrics or {}).items():
             if not np.isnan(v):
@@ -591,7 +597,7 @@ class StudyRecord:
 
     def active_segments(self) -> list[SegmentRecord]:
         """Segments assigned or running, not yet ended (by id)."""
-        return [s for _, s in sorted(self._active.items()) if not s.status.is_final]
+        return [self._active[k] for k in sorted(self._active)]
 
     def live_rows(self) -> dict[int, set[int]]:
         """The rows of the checkpoints not deleted, by trial (the index itself: read only)."""

@@ -338,7 +338,8 @@ class Policy(abc.ABC):
     :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
     (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done). REPORT
     events (a report between boundaries) reach only policies that set :attr:`wants_reports`
-    (none of the registered ones decides there; the controller then builds no view for them).
+    (none of the registered ones decides there; the controller then builds no view for them);
+    BOUNDARY events skip policies that set :attr:`wants_boundaries` to ``False`` (Default).
     Policies that set :attr:`makes_configurations` create trials with configurations of their own
     (forks, explicit parameters: PBT, replay); in the trace-driven simulator a forked trial goes
     on along the recorded configuration nearest to its parameters.
@@ -348,6 +349,7 @@ class Policy(abc.ABC):
     boundary_decisions: ClassVar[bool] = True
     wants_predictions: ClassVar[bool] = False
     wants_reports: ClassVar[bool] = False
+    wants_boundaries: ClassVar[bool] = True
     makes_configurations: ClassVar[bool] = False
 
     @abc.abstractmethod

@@ -23,6 +23,7 @@ class DefaultPolicy(Policy):
 
     name: ClassVar[str] = "default"
     boundary_decisions: ClassVar[bool] = False
+    wants_boundaries: ClassVar[bool] = False
     Options = DefaultOptions
 
     def __init__(self, options: DefaultOptions | None = None) -> None:
