@@ -98,13 +98,18 @@ class ExitOrder:
 def write_assignment(
     path: Path, assignment: Assignment | None, reason: str = "", *, epoch: int = 0
 ) -> None:
-    """Write a worker's assignment file: a segment, or an exit order when ``None``."""
+    """Write a worker's assignment file: a segment, or an exit order when ``None``.
+
+    Renamed into place, not synced: the journal (committed before) is the record, and a file a
+    crash lost is written again (the controller re-sends assignments it has not seen taken and,
+    when it starts, every active one), so the decision path waits for no disk.
+    """
     body = (
         {"kind": "exit", "reason": reason, "epoch": epoch}
         if assignment is None
         else {**assignment.to_dict(), "written": time.time()}
     )
-    write_json_atomic(path, body, fsync=True)
+    write_json_atomic(path, body)
 
 
 def read_assignment(path: Path) -> Assignment | ExitOrder | None:

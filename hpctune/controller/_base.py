@@ -530,7 +530,7 @@ class ControllerBase:
         message = DecisionMessage(
             seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason, self.epoch
         )
-        self._outbox.append(partial(self.wire.write_decision, message, fsync=True))
+        self._outbox.append(partial(self.wire.write_decision, message))  # see write_assignment
         self._decision_sent[seg.segment_id] = self.clock.now()
 
 

@@ -359,7 +359,7 @@ class Controller(TrialCommandsController, StageTreeController):
         events, self._events = self._events, []
         if not self.policy.wants_reports:
             events = [e for e in events if e.kind is not EventKind.REPORT]
-        if not self.policy.wants_boundaries:
+        if not (self.policy.wants_boundaries or self.policy.boundary_decisions):
             events = [e for e in events if e.kind is not EventKind.BOUNDARY]
         if events:
             view = self._view()
@@ -679,8 +679,11 @@ class Controller(TrialCommandsController, StageTreeController):
         return self.state.trials[trial_id]
 
     def _checkpoint_row(self, trial_id: int | None, step: int | None) -> int | None:
-        for ref in self.state.checkpoints.values():
-            if ref.trial_id == trial_id and ref.step == step and not ref.deleted:
+        """The row of ``trial_id``'s live checkpoint at ``step`` (the first), or ``None``."""
+        if trial_id is None:
+            return None
+        for ref in self.state.live_checkpoints(trial_id):
+            if ref.step == step:
                 return ref.row
         return None
 

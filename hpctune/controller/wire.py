@@ -95,6 +95,7 @@ class FileWire(Wire):
 
     def __init__(self, paths: StudyPaths) -> None:
         self.paths = paths
+        self._worker_dirs: set[str] = set()  # worker folders known to exist
 
     def event_name(self, segment_id: int) -> str:
         return self.paths.event_file(segment_id).name
@@ -116,11 +117,10 @@ class FileWire(Wire):
         self, worker_id: str, assignment: Assignment | None, reason: str = "", *, epoch: int = 0
     ) -> None:
         path = self.paths.assignment(worker_id)
-        if assignment is None:
-            write_assignment(path, None, reason, epoch=epoch)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_assignment(path, assignment)
+        if worker_id not in self._worker_dirs:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._worker_dirs.add(worker_id)
+        write_assignment(path, assignment, reason, epoch=epoch)
 
     def write_decision(self, message: DecisionMessage, *, fsync: bool = False) -> None:
         write_json_atomic(self.paths.decision(message.segment_id), message.to_dict(), fsync=fsync)

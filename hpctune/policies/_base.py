@@ -339,7 +339,8 @@ class Policy(abc.ABC):
     (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done). REPORT
     events (a report between boundaries) reach only policies that set :attr:`wants_reports`
     (none of the registered ones decides there; the controller then builds no view for them);
-    BOUNDARY events skip policies that set :attr:`wants_boundaries` to ``False`` (Default).
+    BOUNDARY events skip policies that set :attr:`wants_boundaries` to ``False`` and do not
+    decide at boundaries (Default; a subclass that sets :attr:`boundary_decisions` gets them).
     Policies that set :attr:`makes_configurations` create trials with configurations of their own
     (forks, explicit parameters: PBT, replay); in the trace-driven simulator a forked trial goes
     on along the recorded configuration nearest to its parameters.
