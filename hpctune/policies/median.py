@@ -11,6 +11,7 @@ waiting trials first-in first-out (queued, new, then suspended: Ray's ``FIFOSche
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,39 +84,55 @@ class _Curve:
     (the same values summed in the same order), from a prefix of them when the steps ascend.
     """
 
-    __slots__ = ("_steps", "_values", "last", "ordered", "sign", "start", "trial")
+    __slots__ = ("_steps", "_values", "first", "last", "ordered", "sign", "start", "trial")
 
     def __init__(self, trial: TrialView, start: int, sign: float) -> None:
         self.trial = trial
         self.start = start
         self.sign = sign
         self.last = last_step(trial)
-        self._steps: list[int] | None = None
         self._values: np.ndarray | None = None
-        self.ordered = True
+        # the filtered steps: ``first, first + 1, ...`` when they are consecutive (``first``
+        # set, ``_steps`` None), else kept (an array: not one more object for the GC to walk)
+        self._steps: array[float] | None = None
+        self.first: int | None = None
+        self.ordered = True  # the trial's steps ascend
 
-    def _filter(self) -> tuple[list[int], np.ndarray]:
-        if self._values is None or self._steps is None:
+    def values(self) -> np.ndarray:
+        """``sign * value`` at the steps from ``start`` on, NaN left out (made once)."""
+        if self._values is None:
             steps = np.asarray(self.trial.steps)
             keep = steps >= self.start
             values = self.sign * np.asarray(self.trial.values[keep], dtype=float)
             valid = ~np.isnan(values)
             self._values = values[valid]
-            self._steps = steps[keep][valid].tolist()
+            kept = steps[keep][valid]
             self.ordered = bool(np.all(steps[1:] >= steps[:-1]))
-        return self._steps, self._values
+            consecutive = (
+                len(kept) > 0
+                and self.ordered
+                and float(kept[0]).is_integer()
+                and kept[-1] - kept[0] == len(kept) - 1
+            )
+            if consecutive:  # whole steps, ascending one by one
+                self.first = int(kept[0])
+            else:
+                self._steps = array("d", kept.tolist())
+        return self._values
 
     def prefix(self, step: int) -> int:
-        """How many filtered values lie at steps ``<= step`` (the steps ascend: ``ordered``)."""
-        return bisect_right(self._filter()[0], step)
+        """How many filtered values lie at steps ``<= step`` (for ``ordered`` curves)."""
+        values = self.values()
+        if self.first is not None:
+            return min(max(step - self.first + 1, 0), len(values))
+        return bisect_right(self._steps or (), step)
 
     def mean(self, step: int) -> float:
         """The running mean over ``[start, step]`` (:func:`running_mean`); NaN if none."""
-        steps, values = self._filter()
+        k = self.prefix(step)
         if not self.ordered:
             return running_mean(self.trial, self.start, step, self.sign)
-        k = bisect_right(steps, step)
-        return _row_means([values[:k]])[0] if k else math.nan
+        return _row_means([self.values()[:k]])[0] if k else math.nan
 
     def appended_from(self, old: _Curve) -> float:
         """If this curve is ``old``'s with points appended, the least step appended (``inf``
@@ -228,7 +245,7 @@ class _MedianIndex:
                 if not math.isnan(mean):
                     found.append(mean)
             elif k:
-                rows.setdefault(k, []).append(curve._filter()[1][:k])
+                rows.setdefault(k, []).append(curve.values()[:k])
         for block in rows.values():
             found.extend(_row_means(block))
         means = SortedList(found)
