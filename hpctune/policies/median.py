@@ -150,6 +150,68 @@ class _Curve:
         return float(np.min(b.steps[n:])) if len(b.steps) > n else math.inf
 
 
+_NO_STEP = np.iinfo(np.int64).min
+
+
+class _Table:
+    """The filtered values of every trial whose steps are consecutive, one row each, with the
+    row's first step, number of values and the trial's last step: the running means at a step
+    of all of them are the row means of a few blocks (one per prefix length), no Python loop
+    over the trials. The other trials (steps repeated or not whole) are listed in ``others``.
+    """
+
+    def __init__(self) -> None:
+        self.row: dict[int, int] = {}
+        self.values = np.zeros((0, 0))
+        self.first = np.zeros(0, dtype=np.int64)
+        self.count = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.int64)
+        self.others: set[int] = set()
+
+    def put(self, trial_id: int, curve: _Curve) -> None:
+        """Enter (or replace) ``curve``, the curve of ``trial_id``."""
+        values = curve.values()
+        i = self.row.get(trial_id)
+        if i is None:
+            i = self.row[trial_id] = len(self.row)
+        rows, cols = self.values.shape
+        if i >= rows or len(values) > cols:
+            grown = np.zeros((max(rows, 2 * (i + 1)), max(cols, len(values))))
+            grown[:rows, :cols] = self.values
+            self.values = grown
+            for name in ("first", "count", "last"):
+                column = np.full(grown.shape[0], _NO_STEP, dtype=np.int64)
+                column[:rows] = getattr(self, name)
+                setattr(self, name, column)
+        self.others.discard(trial_id)
+        self.last[i] = _NO_STEP  # not in any block
+        if curve.first is None:
+            if len(values):
+                self.others.add(trial_id)
+            return
+        self.values[i, : len(values)] = values
+        self.first[i], self.count[i], self.last[i] = curve.first, len(values), curve.last
+
+    def remove(self, trial_id: int) -> None:
+        """Forget ``trial_id`` (its row stays, unused)."""
+        i = self.row.get(trial_id)
+        if i is not None:
+            self.last[i] = _NO_STEP
+        self.others.discard(trial_id)
+
+    def means(self, step: int) -> list[float]:
+        """The running means at ``step`` of the rows whose trial reached it (NaN left out)."""
+        used = len(self.row)
+        rows = np.flatnonzero(self.last[:used] >= step)
+        prefix = np.clip(step - self.first[rows] + 1, 0, self.count[rows])
+        found: list[float] = []
+        for k in np.unique(prefix):
+            if k > 0:
+                block = self.values[rows[prefix == k], : int(k)]  # a new C-ordered array
+                found.extend(block.mean(axis=1).tolist())
+        return found
+
+
 class _MedianIndex:
     """The running means of every trial at the steps the rule was asked about, sorted per step.
 
@@ -167,6 +229,7 @@ class _MedianIndex:
         self.means: dict[int, SortedList] = {}  # step -> running means of those that reached it
         self.steps: list[int] = []  # the keys of ``means``, ascending
         self._waiting: int | None = None  # queued or suspended trials in ``view``
+        self.table: _Table | None = None  # made when a step's means are first asked for
 
     def sync(self, view: StudyView) -> None:
         """Take the changes of ``view`` in (nothing if it is the view of the last call)."""
@@ -182,9 +245,13 @@ class _MedianIndex:
                 self._replace(old, new)
                 curves[tid] = new
                 added.append(new.last)
+                if self.table is not None:
+                    self.table.put(tid, new)
         if len(curves) > len(trials):  # trials that left the view
             for tid in [t for t in curves if t not in trials]:
                 self._replace(curves.pop(tid), None)
+                if self.table is not None:
+                    self.table.remove(tid)
         self.lasts.update(added)
         self.view = view
         self._waiting = None
@@ -227,27 +294,24 @@ class _MedianIndex:
     def means_at(self, step: int) -> SortedList:
         """The running means at ``step`` of the trials that reached it, sorted (NaN left out).
 
-        Made on first use from every trial's curve: the trials whose values up to ``step``
-        are as many are averaged at once (a row mean of a 2-D array is the 1-D mean, bit for
-        bit); then kept up to date by :meth:`sync`.
+        Made on first use from every trial's curve (:class:`_Table`: the trials whose values up
+        to ``step`` are as many are averaged at once; a row mean of a 2-D array is the 1-D mean,
+        bit for bit); then kept up to date by :meth:`sync`.
         """
         means = self.means.get(step)
         if means is not None:
             return means
-        rows: dict[int, list[np.ndarray]] = {}
-        found: list[float] = []
-        for curve in self.curves.values():
-            if curve.last < step:
-                continue
-            k = curve.prefix(step)
-            if not curve.ordered:
+        if self.table is None:
+            self.table = _Table()
+            for tid, curve in self.curves.items():
+                self.table.put(tid, curve)
+        found = self.table.means(step)
+        for tid in self.table.others:  # steps repeated or not whole: one by one
+            curve = self.curves[tid]
+            if curve.last >= step:
                 mean = curve.mean(step)
                 if not math.isnan(mean):
                     found.append(mean)
-            elif k:
-                rows.setdefault(k, []).append(curve.values()[:k])
-        for block in rows.values():
-            found.extend(_row_means(block))
         means = SortedList(found)
         self.means[step] = means
         insort(self.steps, step)
