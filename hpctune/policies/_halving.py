@@ -200,6 +200,7 @@ class SyncHalvingPolicy(Policy):
         self.next_shape = 0
         self.brackets: list[SyncBracket] = []
         self.dropped: dict[int, str] = {}  # trial -> why it was terminated
+        self._members: set[int] | None = None  # every bracket's trials (derived from them)
 
     def shapes(self, max_t: int) -> list[BracketShape]:
         """The bracket shapes, in the order brackets open (then again from the first)."""
@@ -214,6 +215,12 @@ class SyncHalvingPolicy(Policy):
         if not self._cycle:
             self._cycle = self.shapes(self._max_t)
 
+    def _member_ids(self) -> set[int]:
+        """The trials of every bracket (made again from the brackets after a restore)."""
+        if self._members is None:
+            self._members = {t for b in self.brackets for t in b.trials}
+        return self._members
+
     def _open_bracket(self) -> SyncBracket:
         bracket = SyncBracket(self._cycle[self.next_shape % len(self._cycle)], self.eta)
         self.next_shape += 1
@@ -222,12 +229,13 @@ class SyncHalvingPolicy(Policy):
 
     def _absorb(self, view: StudyView) -> None:
         """Put trials the policy has not seen yet into brackets, in id order."""
-        known = {t for b in self.brackets for t in b.trials}
-        for tid in sorted(set(view.trials) - known):
+        known = self._member_ids()
+        for tid in sorted(view.trials.keys() - known):
             bracket = self.brackets[-1] if self.brackets else None
             if bracket is None or bracket.room == 0:
                 bracket = self._open_bracket()
             bracket.add(tid)
+            known.add(tid)
 
     def _start_milestones(self, count: int) -> list[int]:
         """The first milestone of the brackets the next ``count`` new trials will join."""
@@ -254,7 +262,8 @@ class SyncHalvingPolicy(Policy):
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
             self.brackets[-1].close()
-        for bracket in self.brackets:
+        live = [b for b in self.brackets if b.live or not b.finished]  # others do nothing
+        for bracket in live:
             bracket.drop_gone(trials)
             while bracket.rung_done(trials):
                 milestone = bracket.milestone
@@ -277,18 +286,9 @@ class SyncHalvingPolicy(Policy):
         ]
         free = event.free_slots
         placing: list[Action] = []
-        queued = [
-            (b, t)
-            for b in self.brackets
-            for t in b.waiting(trials)
-            if trials[t].status is TrialStatus.QUEUED
-        ]
-        suspended = [
-            (b, t)
-            for b in self.brackets
-            for t in b.waiting(trials)
-            if trials[t].status is TrialStatus.SUSPENDED
-        ]
+        waiting = [(b, t) for b in live for t in b.waiting(trials)]
+        queued = [(b, t) for b, t in waiting if trials[t].status is TrialStatus.QUEUED]
+        suspended = [(b, t) for b, t in waiting if trials[t].status is TrialStatus.SUSPENDED]
         for bracket, tid in (queued + suspended)[:free]:
             placing.append(Action.resume(tid, until_step=bracket.milestone))
         new = free - len(placing)
@@ -324,4 +324,5 @@ class SyncHalvingPolicy(Policy):
         self._cycle = self.shapes(self._max_t)
         self.next_shape = int(state["next_shape"])
         self.brackets = [SyncBracket.from_state_dict(b, self.eta) for b in state["brackets"]]
+        self._members = None
         self.dropped = {int(t): str(why) for t, why in state["dropped"]}

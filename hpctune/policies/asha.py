@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from sortedcontainers import SortedList
 
 from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
 from hpctune.policies._common import geometric_rungs, require
+from hpctune.policies._order import percentile_of_sorted
 from hpctune.states import Decision
 
 
@@ -55,13 +57,37 @@ class AshaBracket:
         # highest first, as Ray keeps them, so that a result finds its rung by scanning down
         self.rungs: list[tuple[int, dict[int, float]]] = [(m, {}) for m in reversed(milestones)]
         self.stopped: dict[int, tuple[int, float]] = {}  # trial -> (milestone, cutoff)
+        # the values recorded at each rung, sorted (NaN left out), beside ``rungs``: the cutoff
+        # costs O(log n) instead of a percentile over every value at every decision
+        self._sorted: dict[int, SortedList] = {}
+
+    @property
+    def quantile(self) -> float:
+        """The cutoff's percentile, ``(1 - 1/η) * 100``."""
+        return (1 - 1 / self.reduction_factor) * 100
 
     def cutoff(self, recorded: Mapping[int, float]) -> float | None:
-        """The ``(1 - 1/η)`` percentile of ``recorded`` values, ``None`` if there are none."""
+        """The ``(1 - 1/η)`` percentile of ``recorded`` values (``np.nanpercentile``'s),
+        ``None`` if there are none."""
         if not recorded:
             return None
-        q = (1 - 1 / self.reduction_factor) * 100
-        return float(np.nanpercentile(list(recorded.values()), q))
+        values = sorted(v for v in map(float, recorded.values()) if not math.isnan(v))
+        return percentile_of_sorted(values, self.quantile)
+
+    def _sorted_values(self, milestone: int, recorded: Mapping[int, float]) -> SortedList:
+        """The values recorded at ``milestone`` without NaN, sorted; rebuilt when their number
+        differs from ``recorded``'s (a restored state, or values recorded from outside)."""
+        values = self._sorted.get(milestone)
+        if values is None or len(values) != len(recorded):
+            values = SortedList(v for v in map(float, recorded.values()) if not math.isnan(v))
+            self._sorted[milestone] = values
+        return values
+
+    def _cutoff_at(self, milestone: int, recorded: Mapping[int, float]) -> float | None:
+        """:meth:`cutoff` of the values at ``milestone``, from the sorted values: O(log n)."""
+        if not recorded:
+            return None
+        return percentile_of_sorted(self._sorted_values(milestone, recorded), self.quantile)
 
     def on_result(self, trial_id: int, step: int, value: float | None) -> Decision:
         """Decide for ``trial_id`` at ``step`` with ``value`` (larger is better).
@@ -78,13 +104,15 @@ class AshaBracket:
                 continue
             if trial_id in recorded:
                 return Decision.CONTINUE
-            cutoff = self.cutoff(recorded)
+            cutoff = self._cutoff_at(milestone, recorded)
             decision = Decision.CONTINUE
             if cutoff is not None and value is not None and value < cutoff:
                 decision = Decision.STOP
                 self.stopped[trial_id] = (milestone, cutoff)
             if value is not None and not math.isnan(value):
+                values = self._sorted_values(milestone, recorded)
                 recorded[trial_id] = value
+                values.add(float(value))
             return decision
         return Decision.CONTINUE
 
@@ -109,6 +137,7 @@ class AshaBracket:
         if stored != milestones:
             raise ValueError(f"ASHA bracket rungs {stored} in the state, but {milestones} now")
         self.rungs = [(int(m), {int(t): float(v) for t, v in rec}) for m, rec in state["rungs"]]
+        self._sorted = {}
         self.stopped = {int(t): (int(m), float(c)) for t, m, c in state["stopped"]}
 
 

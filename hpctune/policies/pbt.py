@@ -33,6 +33,7 @@ from the journal alone, and trials that have not initiated do so then.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import require
 from hpctune.policies._fitness import (
+    Fitness,
     Objective,
     check_comparison,
     compare,
@@ -143,13 +145,76 @@ def best_trial(
 ) -> TrialView | None:
     """The fittest of ``trials`` (lexicographic; ties: the oldest), ``None`` if none."""
     best: TrialView | None = None
+    best_fitness: Fitness = ()
     for trial in trials:
-        if (
-            best is None
-            or compare(fitness(trial, objectives, view), fitness(best, objectives, view)) > 0
-        ):
-            best = trial
+        current = fitness(trial, objectives, view)
+        if best is None or compare(current, best_fitness) > 0:
+            best, best_fitness = trial, current
     return best
+
+
+class _Ledger:
+    """The generation bookkeeping of one view, made in one pass over its trials (by id).
+
+    What :meth:`PbtPolicy.uninitiated`, :meth:`PbtPolicy.generation_complete`,
+    :meth:`PbtPolicy.opponents` and :meth:`PbtPolicy._population` find by scanning every trial,
+    for every suggestion of a SLOT_FREE; here once per call, then O(log n) a suggestion.
+    """
+
+    def __init__(self, view: StudyView, population_size: int) -> None:
+        max_steps = view.max_steps
+        trials = [t for _, t in sorted(view.trials.items())]
+        initiated = {t.initiator for t in trials if t.initiator is not None}
+        self.sampled = 0  # trials of generation 0
+        self.uninitiated: list[TrialView] = []  # ended, not initiated, can have a child
+        self.running: Counter[int] = Counter()  # per generation: not ended, can have a child
+        self.open: Counter[int] = Counter()  # per generation: uninitiated trials
+        self.ended: dict[int, list[TrialView]] = {}  # per generation, by id
+        for t in trials:
+            g = generation(t)
+            self.sampled += g == 0
+            final = t.status.is_final
+            if final:
+                self.ended.setdefault(g, []).append(t)
+            if end_of(t, max_steps) < max_steps:
+                if not final:
+                    self.running[g] += 1
+                elif t.trial_id not in initiated:
+                    self.uninitiated.append(t)
+                    self.open[g] += 1
+        remaining = view.trials_remaining
+        self.population = (
+            population_size
+            if remaining is None
+            else min(population_size, self.sampled + remaining)
+        )
+        self.next = 0  # the next of ``uninitiated`` to initiate
+        self.initiated: Counter[int] = Counter()  # per generation: initiated in this call
+        self._windows: dict[int, tuple[list[TrialView], list[int]]] = {}
+
+    def complete(self, g: int) -> bool:
+        """:meth:`PbtPolicy.generation_complete` with this call's initiations."""
+        if g == 0:
+            return True
+        return self.running[g - 1] == 0 and self.open[g - 1] == self.initiated[g - 1]
+
+    def opponent(self, initiator: TrialView, k: int, rng: np.random.Generator) -> TrialView | None:
+        """One of :meth:`PbtPolicy.opponents` drawn uniformly (the same draw, the same trial)."""
+        g = generation(initiator)
+        if g not in self._windows:
+            window = sorted(
+                (t for h in range(g - k + 1, g + 1) for t in self.ended.get(h, ())),
+                key=lambda t: t.trial_id,
+            )
+            self._windows[g] = (window, [t.trial_id for t in window])
+        window, ids = self._windows[g]
+        at = bisect_left(ids, initiator.trial_id)
+        mine = at < len(ids) and ids[at] == initiator.trial_id
+        count = len(window) - mine
+        if count <= 0:
+            return None
+        i = int(rng.integers(count))
+        return window[i + 1 if mine and i >= at else i]
 
 
 @dataclass
@@ -158,6 +223,7 @@ class _Round:
 
     initiated: set[int] = field(default_factory=set)
     sizes: Counter[int] = field(default_factory=Counter)  # new trials per generation
+    ledger: _Ledger | None = None  # the view's bookkeeping, made at the first suggestion
 
 
 class PbtPolicy(Policy):
@@ -244,21 +310,26 @@ class PbtPolicy(Policy):
 
     def _suggest(self, view: StudyView, rng: np.random.Generator, round_: _Round) -> Action | None:
         o = self.options
-        sizes = Counter(generation(t) for t in view.trials.values()) + round_.sizes
-        population = self._population(view)
-        if sizes[0] < population:
+        if round_.ledger is None:
+            round_.ledger = _Ledger(view, o.population_size)
+        ledger = round_.ledger
+        if ledger.sampled + round_.sizes[0] < ledger.population:
             round_.sizes[0] += 1
             end = min(o.steps_per_generation, view.max_steps)
             return Action.start(end_step=end, generation=0, reason="PBT: generation 0")
-        budget = self.budget_mode(view)
-        for initiator in self.uninitiated(view):
-            if initiator.trial_id in round_.initiated:
+        while ledger.next < len(ledger.uninitiated):
+            initiator = ledger.uninitiated[ledger.next]
+            if initiator.trial_id in round_.initiated:  # (initiated outside the ledger)
+                ledger.next += 1
                 continue
-            if budget and not self.generation_complete(view, generation(initiator), round_):
+            g = generation(initiator)
+            if self.budget_mode(view) and not ledger.complete(g):
                 return None  # the oldest waits for its generation to fill (§3.8)
+            ledger.next += 1
+            ledger.initiated[g] += 1
             round_.initiated.add(initiator.trial_id)
-            round_.sizes[generation(initiator) + 1] += 1
-            return self.reproduce(view, initiator, rng)
+            round_.sizes[g + 1] += 1
+            return self.reproduce(view, initiator, rng, ledger)
         return None
 
     def generation_complete(self, view: StudyView, g: int, round_: _Round | None = None) -> bool:
@@ -315,10 +386,18 @@ class PbtPolicy(Policy):
             return opponent, initiator
         return initiator, opponent
 
-    def reproduce(self, view: StudyView, initiator: TrialView, rng: np.random.Generator) -> Action:
-        """The initiator's child: tournament, mutation, fork from the winner's checkpoint."""
-        opponents = self.opponents(view, initiator)
-        opponent = opponents[int(rng.integers(len(opponents)))] if opponents else None
+    def reproduce(
+        self,
+        view: StudyView,
+        initiator: TrialView,
+        rng: np.random.Generator,
+        ledger: _Ledger | None = None,
+    ) -> Action:
+        """The initiator's child: tournament, mutation, fork from the winner's checkpoint
+        (``ledger``: the view's bookkeeping, if made already)."""
+        if ledger is None:
+            ledger = _Ledger(view, self.options.population_size)
+        opponent = ledger.opponent(initiator, self.options.opponent_generations, rng)
         winner, loser = self.tournament(view, initiator, opponent)
         parent = next(
             (
@@ -376,9 +455,10 @@ class PbtPolicy(Policy):
         if self.options.keep_last_checkpoints:
             return None
         trials = list(view.trials.values())
+        ledger = _Ledger(view, self.options.population_size)
         pending = [generation(t) for t in trials if not t.status.is_final]
-        pending += [generation(t) for t in self.uninitiated(view)]
-        if sum(generation(t) == 0 for t in trials) < self._population(view):
+        pending += [generation(t) for t in ledger.uninitiated]
+        if ledger.sampled < ledger.population:
             pending.append(0)
         lowest = min(pending, default=math.inf)
         k = self.options.opponent_generations

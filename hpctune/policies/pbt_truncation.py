@@ -93,6 +93,8 @@ class TruncationPbtPolicy(Policy):
         self.exclude = check_exclude(o.exclude)
         self.last_check: dict[int, int] = {}  # trial -> step of its last exploit check
         self.pending: list[tuple[int, int, dict[str, Any]]] = []  # (replaced, parent, params)
+        # the quantiles of the last view asked (one instant's boundaries share a view)
+        self._quantiles_memo: tuple[StudyView, tuple[list[int], list[int]]] | None = None
 
     def check_space(self, space: SearchSpace) -> None:
         """``exclude`` must name parameters of the space."""
@@ -136,7 +138,16 @@ class TruncationPbtPolicy(Policy):
         return actions
 
     def quantiles(self, view: StudyView) -> tuple[list[int], list[int]]:
-        """(lower, upper): the trial ids of the bottom and top quantiles of the live trials."""
+        """(lower, upper): the trial ids of the bottom and top quantiles of the live trials
+        (computed once per view: every boundary of one instant shares it)."""
+        memo = self._quantiles_memo
+        if memo is not None and memo[0] is view:
+            return list(memo[1][0]), list(memo[1][1])
+        found = self._quantiles(view)
+        self._quantiles_memo = (view, found)
+        return list(found[0]), list(found[1])
+
+    def _quantiles(self, view: StudyView) -> tuple[list[int], list[int]]:
         live = [
             t
             for _, t in sorted(view.trials.items())

@@ -29,6 +29,7 @@ opportunistic. Every quantity here is in the metric's own direction (``mode``).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -50,7 +51,10 @@ from hpctune.states import TrialStatus
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from hpctune.curves.predict import CurvePrediction
+
 ACTIVE = (TrialStatus.RUNNING, TrialStatus.SUSPENDED, TrialStatus.QUEUED)
+_WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,10 @@ class PopPolicy(Policy):
         self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
         self._split_memo: tuple[StudyView, float | None, Split] | None = None
         self._seconds_memo: dict[int, tuple[TrialView, float]] = {}
+        # each trial's assessment, kept while its view, prediction, the target and the time left
+        # are the same; the number of queued or suspended trials of the last view
+        self._assess_memo: dict[int, tuple[tuple[Any, ...], Assessment]] = {}
+        self._waiting_memo: tuple[StudyView, int] | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -212,7 +220,7 @@ class PopPolicy(Policy):
         p = 0.0 if math.isnan(assessment.p) else assessment.p
         if trial.trial_id in split.promising_set:
             return [Action.continue_(trial.trial_id, priority=p, reason="promising")]
-        if self._work_waiting(view, exclude=trial.trial_id):
+        if self._work_waiting(view, exclude=trial):
             return [Action.suspend(trial.trial_id, priority=p, reason="opportunistic")]
         return [Action.continue_(trial.trial_id, priority=p, reason="opportunistic, no one waits")]
 
@@ -246,7 +254,8 @@ class PopPolicy(Policy):
         new = min(free, view.trials_remaining if view.trials_remaining is not None else free)
         actions.extend(Action.start(reason="new configuration") for _ in range(max(new, 0)))
         free -= max(new, 0)
-        waiting = sorted(
+        waiting = heapq.nsmallest(  # sorted(...)[:free], without sorting them all
+            max(free, 0),
             (
                 t
                 for t in view.with_status(TrialStatus.SUSPENDED)
@@ -254,7 +263,7 @@ class PopPolicy(Policy):
             ),
             key=lambda t: (t.times[-1] if len(t.times) else -math.inf, t.trial_id),
         )
-        for trial in waiting[: max(free, 0)]:
+        for trial in waiting:
             actions.append(Action.resume(trial.trial_id, reason="opportunistic turn"))
         return actions
 
@@ -285,7 +294,26 @@ class PopPolicy(Policy):
         return math.inf if self.options.t_max is None else max(self.options.t_max - view.now, 0.0)
 
     def _assess(self, view: StudyView, trial: TrialView) -> Assessment:
+        """The trial's assessment, remembered while what it depends on is the same."""
         prediction = view.predictions.get(trial.trial_id)
+        target, time_left = self.target, self._time_left(view)
+        memo = self._assess_memo.get(trial.trial_id)
+        if memo is not None:
+            (known, predicted, known_target, known_left), assessment = memo
+            if (
+                known is trial
+                and predicted is prediction
+                and known_target == target
+                and known_left == time_left
+            ):
+                return assessment
+        assessment = self._assess_now(view, trial, prediction)
+        self._assess_memo[trial.trial_id] = ((trial, prediction, target, time_left), assessment)
+        return assessment
+
+    def _assess_now(
+        self, view: StudyView, trial: TrialView, prediction: CurvePrediction | None
+    ) -> Assessment:
         seconds = self._epoch_seconds(trial)
         target = self.target
         if prediction is None or prediction.unknown or target is None or math.isnan(seconds):
@@ -319,16 +347,16 @@ class PopPolicy(Policy):
         margin = self.options.kill_margin * (view.bounds[1] - view.bounds[0])
         return view.random_level + view.sign * margin
 
-    @staticmethod
-    def _work_waiting(view: StudyView, exclude: int) -> bool:
-        """True when another trial could use the slot: a new configuration, or a queued or
-        suspended trial (round robin among opportunistic trials)."""
+    def _work_waiting(self, view: StudyView, exclude: TrialView) -> bool:
+        """True when another trial than ``exclude`` could use the slot: a new configuration, or
+        a queued or suspended trial (round robin among opportunistic trials)."""
         if view.trials_remaining is None or view.trials_remaining > 0:
             return True
-        return any(
-            t.status in (TrialStatus.QUEUED, TrialStatus.SUSPENDED) and t.trial_id != exclude
-            for t in view.trials.values()
-        )
+        memo = self._waiting_memo
+        if memo is None or memo[0] is not view:  # counted once per view
+            memo = (view, sum(t.status in _WAITING for t in view.trials.values()))
+            self._waiting_memo = memo
+        return memo[1] - (exclude.status in _WAITING) > 0
 
     def _update_target(self, view: StudyView) -> None:
         """The dynamic target (§9): one step above the best value seen, raised when reached."""

@@ -1,0 +1,404 @@
+"""The scalable policies decide exactly as the straightforward computation (issue 15, item 2).
+
+:mod:`tests.policies._reference` keeps each changed policy's former computation; here both are
+driven side by side through random studies (the conformance kit's walk, with the controller's
+reuse of unchanged trials' views) and through large hand-made ones, and must return the same
+actions (reasons included), states and needed checkpoints. The order statistics read from
+sorted values are numpy's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+import warnings
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpctune.policies import Event, EventKind, Policy, StudyView, TrialView
+from hpctune.policies._order import median_skipping, percentile_of_sorted
+from hpctune.policies.asha import AshaBracket
+from hpctune.policies.median import MedianOptions, MedianStoppingPolicy
+from hpctune.policies.pbt import PbtOptions, PbtPolicy
+from hpctune.states import TrialStatus
+from hpctune.testing._study_walk import StudyWalk, default_space
+from tests.policies._reference import (
+    REFERENCES,
+    ReferenceAshaBracket,
+    ReferenceMedian,
+    ReferencePbt,
+)
+
+S = TrialStatus
+
+
+def _same_float(a: float, b: float) -> bool:
+    """Equal bits (NaN equals NaN; the sign of a zero, which numpy's partition leaves open,
+    aside)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if a == 0.0 and b == 0.0:
+        return True
+    return struct.pack("<d", a) == struct.pack("<d", b)
+
+
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, 0.25, 0.5, 1.0, -1.0, math.nan]),  # ties and NaN, often
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(values=st.lists(_VALUES, max_size=60), eta=st.integers(2, 12))
+def test_percentile_of_sorted_values_is_nanpercentile_bit_for_bit(
+    values: list[float], eta: int
+) -> None:
+    q = (1 - 1 / eta) * 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices, inf - inf
+        expected = float(np.nanpercentile(values, q)) if values else math.nan
+    found = percentile_of_sorted(sorted(v for v in values if not math.isnan(v)), q)
+    assert _same_float(found, expected), (values, q, found, expected)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    values=st.lists(st.floats(allow_nan=False, allow_infinity=True), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_median_skipping_one_value_is_numpys_median_of_the_others(
+    values: list[float], data: st.DataObject
+) -> None:
+    ordered = sorted(values)
+    skip = data.draw(st.none() | st.integers(0, len(ordered) - 1))
+    rest = ordered if skip is None else ordered[:skip] + ordered[skip + 1 :]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = float(np.median(rest)) if rest else math.nan
+        found = median_skipping(ordered.__getitem__, len(ordered), skip)
+    assert _same_float(found, expected), (rest, found, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    results=st.lists(
+        st.tuples(st.integers(0, 40), st.integers(1, 100), st.none() | _VALUES), max_size=150
+    ),
+    eta=st.integers(2, 5),
+    restore_at=st.integers(0, 150),
+)
+def test_an_asha_bracket_stops_as_with_nanpercentile_over_every_value(
+    results: list[tuple[int, int, float | None]], eta: int, restore_at: int
+) -> None:
+    bracket = AshaBracket(1, eta, 100)
+    reference = ReferenceAshaBracket(1, eta, 100)
+    for i, (trial_id, step, value) in enumerate(results):
+        if i == restore_at:  # a restarted controller: the sorted values are made again
+            state = bracket.state_dict()
+            bracket = AshaBracket(1, eta, 100)
+            bracket.load_state_dict(state)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = reference.on_result(trial_id, step, value)
+        assert bracket.on_result(trial_id, step, value) is expected
+        assert bracket.stopped.keys() == reference.stopped.keys()
+        for tid, (milestone, cutoff) in bracket.stopped.items():
+            assert milestone == reference.stopped[tid][0]
+            assert _same_float(cutoff, reference.stopped[tid][1])
+    assert dict(bracket.rungs) == dict(reference.rungs)
+    assert bracket.cutoff({}) is None
+
+
+# -- policies side by side through random studies ---------------------------------------------
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("asha", {}),
+    ("asha", {"brackets": 3, "reduction_factor": 2}),
+    ("sha", {}),
+    ("sha", {"reduction_factor": 2, "bracket_size": 3}),
+    ("hyperband", {}),
+    ("hyperband", {"reduction_factor": 2, "grace_period": 2}),
+    ("median", {}),
+    ("median", {"min_samples_required": 1}),
+    ("median", {"grace_period": 3, "min_samples_required": 2}),
+    ("median", {"hard_stop": False, "min_samples_required": 1, "min_time_slice": 2}),
+    ("pop", {"boundary": 2}),
+    ("pop", {"boundary": 1, "target": 0.8, "t_max": 100.0, "kill_threshold": 0.2}),
+    ("pbt", {"population_size": 4, "steps_per_generation": 3}),
+    ("pbt", {"population_size": 3, "steps_per_generation": 2, "budget": True}),
+    ("pbt", {"population_size": 5, "budget": False, "opponent_generations": 3}),
+    ("pbt-truncation", {"population_size": 4, "perturbation_interval": 2}),
+]
+
+
+class _Reuse:
+    """Give an unchanged trial the same :class:`TrialView` object in the next view, as the
+    controller does (``Controller._trial_view``), so that caches keyed by the object are hit."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, tuple[Any, TrialView]] = {}
+
+    @staticmethod
+    def _key(t: TrialView) -> Any:
+        return (
+            t.status,
+            t.step,
+            t.steps.tobytes(),
+            t.values.tobytes(),
+            t.times.tobytes(),
+            t.checkpoint_step,
+            t.parent_trial,
+            t.parent_step,
+            t.priority,
+            t.retries,
+            t.end_step,
+            t.generation,
+            t.initiator,
+            json.dumps(t.last_metrics, sort_keys=True),
+            json.dumps(t.params, sort_keys=True, default=str),
+        )
+
+    def __call__(self, view: StudyView) -> StudyView:
+        trials: dict[int, TrialView] = {}
+        for tid, trial in view.trials.items():
+            key = self._key(trial)
+            known = self.known.get(tid)
+            if known is not None and known[0] == key:
+                trials[tid] = known[1]
+            else:
+                self.known[tid] = (key, trial)
+                trials[tid] = trial
+        return dataclasses.replace(view, trials=MappingProxyType(trials))
+
+
+def _rng(seed: int, index: int) -> np.random.Generator:
+    return np.random.default_rng([seed, index])
+
+
+def _same_actions(ours: list[Any], theirs: list[Any], where: str) -> None:
+    assert ours == theirs, f"{where}: {ours} != {theirs}"
+
+
+def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
+    """Drive the policy and its reference through one random study; return the decisions."""
+    new_type, reference_type = REFERENCES[name]
+    policy: Policy = new_type(new_type.Options(**options))
+    reference: Policy = reference_type(new_type.Options(**options))
+    rng = np.random.default_rng(seed)
+    study = StudyWalk(
+        rng,
+        default_space(),
+        makes_configurations=policy.makes_configurations,
+        wants_predictions=policy.wants_predictions,
+        wants_fit=policy.wants_fit,
+    )
+    if rng.random() < 0.5:
+        study.num_trials = None  # an unbounded study grows to many trials
+    reuse = _Reuse()
+    decisions = 0
+    for round_ in range(rounds):
+        events = study.advance()
+        view = reuse(study.view(0))
+        for event in events:
+            if not study.deliverable(event):
+                continue
+            if event.kind is EventKind.REPORT and not policy.wants_reports:
+                continue
+            decisions += 1
+            ours = policy.decide(view, event, _rng(seed, decisions))
+            theirs = reference.decide(view, event, _rng(seed, decisions))
+            _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
+            assert policy.state_dict() == reference.state_dict()
+            for action in ours:
+                study.apply(action)
+        if round_ % 7 == 3:  # a restarted controller: the new policy's caches start empty
+            state = json.loads(json.dumps(policy.state_dict()))
+            policy = new_type(new_type.Options(**options))
+            policy.load_state_dict(state)
+        free = study.free_slots()
+        if free > 0:
+            view = reuse(study.view(free))
+            decisions += 1
+            event = Event.slot_free(free)
+            ours = policy.decide(view, event, _rng(seed, decisions))
+            theirs = reference.decide(view, event, _rng(seed, decisions))
+            _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
+            assert policy.state_dict() == reference.state_dict()
+            needed = policy.needed_checkpoints(view)
+            assert needed == reference.needed_checkpoints(view)
+            study.place(ours, free)
+            study.collect_checkpoints(needed)
+    return decisions
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), CASES, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in CASES]
+)
+def test_a_policy_decides_as_its_straightforward_reference(
+    name: str, options: dict[str, Any]
+) -> None:
+    decisions = sum(_walk(name, options, seed, rounds=40) for seed in range(12))
+    assert decisions > 100
+
+
+# -- large studies -----------------------------------------------------------------------------
+
+
+def _curve(rng: np.random.Generator, first: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.arange(first, first + length, dtype=np.int64)
+    values = np.round(rng.uniform(0, 1) + 0.3 * rng.standard_normal(length), 2)  # ties
+    values[rng.random(length) < 0.05] = np.nan
+    if length > 3 and rng.random() < 0.05:  # resumed from an earlier checkpoint: steps repeat
+        steps = np.concatenate([steps[: length // 2], steps[length // 4 : length // 4 + 2]])
+        values = values[: len(steps)]
+    return steps, values
+
+
+def _median_study(seed: int, n: int, max_steps: int) -> Iterator[StudyView]:
+    """Views of a study of ``n`` trials moving on: running trials append points, some trials
+    end, are retried (their curve cut back), new ones arrive."""
+    rng = np.random.default_rng(seed)
+    statuses = [S.RUNNING, S.QUEUED, S.SUSPENDED, S.COMPLETED, S.TERMINATED, S.FAILED]
+    trials: dict[int, TrialView] = {}
+    for tid in range(n):
+        status = statuses[int(rng.choice(6, p=[0.3, 0.1, 0.1, 0.2, 0.25, 0.05]))]
+        length = 0 if status is S.QUEUED else int(rng.integers(0, max_steps + 1))
+        steps, values = _curve(rng, 1, length)
+        trials[tid] = TrialView(
+            tid, status, {"id": tid}, step=int(length), steps=steps, values=values
+        )
+    for _ in range(12):
+        yield StudyView(
+            metric="acc",
+            mode="max" if seed % 2 else "min",
+            max_steps=max_steps,
+            boundary=1,
+            now=0.0,
+            trials=dict(trials),
+            free_slots=0,
+            total_slots=8,
+            trials_remaining=int(rng.integers(0, 2)),
+        )
+        for tid, trial in list(trials.items()):
+            u = rng.random()
+            if trial.status is S.RUNNING and u < 0.6:
+                more = int(rng.integers(1, 4))
+                first = int(trial.steps[-1]) + 1 if len(trial.steps) else 1
+                steps, values = _curve(rng, first, more)
+                trials[tid] = dataclasses.replace(
+                    trial,
+                    steps=np.concatenate([trial.steps, steps]),
+                    values=np.concatenate([trial.values, values]),
+                    status=S.COMPLETED if rng.random() < 0.05 else S.RUNNING,
+                )
+            elif u < 0.03:  # retried from an earlier checkpoint: the curve is cut back
+                keep = int(rng.integers(0, len(trial.steps) + 1))
+                trials[tid] = dataclasses.replace(
+                    trial, steps=trial.steps[:keep], values=trial.values[:keep], status=S.RUNNING
+                )
+            elif u < 0.05:
+                trials[tid] = dataclasses.replace(trial, status=S.SUSPENDED)
+        for _ in range(int(rng.integers(0, 4))):
+            tid = len(trials)
+            trials[tid] = TrialView(tid, S.QUEUED, {"id": tid})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_median_rule_matches_the_reference_on_large_changing_studies(seed: int) -> None:
+    options = MedianOptions(
+        grace_period=[0, 1, 3][seed % 3], min_samples_required=[1, 3, 20][seed % 3]
+    )
+    policy, reference = MedianStoppingPolicy(options), ReferenceMedian(options)
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for index, view in enumerate(_median_study(seed, n=150, max_steps=25)):
+        if index == 6:  # restart: the index is made again from the view
+            policy = MedianStoppingPolicy(options)
+            policy.load_state_dict(json.loads(json.dumps(reference.state_dict())))
+        ids = sorted(view.trials)
+        for _ in range(60):
+            tid = ids[int(rng.integers(len(ids)))]
+            step = int(rng.integers(0, 28))
+            event = Event.boundary(tid, step)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                expected = reference.decide(view, event, rng)
+            assert policy.decide(view, event, rng) == expected, (seed, index, tid, step)
+            checked += expected[0].kind.value != "continue"
+    assert checked > 0
+
+
+def _pbt_view(seed: int, population: int, generations: int, *, max_steps: int) -> StudyView:
+    """A PBT study: generations of ``population`` trials, the older ones initiated, the last
+    ones partly ended, a few failed or running."""
+    rng = np.random.default_rng(seed)
+    trials: dict[int, TrialView] = {}
+    by_generation: list[list[int]] = []
+    for g in range(generations):
+        ids: list[int] = []
+        for i in range(population):
+            tid = len(trials)
+            last = g == generations - 1
+            status = S.COMPLETED
+            u = rng.random()
+            if u < 0.05:
+                status = S.FAILED
+            elif last and u < 0.4:
+                status = S.RUNNING
+            end = min(3 * (g + 1), max_steps)
+            value = float(np.round(rng.random(), 1))  # ties
+            initiator = by_generation[-1][i] if g else None
+            trials[tid] = TrialView(
+                tid,
+                status,
+                {"x": float(rng.random())},
+                step=end,
+                steps=np.array([end]),
+                values=np.array([value]),
+                checkpoint_step=end if rng.random() < 0.9 else None,
+                end_step=end,
+                generation=g,
+                initiator=initiator if (initiator is not None and g < generations - 1) else None,
+                last_metrics={"acc": value},
+            )
+            ids.append(tid)
+        by_generation.append(ids)
+    return StudyView(
+        metric="acc",
+        mode="max",
+        max_steps=max_steps,
+        boundary=1,
+        now=0.0,
+        trials=trials,
+        free_slots=0,
+        total_slots=4,
+        trials_remaining=int(rng.integers(0, 3)) if seed % 2 else None,
+        space=default_space() if seed % 3 == 0 else None,
+    )
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pbt_suggests_as_the_reference_for_many_free_slots(seed: int) -> None:
+    options = PbtOptions(
+        population_size=12,
+        steps_per_generation=3,
+        budget=[True, False, None][seed % 3],
+        opponent_generations=1 + seed % 3,
+        comparison="pareto" if seed % 4 == 3 else "lexicographic",
+    )
+    view = _pbt_view(seed, 12, 9, max_steps=[30, 100][seed % 2])
+    policy, reference = PbtPolicy(options), ReferencePbt(options)
+    for free in (1, 7, 40):
+        event = Event.slot_free(free)
+        ours = policy.decide(view, event, _rng(seed, free))
+        assert ours == reference.decide(view, event, _rng(seed, free))
+    assert policy.needed_checkpoints(view) == reference.needed_checkpoints(view)
+    assert any(a.initiator is not None for a in ours)
