@@ -14,10 +14,11 @@ short sessions). For each policy whose decisions were made to scale:
   no free slot (SHA and Hyperband take the trials into brackets then).
 
 Each figure is measured for this tree's code and for a reference revision (``--ref``, default
-``core``: extracted with ``git archive`` and run in a subprocess), printed side by side. A slow
+the commit before the policies were made to scale: extracted with ``git archive`` and run in a
+subprocess), printed side by side. A slow
 measurement stops after ``--budget`` seconds (the mean is over the decisions made by then).
 
-    python benchmarks/policy_scale.py [--sizes 1000 5000 10000 20000] [--ref core]
+    python benchmarks/policy_scale.py [--sizes 1000 5000 10000 20000] [--ref REVISION]
         [--policies median asha ...] [--budget 3] [--json] [--quick]
 """
 
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+BEFORE = "302f955"  # main before the policies were made to scale (issue 15 item 2)
 POLICIES = ("asha", "median", "sha", "hyperband", "pop", "pbt", "pbt-truncation")
 OPTIONS: dict[str, dict[str, Any]] = {
     "asha": {"grace_period": 1, "reduction_factor": 4},
@@ -393,7 +395,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000, 20000])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
-    parser.add_argument("--ref", default="core", help="git revision to compare with")
+    parser.add_argument(
+        "--ref", default=BEFORE, help="git revision to compare with (default: before the change)"
+    )
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     parser.add_argument("--quick", action="store_true", help="sizes 200 and 1000 (smoke run)")
