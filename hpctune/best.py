@@ -80,13 +80,21 @@ def is_candidate(record: StudyRecord, trial: TrialRecord) -> bool:
 def best_trial(record: StudyRecord) -> TrialRecord | None:
     """The best of the completed trials (ties: the lower id), or ``None``."""
     s = sign(record)
+    mode = best_mode(record)
     winner: TrialRecord | None = None
     winner_value = -math.inf
     for tid in sorted(record.trials):
         trial = record.trials[tid]
         if not is_candidate(record, trial):
             continue
-        value, _ = trial_value(record, trial)
+        # a completed trial's curve stays as it is (a retry changes its status; lineage, the
+        # list): its value is computed once per curve
+        values = trial.curve_values
+        key = (mode, trial.status, len(values), values[-1] if values else None, id(values))
+        memo = record.best_values.get(tid)
+        if memo is None or memo[0] != key:
+            memo = record.best_values[tid] = (key, trial_value(record, trial)[0])
+        value = memo[1]
         if not math.isnan(value) and s * value > winner_value:
             winner, winner_value = trial, s * value
     return winner

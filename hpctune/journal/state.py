@@ -273,6 +273,10 @@ class StudyRecord:
     _holders: dict[int, set[int]] = field(default_factory=dict, repr=False, compare=False)
     # trials changed since the controller last took this set (its views of them are stale)
     changed: set[int] = field(default_factory=set, repr=False, compare=False)
+    # completed trials' values under the study's ``best`` rule (hpctune.best.best_trial's memo)
+    best_values: dict[int, tuple[Any, Any]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def metric(self) -> str:
