@@ -48,6 +48,38 @@ def _tpe_study(folder: Path, directory: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["cmaes", "gp"])
+def test_cmaes_and_gp_run_a_real_digits_study_to_the_end(
+    name: str, tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    """CMA-ES and the GP sampler propose real trials of the digits model (TPE: below)."""
+    directory = tmp_path / "study"
+    cleanup_studies.append(directory)
+    spec = write_study(
+        tmp_path,
+        train=DIGITS / "train.py",
+        metric="val_accuracy",
+        max_steps=2,
+        num_trials=5,
+        seed=3,
+        directory=str(directory),
+        space=SPACE,
+        generator={"name": name, "n_startup_trials": 2},
+        resources={"slots": 1},
+    )
+    run_hpctune("launch", str(spec), "--local", check=True)
+    study = open_study(directory)
+    assert study.record.state is StudyState.FINISHED
+    assert [t.status for t in study.trials] == [TrialStatus.COMPLETED] * 5
+    assert study.spec["generator"]["name"] == name
+    assert [t.generator_index for t in study.record.trials.values()] == list(range(5))
+    assert len({json.dumps(t.params, sort_keys=True) for t in study.trials}) == 5
+    best = study.best_trial()
+    assert best is not None
+    assert best.value > 0.5
+
+
+@pytest.mark.slow
 def test_tpe_study_survives_controller_kills_with_the_same_proposals(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
