@@ -119,6 +119,10 @@ class Controller(TrialCommandsController, StageTreeController):
                     )
                 )
         self._startup_failures = 0
+        for trial_id in self.wire.checkpoint_folders():  # files a killed one did not delete
+            trial = self.state.trials.get(trial_id)
+            if trial is not None and trial.status.is_final:
+                self._outbox.append(partial(self._sweep_checkpoints, trial_id))
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
             if owner is not None and owner.state == "started":

@@ -68,6 +68,10 @@ class Wire(abc.ABC):
     def sweep_checkpoints(self, trial_id: int, keep: set[str]) -> None:  # noqa: B027
         """Delete a finished trial's checkpoint files other than ``keep`` (relative paths)."""
 
+    def checkpoint_folders(self) -> list[int]:
+        """The trials that have a checkpoint folder."""
+        return []
+
     def checkpoint_problem(self, path: str, sha256: str) -> str:
         """Why a checkpoint file cannot be resumed from (``""`` if it can)."""
         return ""
@@ -133,6 +137,13 @@ class FileWire(Wire):
         for path in folder.glob("*") if folder.is_dir() else []:
             if self.paths.relative(path) not in keep:
                 path.unlink(missing_ok=True)
+
+    def checkpoint_folders(self) -> list[int]:
+        try:
+            names = [p.name for p in self.paths.checkpoints.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        return sorted(int(n[6:]) for n in names if n.startswith("trial-") and n[6:].isdigit())
 
     def checkpoint_problem(self, path: str, sha256: str) -> str:
         try:

@@ -40,7 +40,13 @@ logger = logging.getLogger(__name__)
 TIMEOUT_S = 60
 
 #: Phrases of sbatch errors that mean Slurm itself could not be reached (not a bad option).
-_UNREACHABLE = ("unable to contact", "socket timed out", "connection refused", "zero bytes")
+_UNREACHABLE = (
+    "unable to contact",
+    "socket timed out",
+    "connection refused",
+    "zero bytes",
+    "could not establish a configuration source",  # no slurm.conf and no DNS record of one
+)
 
 #: sbatch's error text -> the study.toml keys that cause it (first match wins).
 _ERROR_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
