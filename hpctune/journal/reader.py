@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -37,6 +37,22 @@ if TYPE_CHECKING:
     from hpctune.pareto import FrontTrial
 
 
+class JournalTables(Protocol):
+    """What replaying a journal reads: the zarr journal (:class:`JournalReader`), an HDF5 export
+    or the simulator's :class:`~hpctune.journal.memory.MemoryJournal`."""
+
+    path: Path
+
+    @property
+    def metric_names(self) -> list[str]: ...
+
+    def table(self, table: str, start: int = 0) -> dict[str, np.ndarray]: ...
+
+    def column(self, table: str, column: str, start: int = 0) -> np.ndarray: ...
+
+    def metric_values(self, name: str, start: int = 0) -> np.ndarray: ...
+
+
 __all__ = [
     "JOURNAL_DIR",
     "Curve",
@@ -56,7 +72,7 @@ class MetricRows:
         record: Its study state (whose segments decide which rows are valid).
     """
 
-    def __init__(self, reader: JournalReader | Hdf5Journal, record: StudyRecord) -> None:
+    def __init__(self, reader: JournalTables, record: StudyRecord) -> None:
         self._reader = reader
         self.trial = reader.column("metrics", "trial")
         self.segment = reader.column("metrics", "segment")
@@ -101,12 +117,12 @@ def read_spec(journal: Path) -> dict[str, Any]:
     return spec
 
 
-def load_state(reader: JournalReader | Hdf5Journal) -> StudyRecord:
+def load_state(reader: JournalTables) -> StudyRecord:
     """Rebuild a :class:`StudyRecord` from one journal snapshot (log, checkpoints, metrics)."""
     return _load(reader)[0]
 
 
-def _load(reader: JournalReader | Hdf5Journal) -> tuple[StudyRecord, MetricRows]:
+def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
     ck = reader.table("checkpoints")
     for row in range(len(ck["trial"])):

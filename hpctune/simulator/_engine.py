@@ -20,11 +20,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctune.controller import Controller
 from hpctune.curves.service import FitJob, FitResult
+from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
@@ -252,17 +254,21 @@ class Simulator:
         }
         self.record.apply(st.STUDY, -1, -1, 0.0, created)
         self.journal = MemoryJournal()
+        self.journal.append(
+            "log", kind=st.STUDY, trial=-1, segment=-1, time=0.0, data=dumps(created)
+        )
+        self.journal.commit({})
         self.rows = TraceRows(trace, nearest)
         self.workers = Workers(
             trace, self.config, self.clock, slots, self.rows, self.record, self._on_report
         )
-        curves = None
+        self.curves: SimCurveService | None = None
         if policy.wants_predictions:
             from hpctune.curves.fitter import FitOptions
             from hpctune.layout import StudyPaths
 
             source = predictions or PredictionCache(trace, bounds=self.config.metric_bounds(trace))
-            curves = SimCurveService(
+            self.curves = SimCurveService(
                 source,
                 self.rows,
                 self.record,
@@ -278,8 +284,9 @@ class Simulator:
             self.clock,
             policy=policy,
             generator=self.generator,
-            curve_service=curves,  # type: ignore[arg-type]
+            curve_service=self.curves,  # type: ignore[arg-type]
         )
+        self.restarts = 0
         self._reached: tuple[float, int] | None = None  # (time, trial) of the first target hit
         self._incumbent: list[tuple[float, float, int]] = []
         self._end_time = 0.0
@@ -296,12 +303,53 @@ class Simulator:
         if self._reached is None and sign * value >= sign * self.target:
             self._reached = (t, trial)
 
-    def run(self) -> SimulationResult:
-        """Run to the end of the study (or the target, or ``max_time``); return the result."""
-        controller = self.controller
-        controller.start()
+    def restart_controller(self) -> None:
+        """Replace the controller with a new one built from what the journal holds, as a killed
+        controller resumed: its state, the policy's, the read positions of the workers' event
+        lines; the workers go on and are adopted. For registered policies only."""
+        from hpctune.journal.reader import load_state
+        from hpctune.policies import make_policy
+
+        self.controller._close_curves()
+        record = load_state(self.journal)
+        self.record = self.workers.record = record
+        if self.curves is not None:
+            self.curves.record = record
+        self.controller = Controller.in_memory(
+            record,
+            self.journal,
+            self.workers.wire,
+            self.workers.executor,
+            self.clock,
+            policy=make_policy(self.policy.name, _options_dict(self.policy)),
+            generator=self.generator,
+            curve_service=self.curves,  # type: ignore[arg-type]
+        )
+        if self.curves is not None:  # the journal's latest prediction of each trial, as the
+            # controller reloads it from the result file its record names
+            for trial_id, ref in record.predictions.items():
+                row = self.rows.row(record, trial_id)
+                self.controller.predictions[trial_id] = self.curves.cache.get(
+                    row, ref.n, self.max_steps
+                )
+        self.controller.start()
+        self.restarts += 1
+
+    def run(self, restart_at: Sequence[float] = ()) -> SimulationResult:
+        """Run to the end of the study (or the target, or ``max_time``); return the result.
+
+        ``restart_at``: simulated times at which the controller is replaced by a new one built
+        from the journal (:meth:`restart_controller`), before its first iteration at or after
+        each (a controller killed between two iterations and resumed).
+        """
+        restarts = sorted(restart_at)
+        self.controller.start()
         quiet = 0  # iterations in a row at one instant with nothing due
         while True:
+            while restarts and self.clock.now() >= restarts[0]:
+                restarts.pop(0)
+                self.restart_controller()
+            controller = self.controller
             logged, writes = len(self.journal.rows["log"]), self.workers.writes
             if controller.step():
                 break
@@ -334,7 +382,7 @@ class Simulator:
             self.clock.advance_to(due)
             self.workers.run_until(due)
         self._end_time = self.clock.now()
-        controller._close_curves()
+        self.controller._close_curves()
         return self._result()
 
     # -- the result ---------------------------------------------------------------------------
