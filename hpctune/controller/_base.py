@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import marshal
 import math
 import os
+import pickle
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ STORAGE_RETRY = 2.0  # seconds between checks while writes fail (full disk, I/O 
 STORAGE_PATIENCE = float(os.environ.get("HPCTUNE_STORAGE_PATIENCE", 600))
 STORAGE_MARGIN = 1 << 20  # bytes the journal and event files need besides checkpoints
 EXIT_GRACE = 30.0
+POLICY_SNAPSHOT_EVERY = 200  # policy_delta records between two whole policy states
 REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
 
 _SEGMENT_TO_TRIAL = {
@@ -221,7 +224,8 @@ class ControllerBase:
         self._open_views: set[int] = set()  # trials whose views are looked at every time
         self._views_t0: float | None = None
         self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
-        self._policy_text = ""  # the policy's state as last journaled (JSON text)
+        self._policy_raw: dict[str, Any] | None = None  # a copy of the state last journaled
+        self._policy_patches = 0  # policy_delta records since the last whole state
         self._consulted = True  # the policy was asked since its state was last journaled
         self._checked: dict[str, float] = {}  # worker -> when its heartbeat was last read
         self._watched_at = -math.inf  # when the segment watchdogs last ran
@@ -339,21 +343,30 @@ class ControllerBase:
                     self._storage_fault(describe(exc), "a file after commit")
 
     def _journal_policy_state(self) -> None:
-        """Journal the policy's state when it changed: a patch of the last one
-        (``policy_delta``), or the whole state when the patch would not be much smaller."""
-        text = dumps(self.policy.state_dict())
-        last = self.state.policy_state
-        if text == self._policy_text:
+        """Journal the policy's state when it changed: a patch of the one journaled before
+        (``policy_delta``), the whole state once per controller and every
+        ``POLICY_SNAPSHOT_EVERY`` patches (a reader's replay stays short).
+
+        The state is compared and patched as the policy gives it, against a copy of the last
+        one journaled (pickled: the policy may change its own objects later); only the patch is
+        serialised, so a state that grows with the study costs a commit what changed.
+        """
+        raw = self.policy.state_dict()
+        previous = self._policy_raw
+        if previous is not None and raw == previous:
             return
-        self._policy_text = text
-        state = json.loads(text)  # as the journal holds it
-        if state == last:
-            return
-        delta = state_delta(last, state) if last else None
-        if delta is not None and len(dumps(delta)) * 2 < len(text):
-            self._log(st.POLICY_DELTA, delta=delta)
+        if previous is None:
+            text = dumps(raw)
+            if json.loads(text) == self.state.policy_state:
+                self._policy_raw = _copy_state(raw)
+                return
+        self._policy_raw = _copy_state(raw)
+        if previous is None or self._policy_patches >= POLICY_SNAPSHOT_EVERY:
+            self._policy_patches = 0
+            self._log(st.POLICY_STATE, state=raw)
         else:
-            self._log(st.POLICY_STATE, state=state)
+            self._policy_patches += 1
+            self._log(st.POLICY_DELTA, delta=state_delta(previous, raw))
 
     def _warn(self, code: str, message: str, trial: int = -1) -> None:
         """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""
@@ -459,11 +472,7 @@ class ControllerBase:
         They are left by a controller killed between a commit and its deletions, or by a worker
         killed while writing; nothing can use them.
         """
-        keep = {
-            ref.path
-            for ref in self.state.checkpoints.values()
-            if ref.trial_id == trial_id and not ref.deleted
-        }
+        keep = {ref.path for ref in self.state.live_checkpoints(trial_id)}
         self.wire.sweep_checkpoints(trial_id, keep)
 
     def _beat(self, final: bool = False) -> None:
@@ -532,6 +541,16 @@ class ControllerBase:
         )
         self._outbox.append(partial(self.wire.write_decision, message))  # see write_assignment
         self._decision_sent[seg.segment_id] = self.clock.now()
+
+
+def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a policy's state (marshal: the fastest for plain data; pickle when the
+    state holds other types, e.g. numpy scalars)."""
+    try:
+        copied = marshal.loads(marshal.dumps(state))
+    except ValueError:
+        copied = pickle.loads(pickle.dumps(state))
+    return dict(copied)
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -484,7 +484,9 @@ class Simulator:
         out = []
         ending: dict[int, bool] = {}  # trial -> its last row was its segment's end
         for row in self.journal.rows["log"]:
-            kind, trial, data = row["kind"], int(row["trial"]), _data(row["data"])
+            kind, trial = row["kind"], int(row["trial"])
+            wanted = kind in (st.DECISION, st.TRIAL_STATUS)
+            data = _data(row["data"]) if wanted else {}
             if kind == st.DECISION and data.get("decision") in ("stop", "suspend"):
                 what = ActionKind.TERMINATE if data["decision"] == "stop" else ActionKind.SUSPEND
                 out.append(self._decision(row, trial, int(data.get("step") or 0), what, data))
