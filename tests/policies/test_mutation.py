@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from hpctune.policies._fitness import compare, parse_objectives
 from hpctune.policies._mutation import explore, mutate, mutate_value, neighbour
-from hpctune.space import CategoricalParam, FixedParam, FloatParam, IntParam, parse_space
+from hpctune.space import CategoricalParam, FixedParam, FloatParam, IntParam
+from hpctune.testing._study_walk import default_space
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -95,22 +96,7 @@ def test_categoricals_are_resampled_and_fixed_values_never_change() -> None:
     assert mutate_value(FixedParam(3), 3, np.random.default_rng(0)) == 3
 
 
-SPACE = parse_space(
-    {
-        "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-        "momentum": {"type": "float", "low": 0.5, "high": 0.99},
-        "hidden": {"type": "int", "low": 8, "high": 512, "log": True},
-        "batch_size": [16, 32, 64],
-        "act": ["relu", "tanh"],
-        "width": 64,
-        "sched": {
-            "schedule": "cosine",
-            "base": {"type": "float", "low": 0.01, "high": 0.1},
-            "total_steps": 10,
-        },
-    },
-    path=None,
-)
+SPACE = default_space()  # every kind of parameter, a schedule included (the kit's)
 
 
 @settings(max_examples=60)
