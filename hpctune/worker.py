@@ -81,18 +81,22 @@ class _HeartbeatThread(threading.Thread):
         self.write()
 
     def write(self) -> None:
+        # the file is written under the lock too: a periodic beat taken before a state change
+        # must not land after it (a stale "idle" over the final "exited")
         with self._lock:
             self.beat.time = time.time()
-            body = self.beat.to_dict()
-        with contextlib.suppress(OSError):
-            write_json_atomic(self.path, body)
+            with contextlib.suppress(OSError):
+                write_json_atomic(self.path, self.beat.to_dict())
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
             self.write()
 
     def stop(self) -> None:
+        """Stop beating; return once no beat is being written (the process may then exit)."""
         self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=max(self.interval, 1.0) + 1.0)
 
 
 @contextlib.contextmanager

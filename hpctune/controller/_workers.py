@@ -65,9 +65,11 @@ class WorkerManagingController(IngestingController):
             if busy and now - self._checked.get(wid, -math.inf) < BUSY_CHECK_PERIOD:
                 continue  # a busy worker's heartbeat is read at its own period
             self._checked[wid] = now
+            # the executor first: a worker writes its "exited" heartbeat before its process
+            # ends, so a heartbeat read after the executor saw it gone tells a clean exit
+            state = self.executor.state(wid, worker.info)
             beat = self.wire.heartbeat(wid)
             self._beats[wid] = beat
-            state = self.executor.state(wid, worker.info)
             if self._worker_states.get(wid) is not state:
                 self._worker_states[wid] = state
                 self._dirty = True  # e.g. a queued job started: slots may be offered again

@@ -103,7 +103,15 @@ def test_keyboard_interrupt_in_training_keeps_its_traceback(run: tuple[Study, st
     err = study.directory / "logs" / "trials" / f"trial-{trial.trial_id:06d}.err"
     assert "KeyboardInterrupt" in err.read_text()
     segment = study.record.segments[trial.segments[-1]]
-    assert study.record.workers[segment.worker_id].state == "exited"  # it survived it
+    worker = study.record.workers[segment.worker_id]
+    later = [
+        s
+        for s in study.record.segments.values()
+        if s.worker_id == worker.worker_id and s.segment_id > segment.segment_id
+    ]
+    # it survived it: it ended cleanly, or went on to train another trial (which may be the
+    # one whose process exits with code 3)
+    assert worker.state == "exited" or later, (worker.state, worker.reason)
 
 
 def test_a_crashed_worker_names_its_exit_code(run: tuple[Study, str]) -> None:
