@@ -163,9 +163,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/hpctune-pbt-bench"))
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 12 epochs (smoke run)")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 6 epochs (smoke run)")
     args = parser.parse_args()
-    max_steps = 12 if args.quick else 24
+    max_steps = 6 if args.quick else 24
     seeds = 1 if args.quick else args.seeds
     runs = []
     for seed in range(seeds):
