@@ -1737,6 +1737,10 @@ def _profile_study(
             )
         steps = int(text)
     sizes = DEFAULT_SIZES if sizes_text is None else parse_sizes(sizes_text)
+    if speedups:
+        from hpctune.elastic.profiling import with_speedups
+
+        with_speedups({size: (1.0,) for size in sizes}, speedups)  # refused before anything runs
     spec = load_spec(study_toml)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
