@@ -18,6 +18,9 @@ from hpctune.elastic import Profile
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.measure import parse_sizes
 from hpctune.journal import open_study
+from hpctune.launch import local_executor
+from hpctune.layout import StudyPaths
+from hpctune.spec import load_spec
 from tests.conftest import REPO, run_hpctune, write_study
 
 EXAMPLE = REPO / "jobs" / "digits-elastic"
@@ -170,7 +173,7 @@ def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
     assert not (tmp_path / "study").exists()
 
 
-def test_sizes_and_the_devices_variable() -> None:
+def test_sizes_and_the_devices_variable(tmp_path: Path) -> None:
     assert parse_sizes("4, 1,2,2") == (1, 2, 4)
     for text in ("", "1,-2", "1.5", "2000"):
         with pytest.raises(PlanningError, match="--sizes"):
@@ -179,3 +182,10 @@ def test_sizes_and_the_devices_variable() -> None:
     assert devices_from_environment({"HPCTUNE_DEVICES": "0"}) == 1
     assert devices_from_environment({"HPCTUNE_DEVICES": "x"}) == 1
     assert devices_from_environment({}) == 1
+    for resources, devices in (({"cpus_per_worker": 4, "gpus_per_worker": 2}, 2), ({}, 1)):
+        spec = load_spec(
+            write_study(
+                tmp_path, train=TRAIN, space={"x": [1]}, resources={"slots": 1, **resources}
+            )
+        )
+        assert local_executor(StudyPaths.of(tmp_path / "study"), spec).devices == devices
