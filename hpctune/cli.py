@@ -1788,7 +1788,8 @@ def _profile_study(
             f"note: this machine gives this process {cpus} CPU(s); sizes above {cpus} share "
             "them, so their times show oversubscription, not scaling"
         )
-    click.echo(f"plan with: hpctune plan-elastic {study_toml} --deadline ... --profile {target}")
+    where = "" if out is None else f" --profile {target}"
+    click.echo(f"plan with: hpctune plan-elastic {study_toml} --deadline 2h{where}")
     return EXIT_OK
 
 
