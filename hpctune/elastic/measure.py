@@ -37,7 +37,7 @@ import numpy as np
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.profile import Profile
 from hpctune.elastic.profiling import read_steps, study_latencies
-from hpctune.errors import HpctuneError
+from hpctune.errors import HpctuneError, Interrupted
 from hpctune.layout import StudyPaths
 from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
 
@@ -199,27 +199,43 @@ def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
         shutil.rmtree(target)
     paths = create_study(spec)
     sink = io.StringIO()
-    if slurm:
-        _run_slurm(paths, sink)
-    else:
-        from hpctune.launch import run_local
+    try:
+        if slurm:
+            _run_slurm(paths, sink)
+        else:
+            from hpctune.launch import run_local
 
-        run_local(paths, out=sink)
+            run_local(paths, out=sink)
+    except Interrupted as exc:  # its resume hint does not apply: a profile starts again
+        raise Interrupted(
+            f"profile interrupted at {devices} device(s) per trial; its short study is "
+            f"{paths.root}; run `hpctune profile` again to measure",
+            exc.exit_code - 128,
+        ) from None
     return read_size(paths.root, devices)
 
 
 def _run_slurm(paths: StudyPaths, out: TextIO) -> None:
-    """The controller here, in the foreground; the worker a Slurm job."""
+    """The controller here, in the foreground; the worker a Slurm job. Ctrl-C stops the study
+    (a second one cancels the job), as ``hpctune launch --local`` does.
+
+    Raises:
+        Interrupted: Ctrl-C or SIGTERM stopped it.
+    """
     from hpctune.controller import Controller
-    from hpctune.launch import prepare_study_dir, setup_controller_logging
+    from hpctune.launch import _signals, prepare_study_dir, setup_controller_logging
     from hpctune.slurm.executor import SlurmExecutor
 
     prepare_study_dir(paths)
     handler = setup_controller_logging(paths)
     try:
-        Controller(
+        controller = Controller(
             paths.root, lambda spec: SlurmExecutor(paths.root, spec), poll_interval=0.5
-        ).run()
+        )
+        with _signals(controller, out, "hpctune profile") as received:
+            controller.run()
+        if received:
+            raise Interrupted("interrupted", received[0])
     finally:
         import logging
 
