@@ -49,6 +49,7 @@ def _example(tmp_path: Path) -> Path:
     return folder / "study.toml"
 
 
+@pytest.mark.slow
 def test_the_example_is_profiled_at_each_size_and_planned(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
@@ -90,6 +91,7 @@ def test_the_example_is_profiled_at_each_size_and_planned(
     assert "hpctune profile" in data["profile_source"]
 
 
+@pytest.mark.slow
 def test_a_profiled_directory_is_launched_around_its_profile(
     tmp_path: Path, cleanup_studies: list[Path]
 ) -> None:
