@@ -1550,14 +1550,26 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 
 
 @cli.command("profile")
+@click.argument("study_toml", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--sizes",
+    default=None,
+    metavar="1,2,4",
+    help="With STUDY_TOML: the devices per trial to measure [default: 1,2,4].",
+)
 @click.option(
     "--steps",
     "step_texts",
     multiple=True,
-    required=True,
-    metavar="DEVICES=SOURCE",
-    help="Seconds per step at DEVICES devices per trial, from a trace file or a finished study "
-    "directory; repeatable.",
+    metavar="N | DEVICES=SOURCE",
+    help="With STUDY_TOML: the steps to time at each size [default: 5]. Without it: seconds "
+    "per step at DEVICES devices per trial, from a trace file or a finished study directory; "
+    "repeatable.",
+)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="With STUDY_TOML: run the short studies here (the default when sbatch is not on PATH).",
 )
 @click.option(
     "--speedup",
@@ -1566,8 +1578,8 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     metavar="DEVICES=X",
     help="Throughput at DEVICES over one device, for a size not measured; repeatable.",
 )
-@click.option("--queue-wait", type=float, default=0.0, show_default=True, help="SCALE (s).")
-@click.option("--startup", type=float, default=0.0, show_default=True, help="INIT (s).")
+@click.option("--queue-wait", type=float, default=None, help="SCALE (s) [default: 0].")
+@click.option("--startup", type=float, default=None, help="INIT (s) [default: 0].")
 @click.option(
     "--latencies-from",
     type=click.Path(file_okay=False, path_type=Path),
@@ -1579,38 +1591,84 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 @click.option(
     "--segment-start",
     type=float,
-    default=0.0,
-    show_default=True,
-    help="Seconds a segment takes to begin (checkpoint load).",
+    default=None,
+    help="Seconds a segment takes to begin (checkpoint load) [default: 0].",
 )
-@click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True)
+@click.option("--device", type=click.Choice(["gpu", "cpu"]), default=None, help="[default: gpu]")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the profile (JSON, for plan-elastic --profile).",
+    default=None,
+    help="Where to write the profile (JSON, for plan-elastic --profile); with STUDY_TOML "
+    "default: profile.json in its study directory.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 def profile_command(
+    study_toml: Path | None,
+    sizes: str | None,
     step_texts: tuple[str, ...],
+    local: bool,
     speedup_texts: tuple[str, ...],
-    queue_wait: float,
-    startup: float,
+    queue_wait: float | None,
+    startup: float | None,
     latencies_from: Path | None,
     decision: float,
-    segment_start: float,
-    device: str,
-    out: Path,
+    segment_start: float | None,
+    device: str | None,
+    out: Path | None,
     as_json: bool,
 ) -> int:
-    """Write a workload's profile for the elastic planner from measured step times.
+    """Write a workload's profile for the elastic planner (docs/elastic.md).
 
-    Each --steps gives the seconds per step at one size (devices per trial) from a trace or a
-    finished study; --speedup fills in sizes not measured. Prints the mean seconds per step and
-    the speed-up at each size (docs/elastic.md).
+    \b
+    hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--local] [--out PATH]
+      runs a short study of STUDY_TOML's training function per size (one worker of that many
+      devices, ctx.devices; CPUs locally), and measures seconds per step, the segment start,
+      checkpoint save and load, and the queue wait (SCALE) and start-up (INIT) of a worker.
+    hpctune profile --steps 1=TRACE [--steps 2=STUDY_DIR ...] [--speedup 4=3.5] --out PATH
+      takes seconds per step from traces or finished studies.
+
+    Prints the mean seconds per step and the speed-up at each size.
     """
-    import numpy as np
-
+    speedups: dict[int, float] = {}
+    for size, text in _size_pairs(speedup_texts, "--speedup"):
+        try:
+            speedups[size] = float(text)
+        except ValueError:
+            raise UsageError(f"--speedup {size}={text}: the speed-up must be a number") from None
+    if study_toml is not None:
+        given = [
+            name
+            for name, value in (
+                ("--queue-wait", queue_wait),
+                ("--startup", startup),
+                ("--latencies-from", latencies_from),
+                ("--segment-start", segment_start),
+                ("--device", device),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)}: measured by `hpctune profile STUDY_TOML`; leave "
+                f"{'them' if len(given) > 1 else 'it'} out, or give the step times with "
+                "--steps DEVICES=SOURCE and no STUDY_TOML"
+            )
+        return _profile_study(
+            study_toml, sizes, step_texts, local, speedups, decision, out, as_json
+        )
+    if sizes is not None or local:
+        raise UsageError(
+            f"{'--sizes' if sizes is not None else '--local'} needs a STUDY_TOML to run: "
+            "`hpctune profile study.toml --sizes 1,2,4`"
+        )
+    if not step_texts:
+        raise UsageError(
+            "give a STUDY_TOML to measure (`hpctune profile study.toml`), or measured step "
+            "times with --steps DEVICES=SOURCE (a trace file or a finished study directory)"
+        )
+    if out is None:
+        raise UsageError("--out: where to write the profile, e.g. --out profile.json")
     from hpctune.elastic.profiling import profile_from_steps, read_steps, study_latencies
 
     steps: dict[int, tuple[float, ...]] = {}
@@ -1618,14 +1676,8 @@ def profile_command(
     for size, text in _size_pairs(step_texts, "--steps"):
         steps[size], where = read_steps(Path(text))
         sources.append(f"{size}={where}")
-    speedups: dict[int, float] = {}
-    for size, text in _size_pairs(speedup_texts, "--speedup"):
-        try:
-            speedups[size] = float(text)
-        except ValueError:
-            raise UsageError(f"--speedup {size}={text}: the speed-up must be a number") from None
-    queue_samples: tuple[float, ...] = (queue_wait,)
-    startup_samples: tuple[float, ...] = (startup,)
+    queue_samples: tuple[float, ...] = (queue_wait or 0.0,)
+    startup_samples: tuple[float, ...] = (startup or 0.0,)
     if latencies_from is not None:
         from hpctune.journal.reader import open_study
 
@@ -1637,27 +1689,134 @@ def profile_command(
         queue_wait=queue_samples or (0.0,),
         startup=startup_samples or (0.0,),
         decision=decision,
-        segment_start=segment_start,
-        device=device,
+        segment_start=segment_start or 0.0,
+        device=device or "gpu",
         source=", ".join(sources),
     )
     profile.save(out)
     if as_json:
         click.echo(json.dumps(profile.to_dict()))
         return EXIT_OK
-    click.echo(f"profile: {out} ({profile.source})")
-    for size in profile.sizes:
-        measured = "measured" if size in steps else "from --speedup"
+    _print_profile(profile, out, set(steps), "from --speedup")
+    return EXIT_OK
+
+
+def _profile_study(
+    study_toml: Path,
+    sizes_text: str | None,
+    step_texts: tuple[str, ...],
+    local: bool,
+    speedups: dict[int, float],
+    decision: float,
+    out: Path | None,
+    as_json: bool,
+) -> int:
+    """``hpctune profile STUDY_TOML``: measure the profile with short studies, one per size."""
+    from hpctune.elastic.measure import (
+        DEFAULT_SIZES,
+        DEFAULT_STEPS,
+        measure_profile,
+        parse_sizes,
+    )
+    from hpctune.launch import check_entry_point
+    from hpctune.spec import load_spec
+
+    steps = DEFAULT_STEPS
+    if len(step_texts) > 1 or any("=" in text for text in step_texts):
+        raise UsageError(
+            f"--steps {' --steps '.join(step_texts)}: with STUDY_TOML, --steps is the number of "
+            "steps to time at each size (e.g. --steps 5); DEVICES=SOURCE step times go "
+            "without STUDY_TOML"
+        )
+    if step_texts:
+        text = step_texts[0].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(
+                f"--steps {step_texts[0]!r}: the steps to time at each size must be a whole "
+                "number >= 1, e.g. --steps 5"
+            )
+        steps = int(text)
+    sizes = DEFAULT_SIZES if sizes_text is None else parse_sizes(sizes_text)
+    if speedups:
+        from hpctune.elastic.profiling import with_speedups
+
+        with_speedups({size: (1.0,) for size in sizes}, speedups)  # refused before anything runs
+    spec = load_spec(study_toml)
+    check_entry_point(spec)
+    slurm = not local and shutil.which("sbatch") is not None
+    if slurm:
+        from hpctune.elastic.measure import size_spec
+        from hpctune.slurm.cluster import check_jobs
+
+        for size in sizes:
+            check_jobs(size_spec(spec, size, steps, slurm=True))
+    say = (lambda line: None) if as_json else click.echo
+    if not as_json:
+        where = "as Slurm jobs" if slurm else "here"
         click.echo(
-            f"  {size:>3} {device}s/trial: {profile.step_mean(size):.4g} s/step, speed-up "
-            f"{profile.speedup(size):.3g} ({measured}, {len(profile.step_seconds[size])} samples)"
+            f"profiling {spec.name}: {steps} step(s) at {', '.join(map(str, sizes))} "
+            f"device(s) per trial, one short study each, {where}"
+        )
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    profile, runs = measure_profile(spec, sizes, steps, slurm=slurm, decision=decision, say=say)
+    if speedups:
+        import dataclasses
+
+        from hpctune.elastic.profiling import with_speedups
+
+        profile = dataclasses.replace(
+            profile, step_seconds=with_speedups(profile.step_seconds, speedups)
+        )
+    target = out or StudyPaths(spec.directory).profile
+    profile.save(target)
+    if as_json:
+        click.echo(json.dumps(profile.to_dict()))
+        return EXIT_OK
+    _print_profile(profile, target, {run.devices for run in runs}, "from --speedup")
+    for run in runs:
+        click.echo(
+            f"  {run.devices:>3}: SCALE {_mean_text(run.queue_wait)}, INIT "
+            f"{_mean_text(run.startup)} ({run.directory})"
         )
     click.echo(
-        f"  SCALE {np.mean(profile.queue_wait[1]):.3g} s, INIT {np.mean(profile.startup):.3g} s "
-        f"(means of {len(profile.queue_wait[1])} and {len(profile.startup)} samples), "
-        f"SYNC {decision:g} s"
+        f"  checkpoint save {_mean_text(profile.checkpoint_save)}, load "
+        f"{_mean_text(profile.checkpoint_load)} (means of {len(profile.checkpoint_save)} and "
+        f"{len(profile.checkpoint_load)}); segment start {_mean_text(profile.segment_start)}"
     )
+    if not slurm and cpus is not None and max(sizes) > cpus:
+        click.echo(
+            f"note: this machine gives this process {cpus} CPU(s); sizes above {cpus} share "
+            "them, so their times show oversubscription, not scaling"
+        )
+    where = "" if out is None else f" --profile {target}"
+    click.echo(f"plan with: hpctune plan-elastic {study_toml} --deadline 2h{where}")
     return EXIT_OK
+
+
+def _mean_text(samples: tuple[float, ...]) -> str:
+    import numpy as np
+
+    return f"{np.mean(samples):.3g} s" if samples else "not measured"
+
+
+def _print_profile(profile: Any, out: Path, measured: set[int], other: str) -> None:
+    """The profile as text: seconds per step and speed-up per size, then the latencies."""
+    import numpy as np
+
+    click.echo(f"profile: {out} ({profile.source})")
+    for size in profile.sizes:
+        how = "measured" if size in measured else other
+        click.echo(
+            f"  {size:>3} {profile.device}s/trial: {profile.step_mean(size):.4g} s/step, "
+            f"speed-up {profile.speedup(size):.3g} ({how}, {len(profile.step_seconds[size])} "
+            "samples)"
+        )
+    queue = [v for samples in profile.queue_wait.values() for v in samples]
+    click.echo(
+        f"  SCALE {np.mean(queue):.3g} s, INIT {np.mean(profile.startup):.3g} s "
+        f"(means of {len(queue)} and {len(profile.startup)} samples), "
+        f"SYNC {np.mean(profile.decision):g} s"
+    )
 
 
 @cli.command("plan-elastic")

@@ -38,6 +38,23 @@ from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessa
 from hpctune.states import Decision
 from hpctune.storage import describe, storage_error
 
+DEVICES_VARIABLE = "HPCTUNE_DEVICES"
+"""The environment variable through which an executor tells its workers how many devices they
+hold (:attr:`TrialContext.devices`)."""
+
+
+def devices_from_environment(environ: Mapping[str, str] | None = None) -> int:
+    """The worker's devices from ``HPCTUNE_DEVICES`` (set by the executor that started it):
+    its GPUs when the study gives workers GPUs (``gpus_per_worker > 0``), else its CPUs
+    (``cpus_per_worker``). 1 when unset or not a positive integer (a worker started by hand).
+    """
+    text = (os.environ if environ is None else environ).get(DEVICES_VARIABLE, "")
+    try:
+        value = int(text)
+    except ValueError:
+        return 1
+    return value if value >= 1 else 1
+
 
 class TrialStop(BaseException):
     """Raised in the user's function to end the segment (a stop, a suspend or a diverged metric).
@@ -100,6 +117,12 @@ class TrialContext:
         max_steps: The trial's last step.
         step: The last step reported (``start_step`` before the first report).
         study_dir: The study directory.
+        devices: The devices this trial may use: the worker's GPUs when the study gives
+            workers GPUs (``[resources] gpus_per_worker > 0``), else its CPUs
+            (``cpus_per_worker``; CPUs stand in for GPUs). A data-parallel training function
+            spreads a fixed global batch over them (``torch.set_num_threads(ctx.devices)`` on
+            CPUs, one process per GPU), so that its learning curve does not depend on them and
+            only its time per step does (docs/elastic.md).
     """
 
     def __init__(
@@ -114,6 +137,7 @@ class TrialContext:
         sleep: Callable[[float], None] = time.sleep,
         interrupted: Callable[[], str] = lambda: "",
         highest_epoch: Callable[[], int] = lambda: 0,
+        devices: int = 1,
     ) -> None:
         self._a = assignment
         self._events = events
@@ -133,6 +157,7 @@ class TrialContext:
         self.max_steps = assignment.max_steps
         self.step = assignment.start_step
         self.study_dir = Path(study_dir)
+        self.devices = int(devices)
         self.checkpoint_step: int | None = None  # the step of the last checkpoint saved here
         self.diverged: str = ""
         self.storage_error: str = ""  # a write failed for want of space or with an I/O error
@@ -294,7 +319,8 @@ class TrialContext:
         """Save ``obj`` (with ``torch.save``) as the checkpoint of ``step`` (default :attr:`step`).
 
         The file is written under a temporary name, hashed while written, and renamed into place;
-        only then is it announced to the controller. Returns the file's path.
+        only then is it announced to the controller (its event line holds the seconds the save
+        took, which ``hpctune profile`` reads). Returns the file's path.
         """
         import torch
 
@@ -307,6 +333,7 @@ class TrialContext:
         path = self._checkpoint_path(step)
         tmp = path.with_name(f".{path.name}.tmp")
         writer: _HashingWriter | None = None
+        began = time.perf_counter()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
@@ -315,6 +342,7 @@ class TrialContext:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            seconds = time.perf_counter() - began
         except BaseException as exc:
             tmp.unlink(missing_ok=True)
             failed = storage_error(exc) or (writer.error if writer is not None else None)
@@ -330,6 +358,7 @@ class TrialContext:
                     "path": str(path.relative_to(self.study_dir)),
                     "sha256": writer.sha256.hexdigest(),
                     "nbytes": writer.nbytes,
+                    "seconds": round(seconds, 6),  # written, synced and renamed (profiles)
                 },
                 fsync=True,
             )

@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
@@ -132,7 +133,8 @@ def create_study(spec: StudySpec) -> StudyPaths:
     """
     target = spec.directory
     use_study_umask(spec.share_with_group)
-    if target.exists() or target.is_symlink():
+    adopt = _holds_only_a_profile(target)
+    if (target.exists() or target.is_symlink()) and not adopt:
         running = ""
         if target.is_dir():
             held = rival(target)
@@ -143,6 +145,7 @@ def create_study(spec: StudySpec) -> StudyPaths:
             f"{target}` or choose another with --study-dir"
         )
     tmp = target.parent / f".{target.name}.creating-{uuid.uuid4().hex[:8]}"
+    moved: list[str] = []
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
@@ -162,11 +165,31 @@ def create_study(spec: StudySpec) -> StudyPaths:
         writer.append("log", kind=st.STUDY, time=time.time(), data=dumps(data))
         writer.commit({})
         point_link(tmp, journal)
+        for name in adopt:  # `hpctune profile study.toml` measured it here: keep its files
+            os.rename(target / name, tmp / name)
+            moved.append(name)
+        if adopt:
+            os.rmdir(target)
         os.rename(tmp, target)
     except BaseException:
+        for name in moved:  # put the profile back
+            with contextlib.suppress(OSError):
+                target.mkdir(exist_ok=True)
+                os.rename(tmp / name, target / name)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return StudyPaths.of(target)
+
+
+def _holds_only_a_profile(target: Path) -> list[str]:
+    """The entries of ``target`` when it is a directory holding nothing but what
+    ``hpctune profile study.toml`` writes there (``profile.json``, ``profile/``); else []."""
+    if target.is_symlink() or not target.is_dir():
+        return []
+    paths = StudyPaths(target)
+    allowed = {paths.profile.name, paths.profile_runs.name}
+    names = sorted(os.listdir(target))
+    return names if names and set(names) <= allowed else []
 
 
 def prepare_study_dir(paths: StudyPaths) -> None:
@@ -364,5 +387,11 @@ def _controller_logging(paths: StudyPaths) -> Iterator[None]:
 
 
 def local_executor(paths: StudyPaths, spec: StudySpec) -> LocalExecutor:
-    """The local executor for a study's resources."""
-    return LocalExecutor(paths.root, cpus_per_worker=spec.resources.cpus_per_worker)
+    """The local executor for a study's resources (``ctx.devices``: the workers' GPUs if the
+    spec gives them any, else their CPUs)."""
+    resources = spec.resources
+    return LocalExecutor(
+        paths.root,
+        cpus_per_worker=resources.cpus_per_worker,
+        devices=resources.gpus_per_worker or resources.cpus_per_worker,
+    )

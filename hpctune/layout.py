@@ -15,7 +15,13 @@
   checkpoints/trial-<TTTTTT>/step-<NNNNNNNN>-segment-<SSSSSS>.pt              the worker running S
   curves/trial-<TTTTTT>-n<NNNNNNNN>.json    a learning-curve fit    a pool process or array task
   logs/controller.log, logs/workers/<W>.log, logs/trials/trial-<TTTTTT>.out|.err
+  profile.json          the workload's profile (elastic planning)  `hpctune profile study.toml`
+  profile/size-<G>/     the short study that timed G devices/trial  `hpctune profile study.toml`
 ```
+
+``hpctune profile study.toml`` may make ``profile.json`` and ``profile/`` before the study is
+launched; ``hpctune launch`` then creates the study around them
+(:func:`hpctune.launch.create_study`).
 """
 
 from __future__ import annotations
@@ -80,6 +86,16 @@ class StudyPaths:
     def curves(self) -> Path:
         """Learning-curve result files (``hpctune.curves.service.result_path``)."""
         return self.root / "curves"
+
+    @property
+    def profile(self) -> Path:
+        """The elastic planner's profile (``hpctune profile``; ``plan-elastic``'s default)."""
+        return self.root / "profile.json"
+
+    @property
+    def profile_runs(self) -> Path:
+        """The short studies ``hpctune profile study.toml`` ran, one per size."""
+        return self.root / "profile"
 
     @property
     def logs(self) -> Path:

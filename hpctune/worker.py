@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpctune.context import TrialContext, TrialStop
+from hpctune.context import TrialContext, TrialStop, devices_from_environment
 from hpctune.errors import HpctuneError
 from hpctune.eventlog import EventWriter, read_events
 from hpctune.files import read_json, write_json_atomic
@@ -382,6 +382,7 @@ class Worker:
                 decision_file=paths.decision(a.segment_id),
                 interrupted=lambda: self.interrupted,
                 highest_epoch=lambda: highest_epoch(paths.root),
+                devices=devices_from_environment(),
             )
             status, reason, error = self._call(a, ctx)
             end = {

@@ -79,7 +79,7 @@ def test_worker_parameters_follow_the_spec(tmp_path: Path) -> None:
     assert params["signal_delay_s"] == 120
     assert params["array_parallelism"] == 4
     assert params["setup"] == [
-        "export OMP_NUM_THREADS=8 MKL_NUM_THREADS=8",
+        "export OMP_NUM_THREADS=8 MKL_NUM_THREADS=8 HPCTUNE_DEVICES=1",
         "export SLURM_CONF=/etc/site/slurm.conf HPCTUNE_POLL_INTERVAL=0.5",
         "module load cuda",
     ]

@@ -235,8 +235,10 @@ class Profile:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise PlanningError(
-                f"profile {path} does not exist; make one with `hpctune profile --steps "
-                "1=TRACE --out profile.json` and give it as --profile"
+                f"profile {path} does not exist; measure one with `hpctune profile "
+                "study.toml` (it writes the study directory's profile.json), or make one from "
+                "a trace with `hpctune profile --steps 1=TRACE --out profile.json` and give it "
+                "as --profile"
             ) from None
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PlanningError(f"profile {path} cannot be read: {exc}") from None

@@ -64,19 +64,8 @@ def profile_from_steps(
     Raises:
         PlanningError: A speed-up is given without a one-device measurement, or is not > 0.
     """
-    table = dict(steps)
-    for size, speedup in sorted((speedups or {}).items()):
-        if 1 not in steps:
-            raise PlanningError(
-                "--speedup is relative to one device: give the 1-device measurement as "
-                "--steps 1=TRACE"
-            )
-        if not speedup > 0 or size < 1:
-            raise PlanningError(f"--speedup {size}={speedup}: sizes >= 1 and speed-ups > 0")
-        if size not in table:
-            table[size] = tuple(s / speedup for s in steps[1])
     return Profile(
-        step_seconds=table,
+        step_seconds=with_speedups(steps, speedups),
         segment_start=(segment_start,),
         startup=tuple(startup),
         queue_wait={1: tuple(queue_wait)},
@@ -84,6 +73,29 @@ def profile_from_steps(
         device=device,
         source=source,
     )
+
+
+def with_speedups(
+    steps: Mapping[int, tuple[float, ...]], speedups: Mapping[int, float] | None
+) -> dict[int, tuple[float, ...]]:
+    """``steps`` and, for each size of ``speedups`` not measured, the one-device samples
+    divided by its speed-up.
+
+    Raises:
+        PlanningError: A speed-up is given without a one-device measurement, or is not > 0.
+    """
+    table = dict(steps)
+    for size, speedup in sorted((speedups or {}).items()):
+        if 1 not in steps:
+            raise PlanningError(
+                "--speedup is relative to one device: measure one device (--steps 1=TRACE, "
+                "or a 1 in --sizes)"
+            )
+        if not speedup > 0 or size < 1:
+            raise PlanningError(f"--speedup {size}={speedup}: sizes >= 1 and speed-ups > 0")
+        if size not in table:
+            table[size] = tuple(s / speedup for s in steps[1])
+    return table
 
 
 def study_latencies(record: StudyRecord) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -121,4 +133,5 @@ __all__ = [
     "read_steps",
     "step_samples",
     "study_latencies",
+    "with_speedups",
 ]

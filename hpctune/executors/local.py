@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpctune.context import DEVICES_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
@@ -31,16 +32,24 @@ class LocalExecutor(Executor):
     Args:
         study_dir: The study directory.
         cpus_per_worker: Threads each worker may use (sets ``OMP_NUM_THREADS`` and friends).
+        devices: What the training function sees as ``ctx.devices`` (``HPCTUNE_DEVICES``);
+            default ``cpus_per_worker`` (CPUs stand in for GPUs).
         env: Extra environment variables for the workers.
     """
 
     name = "local"
 
     def __init__(
-        self, study_dir: Path, *, cpus_per_worker: int = 1, env: Mapping[str, str] | None = None
+        self,
+        study_dir: Path,
+        *,
+        cpus_per_worker: int = 1,
+        devices: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.paths = StudyPaths.of(study_dir)
         self.cpus_per_worker = cpus_per_worker
+        self.devices = cpus_per_worker if devices is None else devices
         self.env = dict(env or {})
         self.host = socket.gethostname()
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -50,6 +59,7 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         for name in THREAD_VARIABLES:
             env[name] = str(self.cpus_per_worker)
+        env[DEVICES_VARIABLE] = str(self.devices)
         env.update(self.env)
         infos: dict[str, dict[str, Any]] = {}
         for worker_id in worker_ids:

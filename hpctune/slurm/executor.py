@@ -24,6 +24,7 @@ from typing import Any
 import submitit
 from submitit.core.utils import JobPaths
 
+from hpctune.context import DEVICES_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.layout import StudyPaths
@@ -79,7 +80,8 @@ def worker_parameters(spec: StudySpec, env: Mapping[str, str] | None = None) -> 
         "array_parallelism": resources.slots,
         "srun_args": list(SRUN_ARGS),
         "setup": [
-            f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}",
+            f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
+            f"{DEVICES_VARIABLE}={resources.gpus_per_worker or threads}",
             *export_lines(env),
             *options.setup,
         ],

@@ -1,17 +1,20 @@
 """`hpctune plan-elastic --partition`: the billing weight from a real partition's
-TRESBillingWeights, as `scontrol show partition` gives it."""
+TRESBillingWeights, as `scontrol show partition` gives it; `hpctune profile STUDY_TOML` with
+its workers as Slurm jobs."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from hpctune.cli import main
 from hpctune.elastic import Profile
-from tests.conftest import DIGITS, write_study
+from hpctune.journal import open_study
+from tests.conftest import DIGITS, run_hpctune, write_study
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -57,4 +60,48 @@ def test_plan_elastic_bills_by_the_partitions_weights(
         assert "nosuchpartition is not known" in capsys.readouterr().err
     finally:
         slurm_cluster.run("scontrol", "delete", f"PartitionName={name}")
+        shutil.rmtree(tmp_path / "study", ignore_errors=True)
+
+
+TRAIN = """
+import torch
+
+def train(ctx):
+    torch.set_num_threads(ctx.devices)
+    w = torch.zeros(8)
+    for step in range(ctx.start_step, ctx.max_steps):
+        w = w + 1
+        ctx.report(step=step + 1, score=float(w.mean()), devices=ctx.devices)
+        ctx.save_checkpoint({"w": w})
+"""
+
+
+def test_profile_runs_its_short_studies_as_slurm_jobs(
+    tmp_path: Path, slurm_cluster: SlurmCluster, study_name: str
+) -> None:
+    """Without --local, each size's worker is a Slurm job of that many CPUs: its queue wait
+    (SCALE, per size) and start-up (INIT) come from the journal, ctx.devices is the size."""
+    spec = write_study(
+        tmp_path, train=TRAIN, name=study_name, space={"x": [1]}, max_steps=2, num_trials=1
+    )
+    try:
+        result = run_hpctune("profile", str(spec), "--sizes", "1,2", "--steps", "2")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "as Slurm jobs" in result.stdout
+        profile = Profile.load(tmp_path / "study")
+        assert profile.sizes == (1, 2)
+        assert sorted(profile.queue_wait) == [1, 2]
+        assert all(len(v) == 1 for v in profile.queue_wait.values())
+        assert len(profile.startup) == 2
+        for size in (1, 2):
+            study = open_study(tmp_path / "study" / "profile" / f"size-{size}")
+            assert [w.info.get("executor") for w in study.record.workers.values()] == ["slurm"]
+            assert study.trials[0].last_metrics["devices"] == size
+    finally:
+        for size in (1, 2):
+            subprocess.run(
+                ["scancel", "--name", f"hpctune-{study_name}-profile-{size}"],
+                capture_output=True,
+                timeout=30,
+            )
         shutil.rmtree(tmp_path / "study", ignore_errors=True)

@@ -1,0 +1,337 @@
+"""Measure a profile by running the user's study briefly at each size (RubberBand §5 "Planning").
+
+``hpctune profile study.toml --sizes 1,2,4 --steps 5`` runs, per size ``g``, a short study of
+the spec's own training function: one worker of ``g`` devices (``ctx.devices == g``), the
+generator's first configuration (the same at every size: the generator is seeded), ``steps``
+steps, the ``default`` policy (no decisions), ``max_retries = 0`` and ``fail_fast``. Locally
+the worker gets ``g`` CPUs, which stand in for GPUs; on Slurm it gets ``g`` GPUs (and the
+spec's CPUs per GPU) when the spec gives workers GPUs, else ``g`` CPUs. The short studies are
+ordinary study directories under ``<study dir>/profile/size-<g>/``; from their journals and
+event files come:
+
+* TRAIN: seconds per step (:func:`hpctune.elastic.profiling.read_steps`, as for a finished
+  study), and the segment start: the seconds from a segment's start to its first report less
+  one step (model and data set-up), plus the checkpoint load;
+* checkpoint save: the seconds ``ctx.save_checkpoint`` took (its event lines' ``seconds``);
+* checkpoint load: ``torch.load`` of each kept checkpoint, as ``ctx.load_checkpoint`` does it,
+  timed in this process (a short study runs one segment per trial and never loads one);
+* SCALE and INIT: :func:`hpctune.elastic.profiling.study_latencies`, SCALE per worker size.
+
+SYNC (the rung decision) is not measured: the ``default`` policy decides nothing; give it
+with ``--decision``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.profile import Profile
+from hpctune.elastic.profiling import read_steps, study_latencies
+from hpctune.errors import HpctuneError, Interrupted
+from hpctune.layout import StudyPaths
+from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
+
+DEFAULT_SIZES = (1, 2, 4)
+DEFAULT_STEPS = 5
+MAX_SIZE = 1024
+LOAD_REPEATS = 3
+
+
+class ShortStudyFailed(HpctuneError):
+    """A short study's trial did not complete (exit 1): the message names its error and log."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class SizeRun:
+    """What one short study measured.
+
+    Attributes:
+        devices: Devices of its worker (``ctx.devices``).
+        directory: Its study directory.
+        steps: Seconds per step (samples).
+        segment_start: Seconds from a segment's start to its first step (set-up).
+        checkpoint_save: Seconds of each ``ctx.save_checkpoint``.
+        checkpoint_load: Seconds of each timed ``torch.load`` of a kept checkpoint.
+        queue_wait: SCALE samples of its worker.
+        startup: INIT samples of its worker.
+    """
+
+    devices: int
+    directory: Path
+    steps: tuple[float, ...]
+    segment_start: tuple[float, ...]
+    checkpoint_save: tuple[float, ...]
+    checkpoint_load: tuple[float, ...]
+    queue_wait: tuple[float, ...]
+    startup: tuple[float, ...]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` as ascending distinct sizes.
+
+    Raises:
+        PlanningError: A size is not an integer from 1 to :data:`MAX_SIZE`.
+    """
+    sizes = set()
+    for part in text.split(","):
+        item = part.strip()
+        try:
+            size = int(item)
+        except ValueError:
+            size = 0
+        if not 1 <= size <= MAX_SIZE:
+            raise PlanningError(
+                f"--sizes {text!r}: {item!r} is not a device count; give whole numbers from 1 "
+                f"to {MAX_SIZE} separated by commas, e.g. --sizes 1,2,4"
+            )
+        sizes.add(size)
+    return tuple(sorted(sizes))
+
+
+def profile_root(spec: StudySpec) -> Path:
+    """Where the short studies of ``spec``'s profile go (``<study dir>/profile/``)."""
+    return StudyPaths(spec.directory).profile_runs
+
+
+def size_spec(spec: StudySpec, devices: int, steps: int, *, slurm: bool = False) -> StudySpec:
+    """The short study that measures ``spec``'s workload at ``devices`` devices per trial."""
+    res = spec.resources
+    if slurm and res.gpus_per_worker:
+        per_gpu = max(1, res.cpus_per_worker // res.gpus_per_worker)
+        resources = ResourcesSpec(
+            slots=1, cpus_per_worker=per_gpu * devices, gpus_per_worker=devices
+        )
+    else:
+        resources = ResourcesSpec(slots=1, cpus_per_worker=devices, gpus_per_worker=0)
+    max_steps = min(steps, spec.max_steps)
+    from hpctune.curves.options import CurvesSpec
+    from hpctune.stagetree.options import StagesSpec
+
+    return dataclasses.replace(
+        spec,
+        name=f"{spec.name}-profile-{devices}",
+        directory=profile_root(spec) / f"size-{devices}",
+        max_steps=max_steps,
+        boundary=min(spec.boundary, max_steps),
+        num_trials=1,
+        fail_fast=True,
+        max_retries=0,
+        policy=ComponentSpec("default", {}),
+        resources=resources,
+        curves=CurvesSpec(),
+        stages=StagesSpec(),
+    )
+
+
+def device_kind(spec: StudySpec, *, slurm: bool) -> str:
+    """``"gpu"`` when the sizes are GPUs (Slurm, a spec with GPUs), else ``"cpu"``."""
+    return "gpu" if slurm and spec.resources.gpus_per_worker else "cpu"
+
+
+def measure_profile(
+    spec: StudySpec,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    steps: int = DEFAULT_STEPS,
+    *,
+    slurm: bool = False,
+    decision: float = 0.0,
+    say: Callable[[str], None] = lambda line: None,
+) -> tuple[Profile, list[SizeRun]]:
+    """Run a short study of ``spec`` per size; return the profile and what each measured.
+
+    Raises:
+        PlanningError: ``steps`` < 1 or no size.
+        ShortStudyFailed: A short study's trial failed (naming its error and its log).
+        LeaseHeld: A previous short study's controller is still running.
+    """
+    if steps < 1:
+        raise PlanningError(
+            f"--steps {steps}: the steps to time per size must be >= 1 (e.g. --steps 5)"
+        )
+    if not sizes:
+        raise PlanningError("--sizes: give at least one device count, e.g. --sizes 1,2,4")
+    runs = []
+    for devices in sizes:
+        say(f"measuring {devices} device(s) per trial ...")
+        short = size_spec(spec, devices, steps, slurm=slurm)
+        runs.append(run_size(short, devices, slurm=slurm))
+        say(
+            f"  {devices}: {np.mean(runs[-1].steps):.4g} s/step over "
+            f"{len(runs[-1].steps)} steps ({short.directory})"
+        )
+    profile = Profile(
+        step_seconds={run.devices: run.steps for run in runs},
+        segment_start=_pooled(run.segment_start for run in runs),
+        startup=_pooled(run.startup for run in runs),
+        queue_wait={run.devices: run.queue_wait or (0.0,) for run in runs},
+        decision=(decision,),
+        checkpoint_save=_pooled(run.checkpoint_save for run in runs),
+        checkpoint_load=_pooled(run.checkpoint_load for run in runs),
+        device=device_kind(spec, slurm=slurm),
+        source=f"hpctune profile {spec.source} ({'slurm' if slurm else 'local'}, "
+        f"{steps} steps per size, {profile_root(spec)})",
+    )
+    return profile, runs
+
+
+def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
+    """Run one short study (replacing an earlier one at the same place) and read it."""
+    from hpctune.launch import create_study
+    from hpctune.lease import LeaseHeld, rival
+
+    target = spec.directory
+    if target.exists():
+        held = rival(target)
+        if held is not None:
+            raise LeaseHeld(target, held)
+        shutil.rmtree(target)
+    paths = create_study(spec)
+    sink = io.StringIO()
+    try:
+        if slurm:
+            _run_slurm(paths, sink)
+        else:
+            from hpctune.launch import run_local
+
+            run_local(paths, out=sink)
+    except Interrupted as exc:  # its resume hint does not apply: a profile starts again
+        raise Interrupted(
+            f"profile interrupted at {devices} device(s) per trial; its short study is "
+            f"{paths.root}; run `hpctune profile` again to measure",
+            exc.exit_code - 128,
+        ) from None
+    return read_size(paths.root, devices)
+
+
+def _run_slurm(paths: StudyPaths, out: TextIO) -> None:
+    """The controller here, in the foreground; the worker a Slurm job. Ctrl-C stops the study
+    (a second one cancels the job), as ``hpctune launch --local`` does.
+
+    Raises:
+        Interrupted: Ctrl-C or SIGTERM stopped it.
+    """
+    from hpctune.controller import Controller
+    from hpctune.launch import _signals, prepare_study_dir, setup_controller_logging
+    from hpctune.slurm.executor import SlurmExecutor
+
+    prepare_study_dir(paths)
+    handler = setup_controller_logging(paths)
+    try:
+        controller = Controller(
+            paths.root, lambda spec: SlurmExecutor(paths.root, spec), poll_interval=0.5
+        )
+        with _signals(controller, out, "hpctune profile") as received:
+            controller.run()
+        if received:
+            raise Interrupted("interrupted", received[0])
+    finally:
+        import logging
+
+        logging.getLogger("hpctune").removeHandler(handler)
+        handler.close()
+
+
+def read_size(directory: Path, devices: int) -> SizeRun:
+    """What a finished short study measured.
+
+    Raises:
+        ShortStudyFailed: Its trial did not complete (naming the reason and the trial's log).
+    """
+    from hpctune.eventlog import read_events
+    from hpctune.journal.reader import open_study
+    from hpctune.protocol import EV_CHECKPOINT
+
+    study = open_study(directory)
+    paths = StudyPaths.of(directory)
+    for trial in study.trials:
+        if trial.status.value != "completed":
+            err = paths.trial_output(trial.trial_id, "err")
+            raise ShortStudyFailed(
+                f"the short study at {devices} device(s) per trial ({directory}) did not "
+                f"finish: trial {trial.trial_id} is {trial.status.value}"
+                f"{': ' + trial.reason if trial.reason else ''}; see {err} and fix the "
+                "training function (run `hpctune launch` on the study.toml to try it)"
+            )
+    steps, _ = read_steps(directory)
+    median = float(np.median(steps))
+    setup: list[float] = []
+    saves: list[float] = []
+    kept: list[Path] = []
+    for trial in study.trials:
+        curve = study.curve(trial.trial_id)
+        for segment_id in trial.segments:
+            seg = study.record.segments[segment_id]
+            later = [
+                (s, t)
+                for s, t in zip(curve.steps.tolist(), curve.times.tolist(), strict=True)
+                if s > seg.start_step
+            ]
+            if seg.started_time is not None and later:
+                step, t = later[0]
+                setup.append(max(t - seg.started_time - (step - seg.start_step) * median, 0.0))
+            for record in read_events(paths.event_file(segment_id)).records:
+                if record.get("kind") != EV_CHECKPOINT:
+                    continue
+                if isinstance(record.get("seconds"), int | float):
+                    saves.append(float(record["seconds"]))
+                path = directory / str(record.get("path", ""))
+                if path.is_file():
+                    kept.append(path)
+    loads = [s for path in kept for _ in range(LOAD_REPEATS) for s in _load_seconds(path)]
+    queue, startup = study_latencies(study.record)
+    mean_load = float(np.mean(loads)) if loads else 0.0
+    return SizeRun(
+        devices=devices,
+        directory=directory,
+        steps=steps,
+        segment_start=tuple(s + mean_load for s in setup),
+        checkpoint_save=tuple(saves),
+        checkpoint_load=tuple(loads),
+        queue_wait=queue,
+        startup=startup,
+    )
+
+
+def _load_seconds(path: Path) -> tuple[float, ...]:
+    """Seconds of one ``torch.load`` of ``path`` as ``ctx.load_checkpoint`` does it; none for
+    a checkpoint that ``weights_only=True`` refuses (it is never unpickled here)."""
+    import pickle
+
+    import torch
+
+    began = time.perf_counter()
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError):
+        return ()
+    return (time.perf_counter() - began,)
+
+
+def _pooled(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
+    return tuple(value for group in groups for value in group)
+
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "DEFAULT_STEPS",
+    "ShortStudyFailed",
+    "SizeRun",
+    "device_kind",
+    "measure_profile",
+    "parse_sizes",
+    "profile_root",
+    "read_size",
+    "size_spec",
+]

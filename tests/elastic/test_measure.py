@@ -1,0 +1,193 @@
+"""`hpctune profile STUDY_TOML`: short studies per size measure the profile (real workers, torch).
+
+No speed is asserted (the machine is shared): the profile must have samples at every size,
+positive step times, workers that were told their size (``ctx.devices``), a file in the study
+directory that ``plan-elastic`` takes, and bad input must be refused with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpctune.context import devices_from_environment
+from hpctune.elastic import Profile
+from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.measure import parse_sizes
+from hpctune.journal import open_study
+from hpctune.launch import local_executor
+from hpctune.layout import StudyPaths
+from hpctune.spec import load_spec
+from tests.conftest import REPO, run_hpctune, write_study
+
+EXAMPLE = REPO / "jobs" / "digits-elastic"
+
+# A small real workload: torch threads from ctx.devices, a checkpoint per step.
+TRAIN = """
+import torch
+
+def train(ctx):
+    torch.set_num_threads(ctx.devices)
+    weights = torch.zeros(64)
+    state = ctx.load_checkpoint()
+    if state is not None:
+        weights = state["w"]
+    for step in range(ctx.start_step, ctx.max_steps):
+        weights = weights + torch.randn(64, generator=torch.Generator().manual_seed(step))
+        ctx.report(step=step + 1, score=float(weights.mean()), devices=ctx.devices,
+                   threads=torch.get_num_threads())
+        ctx.save_checkpoint({"w": weights})
+"""
+
+
+def _example(tmp_path: Path) -> Path:
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE, folder)
+    return folder / "study.toml"
+
+
+@pytest.mark.slow
+def test_the_example_is_profiled_at_each_size_and_planned(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    """jobs/digits-elastic at 1 and 2 CPUs: each short study's worker had that many devices
+    and threads, every size has positive step samples, SCALE per size, INIT, checkpoint save
+    and load; the profile lands in the study directory, where plan-elastic finds it."""
+    spec = _example(tmp_path)
+    study_dir = spec.parent / "runs" / "digits-elastic"
+    cleanup_studies += [study_dir / "profile" / "size-1", study_dir / "profile" / "size-2"]
+    result = run_hpctune("profile", str(spec), "--sizes", "2,1", "--steps", "2", "--local")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 cpus/trial" in result.stdout
+    assert "2 cpus/trial" in result.stdout
+
+    profile = Profile.load(study_dir / "profile.json")
+    assert profile.sizes == (1, 2)
+    assert profile.device == "cpu"
+    for size in (1, 2):
+        assert len(profile.step_seconds[size]) == 2
+        assert all(s > 0 for s in profile.step_seconds[size])
+        assert len(profile.queue_wait[size]) == 1
+        assert profile.queue_wait[size][0] >= 0
+        trial = open_study(study_dir / "profile" / f"size-{size}").trials[0]
+        assert trial.status.value == "completed"
+        assert trial.step == 2
+        assert trial.last_metrics["devices"] == size
+    assert len(profile.startup) == 2
+    assert all(s >= 0 for s in profile.startup)
+    assert len(profile.checkpoint_save) == 4
+    assert all(s > 0 for s in profile.checkpoint_save)
+    assert profile.checkpoint_load
+    assert all(s > 0 for s in profile.checkpoint_load)
+    assert min(profile.segment_start) >= min(profile.checkpoint_load)
+
+    plan = run_hpctune("plan-elastic", str(spec), "--deadline", "1h", "--json")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    data = json.loads(plan.stdout)
+    assert data["feasible"] is True
+    assert "hpctune profile" in data["profile_source"]
+
+
+@pytest.mark.slow
+def test_a_profiled_directory_is_launched_around_its_profile(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    """Sizes 1 and 3, --speedup for 6, --out elsewhere and then the default place; the study
+    is launched into the directory that holds only the profile and keeps it; the worker's
+    torch used ctx.devices threads."""
+    spec = write_study(
+        tmp_path, train=TRAIN, space={"x": [1, 2]}, max_steps=3, num_trials=2, directory="study"
+    )
+    study_dir = tmp_path / "study"
+    cleanup_studies += [study_dir / "profile" / f"size-{g}" for g in (1, 3)] + [study_dir]
+    elsewhere = tmp_path / "p.json"
+    args = ["profile", str(spec), "--sizes", "1,3", "--steps", "2", "--local"]
+    result = run_hpctune(*args, "--speedup", "6=1.5", "--out", str(elsewhere), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    printed = json.loads(result.stdout)
+    assert printed == json.loads(elsewhere.read_text())
+    assert sorted(printed["step_seconds"]) == ["1", "3", "6"]
+    assert not (study_dir / "profile.json").exists()
+    trial = open_study(study_dir / "profile" / "size-3").trials[0]
+    assert trial.last_metrics["devices"] == 3
+    assert trial.last_metrics["threads"] == 3
+
+    again = run_hpctune(*args[:3], "1", *args[4:])  # replaces size-1; to the default place
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert Profile.load(study_dir).sizes == (1,)
+
+    launched = run_hpctune("launch", str(spec), "--local")
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert (study_dir / "profile.json").is_file()
+    assert (study_dir / "profile" / "size-3").is_dir()
+    study = open_study(study_dir)
+    assert [t.status.value for t in study.trials] == ["completed", "completed"]
+    assert {t.last_metrics["devices"] for t in study.trials} == {1}  # cpus_per_worker = 1
+    assert run_hpctune("profile", str(spec), "--sizes", "3", "--local").returncode == 0
+    assert Profile.load(study_dir).sizes == (3,)  # a launched study directory takes one too
+
+
+def test_a_failing_training_function_names_its_error_and_log(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    spec = write_study(
+        tmp_path,
+        train="def train(ctx):\n    raise ValueError('no data at ' + str(ctx.devices))\n",
+        space={"x": [1]},
+    )
+    cleanup_studies.append(tmp_path / "study" / "profile" / "size-2")
+    result = run_hpctune("profile", str(spec), "--sizes", "2", "--steps", "1", "--local")
+    assert result.returncode == 1
+    assert "did not finish" in result.stderr
+    assert "ValueError: no data at 2" in result.stderr
+    assert "trial-000000.err" in result.stderr or "trial-000001.err" in result.stderr
+    assert not (tmp_path / "study" / "profile.json").exists()
+
+
+def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
+    spec = write_study(tmp_path, train=TRAIN, space={"x": [1]})
+    cases = {
+        ("--sizes", "1,0"): "--sizes",
+        ("--sizes", "two"): "e.g. --sizes 1,2,4",
+        ("--steps", "0"): "whole number >= 1",
+        ("--steps", "1=trace.h5"): "DEVICES=SOURCE step times go without STUDY_TOML",
+        ("--startup", "3"): "--startup: measured by",
+        ("--sizes", "2", "--speedup", "4=3"): "a 1 in --sizes",
+    }
+    for args, text in cases.items():
+        result = run_hpctune("profile", str(spec), "--local", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert text in result.stderr, (args, result.stderr)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(spec.read_text().replace("max_steps = 5", "max_steps = 0"))
+    result = run_hpctune("profile", str(bad), "--local")
+    assert result.returncode == 2
+    assert "max_steps" in result.stderr
+    missing = run_hpctune("profile", str(tmp_path / "none.toml"), "--local")
+    assert missing.returncode == 2
+    assert "does not exist" in missing.stderr
+    alone = run_hpctune("profile", "--sizes", "1,2")
+    assert alone.returncode == 2
+    assert "needs a STUDY_TOML" in alone.stderr
+    assert not (tmp_path / "study").exists()
+
+
+def test_sizes_and_the_devices_variable(tmp_path: Path) -> None:
+    assert parse_sizes("4, 1,2,2") == (1, 2, 4)
+    for text in ("", "1,-2", "1.5", "2000"):
+        with pytest.raises(PlanningError, match="--sizes"):
+            parse_sizes(text)
+    assert devices_from_environment({"HPCTUNE_DEVICES": "4"}) == 4
+    assert devices_from_environment({"HPCTUNE_DEVICES": "0"}) == 1
+    assert devices_from_environment({"HPCTUNE_DEVICES": "x"}) == 1
+    assert devices_from_environment({}) == 1
+    for resources, devices in (({"cpus_per_worker": 4, "gpus_per_worker": 2}, 2), ({}, 1)):
+        spec = load_spec(
+            write_study(
+                tmp_path, train=TRAIN, space={"x": [1]}, resources={"slots": 1, **resources}
+            )
+        )
+        assert local_executor(StudyPaths.of(tmp_path / "study"), spec).devices == devices
