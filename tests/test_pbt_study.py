@@ -113,12 +113,16 @@ def test_truncation_pbt_replaces_the_bottom_quantile_with_clones(
         num_trials=4,
         space={
             "lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
-            "sleep": 0.02,
+            # four trials of equal speed whose steps are long next to the spread of their
+            # workers' start-ups: they overlap (and are ranked against each other) also when a
+            # loaded machine staggers the starts (at 0.02 s a step one CI run had no clone)
+            "sleep": 0.5,
+            "slow_factor": 1,
             "sharpness": 2.0,
         },
         policy={
             "name": "pbt-truncation",
-            "exclude": ["sleep", "sharpness"],
+            "exclude": ["sleep", "slow_factor", "sharpness"],
             "population_size": 4,
             "perturbation_interval": 2,
         },
