@@ -1718,6 +1718,7 @@ def _profile_study(
         measure_profile,
         parse_sizes,
     )
+    from hpctune.elastic.profiling import with_speedups
     from hpctune.launch import check_entry_point
     from hpctune.spec import load_spec
 
@@ -1738,8 +1739,6 @@ def _profile_study(
         steps = int(text)
     sizes = DEFAULT_SIZES if sizes_text is None else parse_sizes(sizes_text)
     if speedups:
-        from hpctune.elastic.profiling import with_speedups
-
         with_speedups({size: (1.0,) for size in sizes}, speedups)  # refused before anything runs
     spec = load_spec(study_toml)
     check_entry_point(spec)
@@ -1761,8 +1760,6 @@ def _profile_study(
     profile, runs = measure_profile(spec, sizes, steps, slurm=slurm, decision=decision, say=say)
     if speedups:
         import dataclasses
-
-        from hpctune.elastic.profiling import with_speedups
 
         profile = dataclasses.replace(
             profile, step_seconds=with_speedups(profile.step_seconds, speedups)

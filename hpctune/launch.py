@@ -18,13 +18,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from hpctune.controller import Controller
 from hpctune.errors import AccessError, Interrupted, StudySpecError, UsageError
+from hpctune.executors import Executor
 from hpctune.executors.local import LocalExecutor
 from hpctune.files import dumps
 from hpctune.journal import state as st
@@ -283,10 +284,13 @@ def run_local(
     poll_interval: float = 0.1,
     show_params: bool = False,
     force: bool = False,
+    executor: Callable[[StudySpec], Executor] | None = None,
 ) -> StudyState:
     """Run the controller in the foreground with local workers; print progress and a summary.
 
     ``show_params``: print each ended trial's parameters below its completion line.
+    ``executor``: makes the executor of the workers (default :func:`local_executor`; ``hpctune
+    profile`` runs its short studies' workers as Slurm jobs under a controller here).
 
     Raises:
         LeaseHeld: Another controller holds a live lease (without ``force``).
@@ -303,7 +307,7 @@ def run_local(
         progress = LiveProgress(out, show_params=show_params)
         controller = Controller(
             paths.root,
-            lambda spec: local_executor(paths, spec),
+            executor or (lambda spec: local_executor(paths, spec)),
             poll_interval=poll_interval,
             on_progress=progress,
             force=force,

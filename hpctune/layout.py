@@ -123,6 +123,14 @@ class StudyPaths:
     def trial_checkpoints(self, trial_id: int) -> Path:
         return self.checkpoints / f"trial-{trial_id:06d}"
 
+    def checkpoint_trials(self) -> list[int]:
+        """The trials that have a folder of :meth:`trial_checkpoints` (none if unreadable)."""
+        try:
+            names = [p.name for p in self.checkpoints.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        return sorted(int(n[6:]) for n in names if n.startswith("trial-") and n[6:].isdigit())
+
     def checkpoint_file(self, trial_id: int, step: int, segment_id: int) -> Path:
         return self.trial_checkpoints(trial_id) / f"step-{step:08d}-segment-{segment_id:06d}.pt"
 

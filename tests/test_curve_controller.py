@@ -109,9 +109,9 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
 
     def progress(c: Controller) -> None:
         service = c.curve_service
-        running = frozenset((t, job.n) for t, job in service.running.items()) if service else ()
+        running = service.running.items() if service is not None else ()
         reports = sum(len(t.curve_steps) for t in c.state.trials.values())
-        seen.append((frozenset(running), reports))
+        seen.append((frozenset((t, job.n) for t, job in running), reports))
 
     controller = _controller(paths, on_progress=progress)
     try:

@@ -32,17 +32,26 @@ SPACE = {
 }
 
 
-def _tpe_study(folder: Path, directory: Path) -> Path:
+def _digits_study(
+    folder: Path,
+    directory: Path,
+    generator: str = "tpe",
+    *,
+    max_steps: int = 4,
+    num_trials: int = 6,
+    seed: int = 5,
+) -> Path:
+    """A study of the digits model on one slot, its generator after two random trials."""
     return write_study(
         folder,
         train=DIGITS / "train.py",
         metric="val_accuracy",
-        max_steps=4,
-        num_trials=6,
-        seed=5,
+        max_steps=max_steps,
+        num_trials=num_trials,
+        seed=seed,
         directory=str(directory),
         space=SPACE,
-        generator={"name": "tpe", "n_startup_trials": 2},
+        generator={"name": generator, "n_startup_trials": 2},
         resources={"slots": 1},
     )
 
@@ -55,18 +64,7 @@ def test_cmaes_and_gp_run_a_real_digits_study_to_the_end(
     """CMA-ES and the GP sampler propose real trials of the digits model (TPE: below)."""
     directory = tmp_path / "study"
     cleanup_studies.append(directory)
-    spec = write_study(
-        tmp_path,
-        train=DIGITS / "train.py",
-        metric="val_accuracy",
-        max_steps=2,
-        num_trials=5,
-        seed=3,
-        directory=str(directory),
-        space=SPACE,
-        generator={"name": name, "n_startup_trials": 2},
-        resources={"slots": 1},
-    )
+    spec = _digits_study(tmp_path, directory, name, max_steps=2, num_trials=5, seed=3)
     run_hpctune("launch", str(spec), "--local", check=True)
     study = open_study(directory)
     assert study.record.state is StudyState.FINISHED
@@ -88,10 +86,10 @@ def test_tpe_study_survives_controller_kills_with_the_same_proposals(
     random moments must propose exactly the same configurations."""
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     cleanup_studies += [reference_dir, killed_dir]
-    run_hpctune("launch", str(_tpe_study(tmp_path / "a", reference_dir)), "--local", check=True)
+    run_hpctune("launch", str(_digits_study(tmp_path / "a", reference_dir)), "--local", check=True)
     reference = open_study(reference_dir)
     rng = random.Random(int(os.environ.get("HPCTUNE_KILL_SEED", "20261125")))
-    process = start_hpctune("launch", str(_tpe_study(tmp_path / "b", killed_dir)), "--local")
+    process = start_hpctune("launch", str(_digits_study(tmp_path / "b", killed_dir)), "--local")
     process, kills = kill_and_resume(process, killed_dir, rng, rounds=4, reports=(3, 6), pause=0.2)
     out, _ = process.communicate(timeout=300)
     assert process.returncode == 0, out

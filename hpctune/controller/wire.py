@@ -139,11 +139,7 @@ class FileWire(Wire):
                 path.unlink(missing_ok=True)
 
     def checkpoint_folders(self) -> list[int]:
-        try:
-            names = [p.name for p in self.paths.checkpoints.iterdir() if p.is_dir()]
-        except OSError:
-            return []
-        return sorted(int(n[6:]) for n in names if n.startswith("trial-") and n[6:].isdigit())
+        return self.paths.checkpoint_trials()
 
     def checkpoint_problem(self, path: str, sha256: str) -> str:
         try:

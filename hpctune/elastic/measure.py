@@ -29,8 +29,8 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
@@ -38,8 +38,10 @@ from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.profile import Profile
 from hpctune.elastic.profiling import read_steps, study_latencies
 from hpctune.errors import HpctuneError, Interrupted
+from hpctune.executors import Executor
 from hpctune.layout import StudyPaths
 from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
+from hpctune.states import TrialStatus
 
 DEFAULT_SIZES = (1, 2, 4)
 DEFAULT_STEPS = 5
@@ -188,7 +190,7 @@ def measure_profile(
 
 def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
     """Run one short study (replacing an earlier one at the same place) and read it."""
-    from hpctune.launch import create_study
+    from hpctune.launch import create_study, run_local
     from hpctune.lease import LeaseHeld, rival
 
     target = spec.directory
@@ -198,14 +200,13 @@ def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
             raise LeaseHeld(target, held)
         shutil.rmtree(target)
     paths = create_study(spec)
-    sink = io.StringIO()
-    try:
-        if slurm:
-            _run_slurm(paths, sink)
-        else:
-            from hpctune.launch import run_local
+    executor: Callable[[StudySpec], Executor] | None = None  # None: local workers
+    if slurm:  # the controller here, in the foreground; the worker a Slurm job
+        from hpctune.slurm.executor import SlurmExecutor
 
-            run_local(paths, out=sink)
+        executor = partial(SlurmExecutor, paths.root)
+    try:
+        run_local(paths, out=io.StringIO(), poll_interval=0.5 if slurm else 0.1, executor=executor)
     except Interrupted as exc:  # its resume hint does not apply: a profile starts again
         raise Interrupted(
             f"profile interrupted at {devices} device(s) per trial; its short study is "
@@ -213,34 +214,6 @@ def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
             exc.exit_code - 128,
         ) from None
     return read_size(paths.root, devices)
-
-
-def _run_slurm(paths: StudyPaths, out: TextIO) -> None:
-    """The controller here, in the foreground; the worker a Slurm job. Ctrl-C stops the study
-    (a second one cancels the job), as ``hpctune launch --local`` does.
-
-    Raises:
-        Interrupted: Ctrl-C or SIGTERM stopped it.
-    """
-    from hpctune.controller import Controller
-    from hpctune.launch import _signals, prepare_study_dir, setup_controller_logging
-    from hpctune.slurm.executor import SlurmExecutor
-
-    prepare_study_dir(paths)
-    handler = setup_controller_logging(paths)
-    try:
-        controller = Controller(
-            paths.root, lambda spec: SlurmExecutor(paths.root, spec), poll_interval=0.5
-        )
-        with _signals(controller, out, "hpctune profile") as received:
-            controller.run()
-        if received:
-            raise Interrupted("interrupted", received[0])
-    finally:
-        import logging
-
-        logging.getLogger("hpctune").removeHandler(handler)
-        handler.close()
 
 
 def read_size(directory: Path, devices: int) -> SizeRun:
@@ -256,7 +229,7 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     study = open_study(directory)
     paths = StudyPaths.of(directory)
     for trial in study.trials:
-        if trial.status.value != "completed":
+        if trial.status is not TrialStatus.COMPLETED:
             err = paths.trial_output(trial.trial_id, "err")
             raise ShortStudyFailed(
                 f"the short study at {devices} device(s) per trial ({directory}) did not "
