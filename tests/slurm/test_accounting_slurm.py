@@ -29,7 +29,7 @@ def sacct_queue_s(job_ids: list[str]) -> float:
         runs = sorted(
             (datetime.fromisoformat(start), datetime.fromisoformat(end))
             for _, _, start, end in rows
-            if start not in ("Unknown", "None") and end not in ("Unknown", "None")
+            if start not in ("Unknown", "None")
         )
         assert runs, rows
         waiting_since = datetime.fromisoformat(rows[0][1])
@@ -37,6 +37,12 @@ def sacct_queue_s(job_ids: list[str]) -> float:
             total += max((start - waiting_since).total_seconds(), 0.0)
             waiting_since = end
     return total
+
+
+def _all_runs_ended(job: str) -> bool:
+    """Whether sacct has an end time for every run of the job."""
+    rows = _sacct("-D", "-X", "-j", job, "-o", "End")
+    return bool(rows) and all(end not in ("Unknown", "None", "") for (end,) in rows)
 
 
 def test_accounting_agrees_with_sacct_after_controller_and_worker_preemption(
@@ -72,6 +78,9 @@ def test_accounting_agrees_with_sacct_after_controller_and_worker_preemption(
         "every worker job ran twice (preempted, requeued)"
     )
 
+    # the study is final when its workers exit; sacct records their jobs' end a moment later
+    # (until then End is "Unknown"): compare once every run of every worker job has ended
+    assert wait_for(lambda: all(_all_runs_ended(job) for job in jobs), 60, interval=1.0)
     usage = study_usage(study.record)
     theirs = sacct_allocated_s(study.record)
     queue = sacct_queue_s(jobs)
