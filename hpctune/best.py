@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpctune.journal.state import StudyRecord, TrialRecord
 from hpctune.states import TrialStatus
 
@@ -63,12 +65,12 @@ def trial_value(record: StudyRecord, trial: TrialRecord) -> tuple[float, int | N
 
 def peak_value(record: StudyRecord, trial: TrialRecord) -> tuple[float, int | None]:
     """The best finite value of the study metric in a trial's curve, and its step."""
-    s = sign(record)
-    best, at = math.nan, None
-    for step, value in zip(trial.curve_steps, trial.curve_values, strict=True):
-        if math.isfinite(value) and (math.isnan(best) or s * value > s * best):
-            best, at = value, step
-    return best, at
+    signed = sign(record) * np.asarray(trial.curve_values, dtype=float)
+    finite = np.isfinite(signed)
+    if not finite.any():
+        return math.nan, None
+    at = int(np.argmax(np.where(finite, signed, -np.inf)))  # the first of equal values
+    return trial.curve_values[at], trial.curve_steps[at]
 
 
 def is_candidate(record: StudyRecord, trial: TrialRecord) -> bool:

@@ -383,7 +383,7 @@ class ControllerBase:
     def _space_needed(self) -> int:
         """Bytes the study needs free to go on: a checkpoint per running segment and one more
         (the largest so far), and a margin for the journal and event files."""
-        largest = max((ref.nbytes for ref in self.state.checkpoints.values()), default=0)
+        largest = self.state.checkpoints.max_nbytes()
         return largest * (len(self.state.active_segments()) + 1) + STORAGE_MARGIN
 
     def _check_storage(self) -> bool:

@@ -363,8 +363,8 @@ class StageTreeController(CurveFittingController):
         active = {s.segment_id for s in self.state.active_segments()}
         rows = [
             ref.row
-            for ref in self.state.checkpoints.values()
-            if not ref.deleted and ref.row not in needed and ref.segment_id not in active
+            for ref in self.state.checkpoints.live()
+            if ref.row not in needed and ref.segment_id not in active
         ]
         if rows:
             self._delete_checkpoints(rows)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,7 +21,7 @@ import numpy as np
 from hpctune.errors import JournalError, UnknownNameError
 from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
-    CheckpointRef,
+    CHECKPOINT_DELETED,
     StudyRecord,
     TrialRecord,
     decode_data,
@@ -125,34 +126,31 @@ def load_state(reader: JournalTables) -> StudyRecord:
 
 def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
-    ck = reader.table("checkpoints")
-    columns = ("trial", "segment", "step", "time", "nbytes", "sha256", "path")
-    for row, (trial_id, segment_id, step, time_, nbytes, sha256, path) in enumerate(
-        zip(*(ck[c].tolist() for c in columns), strict=True)
-    ):
-        record.checkpoints[row] = CheckpointRef(
-            row, int(trial_id), int(segment_id), int(step), float(time_), int(nbytes),
-            str(sha256), str(path),
-        )  # fmt: skip
+    trial = reader.column("checkpoints", "trial")
+    record.checkpoints.load(trial, _checkpoint_column(reader, len(trial)))
     log = reader.table("log")
     kinds, trials, segments, times = (
         log[c].tolist() for c in ("kind", "trial", "segment", "time")
     )
-    datas = _decode_all(log["data"].tolist())
-    records = zip(kinds, trials, segments, times, datas, strict=True)
-    for row, (kind, trial, segment, time, data) in enumerate(records):
-        try:
-            if data is None:
-                data = decode_data(str(log["data"][row]))
-            record.apply(str(kind), int(trial), int(segment), float(time), data)
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-            raise JournalError(
-                f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "
-                f"({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
-            ) from exc
-    for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
-        if not ref.deleted and ref.trial_id in record.trials:
-            record.hold_checkpoint(record.trials[ref.trial_id], ref.row)
+    texts = log["data"].tolist()
+    # a run of checkpoint deletions (a study with a checkpoint per step journals one a step)
+    # is applied as one deletion of all its rows: the same state, without a record each
+    batched = (log["kind"] == CHECKPOINT_DELETED) & (log["trial"] < 0)
+    datas = _decode_all([t for t, b in zip(texts, batched.tolist(), strict=True) if not b])
+    singles = iter(datas)
+    for start, end, in_run in _runs(batched):
+        rows = _deleted_rows(texts[start:end]) if in_run else None
+        if rows is not None:
+            _apply(reader, record, start, kinds[start], -1, -1, times[end - 1], {"rows": rows}, "")
+            record.checkpoint_changes += end - start - 1  # one change a record, as one by one
+            continue
+        for row in range(start, end):  # (a run of another form: its records one by one)
+            data = None if in_run else next(singles)
+            _apply(reader, record, row, kinds[row], trials[row], segments[row], times[row],
+                   data, texts[row])  # fmt: skip
+    for trial_id, row in record.checkpoints.latest_live().items():
+        if trial_id in record.trials:
+            record.hold_checkpoint(record.trials[trial_id], row)
     metrics = MetricRows(reader, record)
     for trial_id, all_rows in metrics.by_trial.items():
         tr = record.trials.get(trial_id)
@@ -174,6 +172,79 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
             if len(rows):
                 tr.last_metrics[name] = float(metrics.values(name)[rows[-1]])
     return record, metrics
+
+
+def _checkpoint_column(reader: JournalTables, n: int) -> Callable[[str], np.ndarray]:
+    """How to read a column of the first ``n`` checkpoint rows when it is first needed. A study
+    open for long may see its snapshot's journal directory pruned (two controller epochs
+    later): then from the study's current journal, whose first ``n`` rows are these (rows are
+    only appended)."""
+
+    def read(name: str) -> np.ndarray:
+        try:
+            return reader.column("checkpoints", name)[:n]
+        except JournalError:
+            if not isinstance(reader, JournalReader):
+                raise
+            later = JournalReader(current_journal(reader.path.parent))
+            return later.column("checkpoints", name)[:n]
+
+    return read
+
+
+def _apply(
+    reader: JournalTables,
+    record: StudyRecord,
+    row: int,
+    kind: Any,
+    trial: Any,
+    segment: Any,
+    time: Any,
+    data: dict[str, Any] | None,
+    text: Any,
+) -> None:
+    """Apply log row ``row`` to the record (``data``: its decoded ``text``, or ``None`` to
+    decode it here), naming the row if it does not decode or does not fit."""
+    try:
+        if data is None:
+            data = decode_data(str(text))
+        record.apply(str(kind), int(trial), int(segment), float(time), data)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise _damaged(reader, row, kind, exc) from exc
+
+
+def _damaged(reader: JournalTables, row: int, kind: Any, exc: Exception) -> JournalError:
+    return JournalError(
+        f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "
+        f"({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
+    )
+
+
+def _runs(flags: np.ndarray) -> Iterator[tuple[int, int, bool]]:
+    """The runs of equal values of a boolean array: ``(start, end, value)``."""
+    if not len(flags):
+        return
+    edges = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+    starts = [0, *edges.tolist()]
+    ends = [*edges.tolist(), len(flags)]
+    for start, end in zip(starts, ends, strict=True):
+        yield start, end, bool(flags[start])
+
+
+_ROWS_PREFIX, _ROWS_SUFFIX = '{"rows":[', "]}"
+_ROW_LIST = re.compile(r"[0-9]+(,[0-9]+)*")
+
+
+def _deleted_rows(texts: list[Any]) -> list[int] | None:
+    """The rows of a run of deletion records, in one parse of their joined lists; ``None``
+    unless each is ``{"rows":[...]}`` with integers, as the controller writes them."""
+    joined = "".join(map(str, texts))
+    if joined.startswith(_ROWS_PREFIX) and joined.endswith(_ROWS_SUFFIX):
+        body = joined[len(_ROWS_PREFIX) : -len(_ROWS_SUFFIX)]
+        flat = body.replace(_ROWS_SUFFIX + _ROWS_PREFIX, ",")
+        if _ROW_LIST.fullmatch(flat):  # integers only: the parse below cannot fail
+            return list(json.loads("[" + flat + "]"))
+    return None
 
 
 def _decode_all(texts: list[Any]) -> list[Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.delta import apply_delta
 from hpctune.states import SegmentStatus, StudyState, TrialStatus
 
@@ -77,21 +78,6 @@ class StatusChange:
     status: TrialStatus
     step: int
     reason: str = ""
-
-
-@dataclass
-class CheckpointRef:
-    """A checkpoint known to the journal (a row of the ``checkpoints`` table)."""
-
-    row: int
-    trial_id: int
-    segment_id: int
-    step: int
-    time: float
-    nbytes: int
-    sha256: str
-    path: str  # relative to the study directory
-    deleted: bool = False
 
 
 @dataclass
@@ -251,7 +237,7 @@ class StudyRecord:
     trials: dict[int, TrialRecord] = field(default_factory=dict)
     segments: dict[int, SegmentRecord] = field(default_factory=dict)
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
-    checkpoints: dict[int, CheckpointRef] = field(default_factory=dict)
+    checkpoints: CheckpointTable = field(default_factory=CheckpointTable)
     policy_state: dict[str, Any] = field(default_factory=dict)
     commands_done: set[str] = field(default_factory=set)
     controller_starts: int = 0
@@ -466,14 +452,12 @@ class StudyRecord:
     def _on_checkpoint_deleted(
         self, trial: int, segment: int, time: float, data: dict[str, Any]
     ) -> None:
-        rows = {int(row) for row in data["rows"]}
-        for row in rows:
-            ref = self.checkpoints.get(row)
-            if ref is not None:
-                ref.deleted = True
-                if self._live_rows is not None:
-                    self._live_rows.get(ref.trial_id, set()).discard(row)
-        holders = sorted({tid for row in rows for tid in self._holders.get(row, ())})
+        marked = self.checkpoints.mark_deleted(data["rows"])
+        if self._live_rows is not None:
+            for row, trial_id in marked.items():
+                self._live_rows.get(trial_id, set()).discard(row)
+        held = self._holders.keys() & marked.keys()
+        holders = sorted({tid for row in held for tid in self._holders[row]})
         for tid in holders:  # its own or (stage trees) one it went on from
             tr = self.trials[tid]
             ref = self.checkpoints.get(tr.checkpoint_row)  # type: ignore[arg-type]
@@ -588,10 +572,7 @@ class StudyRecord:
     def live_checkpoints(self, trial_id: int) -> list[CheckpointRef]:
         """A trial's checkpoints that are not deleted, by row."""
         if self._live_rows is None:
-            self._live_rows = {}
-            for ref in self.checkpoints.values():
-                if not ref.deleted:
-                    self._live_rows.setdefault(ref.trial_id, set()).add(ref.row)
+            self._live_rows = self.checkpoints.live_rows_by_trial()
         return [self.checkpoints[r] for r in sorted(self._live_rows.get(trial_id, ()))]
 
     def checkpoint_step(self, trial_id: int) -> int | None:

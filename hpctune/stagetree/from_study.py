@@ -122,8 +122,8 @@ def plan_from_study(
         plan.add_trial(trial_id, stages, trial_end(record, trial_id, max_steps, full=full_paths))
     for offset, config in enumerate(future):
         plan.add_trial(len(record.trials) + offset, trial_stages(config, max_steps))
-    for ref in sorted(record.checkpoints.values(), key=lambda r: r.row):
-        if ref.deleted or ref.trial_id not in plan.trials:
+    for ref in record.checkpoints.live():
+        if ref.trial_id not in plan.trials:
             continue
         node = node_at(plan, ref.trial_id, ref.step)
         if node is not None and ref.step not in plan.nodes[node].checkpoints:
@@ -145,8 +145,8 @@ def plan_from_study(
         if seg.trial_id not in plan.trials:
             continue
         since = seg.start_step
-        for ref in record.checkpoints.values():
-            if ref.segment_id == seg.segment_id and not ref.deleted:
+        for ref in record.checkpoints.live():
+            if ref.segment_id == seg.segment_id:
                 since = max(since, ref.step)
         for node, start, end in path_ranges(plan, seg.trial_id):
             lo, hi = max(start, since), min(end, seg.until_step)

@@ -1,0 +1,170 @@
+"""The study's checkpoints by journal row: :class:`CheckpointRef` and the :class:`CheckpointTable`.
+
+A study with a checkpoint per step holds a million checkpoint rows at 10,000 trials x 100 steps,
+nearly all of them deleted. Opening it must not build a million objects: the rows read from a
+journal snapshot stay in their columns (:meth:`CheckpointTable.load`: the ``trial`` column at
+once, the others when first needed) and a row becomes a :class:`CheckpointRef` when something
+asks for it; rows added later (the controller's) are references from the start. The table is a
+mapping like the ``dict`` it replaces; what touches every row (which rows are live, each trial's
+latest live row, the largest size) is answered from the columns without building references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# the checkpoints table's columns, as a journal snapshot holds them
+COLUMNS = ("trial", "segment", "step", "time", "nbytes", "sha256", "path")
+
+
+@dataclass
+class CheckpointRef:
+    """A checkpoint known to the journal (a row of the ``checkpoints`` table)."""
+
+    row: int
+    trial_id: int
+    segment_id: int
+    step: int
+    time: float
+    nbytes: int
+    sha256: str
+    path: str  # relative to the study directory
+    deleted: bool = False
+
+
+class CheckpointTable(MutableMapping[int, CheckpointRef]):
+    """Checkpoint references by row; rows ``0 .. loaded-1`` come from a snapshot's columns.
+
+    Deleting a checkpoint goes through :meth:`mark_deleted` (the one place ``deleted`` is set),
+    so the columns' deletion marks and the references made from them agree.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, CheckpointRef] = {}  # rows made references, and rows added
+        self._columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in COLUMNS}
+        self._read: Callable[[str], np.ndarray] | None = None
+        self._loaded = 0  # rows held in the columns
+        self._deleted = np.zeros(0, dtype=bool)  # the columns' rows deleted
+
+    def load(self, trial: np.ndarray, read: Callable[[str], np.ndarray]) -> None:
+        """Hold a snapshot's rows ``0 .. n-1``, before any other row: their ``trial`` column,
+        and how to read another column of theirs (:data:`COLUMNS`) when it is first needed."""
+        if self._refs or self._loaded:
+            raise RuntimeError("a checkpoint table loads its snapshot rows before any other")
+        self._columns = {"trial": np.asarray(trial)}
+        self._read = read
+        self._loaded = len(trial)
+        self._deleted = np.zeros(self._loaded, dtype=bool)
+
+    def _column(self, name: str) -> np.ndarray:
+        if name not in self._columns:
+            assert self._read is not None
+            column = np.asarray(self._read(name))
+            if len(column) != self._loaded:
+                raise ValueError(
+                    f"checkpoints column {name!r}: {len(column)} rows, not {self._loaded}"
+                )
+            self._columns[name] = column
+        return self._columns[name]
+
+    def _is_loaded(self, row: object) -> bool:
+        return isinstance(row, (int, np.integer)) and 0 <= int(row) < self._loaded
+
+    def _make(self, row: int) -> CheckpointRef:
+        c = self._column
+        ref = CheckpointRef(
+            row, int(c("trial")[row]), int(c("segment")[row]), int(c("step")[row]),
+            float(c("time")[row]), int(c("nbytes")[row]), str(c("sha256")[row]),
+            str(c("path")[row]), bool(self._deleted[row]),
+        )  # fmt: skip
+        self._refs[row] = ref
+        return ref
+
+    # -- the mapping -------------------------------------------------------------------------
+
+    def __getitem__(self, row: int) -> CheckpointRef:
+        ref = self._refs.get(row)
+        if ref is not None:
+            return ref
+        if self._is_loaded(row):
+            return self._make(int(row))
+        raise KeyError(row)
+
+    def __setitem__(self, row: int, ref: CheckpointRef) -> None:
+        if self._is_loaded(row):
+            self._deleted[row] = ref.deleted
+        self._refs[row] = ref
+
+    def __delitem__(self, row: int) -> None:
+        raise TypeError("journal checkpoint rows are never removed; mark them deleted")
+
+    def __contains__(self, row: object) -> bool:
+        return row in self._refs or self._is_loaded(row)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self._loaded)
+        yield from sorted(row for row in self._refs if row >= self._loaded)
+
+    def __len__(self) -> int:
+        return self._loaded + sum(1 for row in self._refs if row >= self._loaded)
+
+    def __repr__(self) -> str:
+        return f"CheckpointTable({len(self)} rows)"
+
+    # -- what touches every row, from the columns --------------------------------------------
+
+    def mark_deleted(self, rows: Sequence[int]) -> dict[int, int]:
+        """Mark rows deleted (rows unknown are skipped); return the trial of each row marked.
+        Rows still in the columns are marked there, without becoming references."""
+        wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+        loaded = wanted[(wanted >= 0) & (wanted < self._loaded)]
+        self._deleted[loaded] = True
+        loaded_rows = loaded.tolist()
+        marked = dict(zip(loaded_rows, self._columns["trial"][loaded].tolist(), strict=True))
+        for row in self._refs.keys() & loaded_rows:  # references made of the columns' rows
+            self._refs[row].deleted = True
+        for row in wanted[wanted >= self._loaded].tolist():
+            ref = self._refs.get(row)
+            if ref is not None:
+                ref.deleted = True
+                marked[row] = ref.trial_id
+        return marked
+
+    def live(self) -> Iterator[CheckpointRef]:
+        """The checkpoints not deleted, by row (only these become references)."""
+        for row in np.flatnonzero(~self._deleted).tolist():
+            ref = self[row]
+            if not ref.deleted:
+                yield ref
+        for row in sorted(r for r in self._refs if r >= self._loaded):
+            if not self._refs[row].deleted:
+                yield self._refs[row]
+
+    def is_deleted(self, row: int) -> bool:
+        """Whether a known row is deleted."""
+        ref = self._refs.get(row)
+        return ref.deleted if ref is not None else bool(self._deleted[row])
+
+    def live_rows_by_trial(self) -> dict[int, set[int]]:
+        """The rows not deleted, by trial."""
+        live: dict[int, set[int]] = {}
+        rows = np.flatnonzero(~self._deleted)
+        for row, trial in zip(rows.tolist(), self._columns["trial"][rows].tolist(), strict=True):
+            live.setdefault(trial, set()).add(row)
+        for row, ref in self._refs.items():
+            if row >= self._loaded and not ref.deleted:
+                live.setdefault(ref.trial_id, set()).add(row)
+        return live
+
+    def latest_live(self) -> dict[int, int]:
+        """Each trial's last row that is not deleted (trials with none left out)."""
+        return {trial: max(rows) for trial, rows in self.live_rows_by_trial().items()}
+
+    def max_nbytes(self) -> int:
+        """The largest checkpoint's size in bytes (0 for none)."""
+        loaded = int(self._column("nbytes").max()) if self._loaded else 0
+        added = (ref.nbytes for row, ref in self._refs.items() if row >= self._loaded)
+        return max(loaded, max(added, default=0))
