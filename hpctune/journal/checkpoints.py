@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 # the checkpoints table's columns, as a journal snapshot holds them
 COLUMNS = ("trial", "segment", "step", "time", "nbytes", "sha256", "path")
+# rows read together when one row of a column not yet read is asked for (the journal's chunk)
+BLOCK = 2048
+# reads rows ``start:end`` of a column of the snapshot: ``read(column, start, end)``
+ReadRows = Callable[[str, int, int], np.ndarray]
 
 
 @dataclass
@@ -45,13 +50,14 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
     def __init__(self) -> None:
         self._refs: dict[int, CheckpointRef] = {}  # rows made references, and rows added
         self._columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in COLUMNS}
-        self._read: Callable[[str], np.ndarray] | None = None
+        self._blocks: dict[tuple[str, int], np.ndarray] = {}  # (column, block) -> its rows
+        self._read: ReadRows | None = None
         self._loaded = 0  # rows held in the columns
         self._deleted = np.zeros(0, dtype=bool)  # the columns' rows deleted
 
-    def load(self, trial: np.ndarray, read: Callable[[str], np.ndarray]) -> None:
+    def load(self, trial: np.ndarray, read: ReadRows) -> None:
         """Hold a snapshot's rows ``0 .. n-1``, before any other row: their ``trial`` column,
-        and how to read another column of theirs (:data:`COLUMNS`) when it is first needed."""
+        and how to read rows ``start:end`` of another column (:data:`COLUMNS`) when needed."""
         if self._refs or self._loaded:
             raise RuntimeError("a checkpoint table loads its snapshot rows before any other")
         self._columns = {"trial": np.asarray(trial)}
@@ -59,26 +65,42 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
         self._loaded = len(trial)
         self._deleted = np.zeros(self._loaded, dtype=bool)
 
+    def _rows(self, name: str, start: int, end: int) -> np.ndarray:
+        assert self._read is not None
+        rows = np.asarray(self._read(name, start, end))
+        if len(rows) != end - start:
+            raise ValueError(f"checkpoints column {name!r}: rows {start}:{end} not all there")
+        return rows
+
     def _column(self, name: str) -> np.ndarray:
+        """A whole column (for answers about every row)."""
         if name not in self._columns:
-            assert self._read is not None
-            column = np.asarray(self._read(name))
-            if len(column) != self._loaded:
-                raise ValueError(
-                    f"checkpoints column {name!r}: {len(column)} rows, not {self._loaded}"
-                )
-            self._columns[name] = column
+            self._columns[name] = self._rows(name, 0, self._loaded)
         return self._columns[name]
+
+    def _value(self, name: str, row: int) -> Any:
+        """One row's value: from the whole column if read, else from its block of rows."""
+        column = self._columns.get(name)
+        if column is not None:
+            return column[row]
+        block = row // BLOCK
+        rows = self._blocks.get((name, block))
+        if rows is None:
+            start = block * BLOCK
+            rows = self._blocks[name, block] = self._rows(
+                name, start, min(start + BLOCK, self._loaded)
+            )
+        return rows[row - block * BLOCK]
 
     def _is_loaded(self, row: object) -> bool:
         return isinstance(row, (int, np.integer)) and 0 <= int(row) < self._loaded
 
     def _make(self, row: int) -> CheckpointRef:
-        c = self._column
+        v = self._value
         ref = CheckpointRef(
-            row, int(c("trial")[row]), int(c("segment")[row]), int(c("step")[row]),
-            float(c("time")[row]), int(c("nbytes")[row]), str(c("sha256")[row]),
-            str(c("path")[row]), bool(self._deleted[row]),
+            row, int(v("trial", row)), int(v("segment", row)), int(v("step", row)),
+            float(v("time", row)), int(v("nbytes", row)), str(v("sha256", row)),
+            str(v("path", row)), bool(self._deleted[row]),
         )  # fmt: skip
         self._refs[row] = ref
         return ref

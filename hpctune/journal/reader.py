@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from hpctune.errors import JournalError, UnknownNameError
+from hpctune.journal.checkpoints import ReadRows
 from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
@@ -127,7 +128,7 @@ def load_state(reader: JournalTables) -> StudyRecord:
 def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
     record = StudyRecord()
     trial = reader.column("checkpoints", "trial")
-    record.checkpoints.load(trial, _checkpoint_column(reader, len(trial)))
+    record.checkpoints.load(trial, _checkpoint_rows(reader))
     log = reader.table("log")
     kinds, trials, segments, times = (
         log[c].tolist() for c in ("kind", "trial", "segment", "time")
@@ -139,9 +140,10 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
     datas = _decode_all([t for t, b in zip(texts, batched.tolist(), strict=True) if not b])
     singles = iter(datas)
     for start, end, in_run in _runs(batched):
-        rows = _deleted_rows(texts[start:end]) if in_run else None
-        if rows is not None:
-            _apply(reader, record, start, kinds[start], -1, -1, times[end - 1], {"rows": rows}, "")
+        deleted = _deleted_rows(texts[start:end]) if in_run else None
+        if deleted is not None:
+            run = {"rows": deleted}
+            _apply(reader, record, start, kinds[start], -1, -1, times[end - 1], run, "")
             record.checkpoint_changes += end - start - 1  # one change a record, as one by one
             continue
         for row in range(start, end):  # (a run of another form: its records one by one)
@@ -174,22 +176,29 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
     return record, metrics
 
 
-def _checkpoint_column(reader: JournalTables, n: int) -> Callable[[str], np.ndarray]:
-    """How to read a column of the first ``n`` checkpoint rows when it is first needed. A study
-    open for long may see its snapshot's journal directory pruned (two controller epochs
-    later): then from the study's current journal, whose first ``n`` rows are these (rows are
-    only appended)."""
+def _checkpoint_rows(reader: JournalTables) -> ReadRows:
+    """How to read rows ``start:end`` of a checkpoints column when they are first needed. A
+    study open for long may see its snapshot's journal directory pruned (two controller epochs
+    later): then from the study's current journal, whose first rows are these (rows are only
+    appended). Journals in memory (the simulator's, an HDF5 export) give whole columns."""
+    if not isinstance(reader, JournalReader):
+        columns: dict[str, np.ndarray] = {}
 
-    def read(name: str) -> np.ndarray:
+        def from_memory(name: str, start: int, end: int) -> np.ndarray:
+            if name not in columns:
+                columns[name] = reader.column("checkpoints", name)
+            return columns[name][start:end]
+
+        return from_memory
+
+    def from_files(name: str, start: int, end: int) -> np.ndarray:
         try:
-            return reader.column("checkpoints", name)[:n]
+            return reader.column("checkpoints", name, start, end)
         except JournalError:
-            if not isinstance(reader, JournalReader):
-                raise
             later = JournalReader(current_journal(reader.path.parent))
-            return later.column("checkpoints", name)[:n]
+            return later.column("checkpoints", name, start, end)
 
-    return read
+    return from_files
 
 
 def _apply(

@@ -477,7 +477,11 @@ class StudyRecord:
         record.shares_prefix = True
         row = record.parent_checkpoint_row
         current = self.checkpoints.get(record.checkpoint_row)  # type: ignore[arg-type]
-        if row in self.checkpoints and (current is None or current.step <= step):
+        if (
+            row is not None
+            and row in self.checkpoints
+            and (current is None or current.step <= step)
+        ):
             self.hold_checkpoint(record, int(row))  # its latest until it writes its own
         _copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
