@@ -225,6 +225,7 @@ class ControllerBase:
         self._views_t0: float | None = None
         self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
         self._policy_raw: dict[str, Any] | None = None  # a copy of the state last journaled
+        self._policy_baseline = False  # a policy that tracks its changes had a whole state
         self._policy_patches = 0  # policy_delta records since the last whole state
         self._consulted = True  # the policy was asked since its state was last journaled
         self._checked: dict[str, float] = {}  # worker -> when its heartbeat was last read
@@ -349,8 +350,20 @@ class ControllerBase:
 
         The state is compared and patched as the policy gives it, against a copy of the last
         one journaled (pickled: the policy may change its own objects later); only the patch is
-        serialised, so a state that grows with the study costs a commit what changed.
+        serialised, so a state that grows with the study costs a commit what changed. A policy
+        that tracks its changes (``tracks_state_changes``: ASHA) gives the patch itself, and a
+        commit costs the change alone, neither the state's building nor its comparison.
         """
+        tracked = self.policy.tracks_state_changes
+        if tracked:  # the policy's own patch; the whole state once and every so many patches
+            changes = self.policy.state_changes()
+            if self._policy_baseline and self._policy_patches < POLICY_SNAPSHOT_EVERY:
+                if changes:
+                    self._policy_patches += 1
+                    self._log(st.POLICY_DELTA, delta=changes)
+                return
+            self._policy_baseline = True
+            self._policy_raw = None  # compared below with the journal's own fold
         raw = self.policy.state_dict()
         previous = self._policy_raw
         if previous is not None and raw == previous:
@@ -358,9 +371,9 @@ class ControllerBase:
         if previous is None:
             text = dumps(raw)
             if json.loads(text) == self.state.policy_state:
-                self._policy_raw = _copy_state(raw)
+                self._policy_raw = None if tracked else _copy_state(raw)
                 return
-        self._policy_raw = _copy_state(raw)
+        self._policy_raw = None if tracked else _copy_state(raw)
         if previous is None or self._policy_patches >= POLICY_SNAPSHOT_EVERY:
             self._policy_patches = 0
             self._log(st.POLICY_STATE, state=raw)

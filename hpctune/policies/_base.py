@@ -352,6 +352,7 @@ class Policy(abc.ABC):
     wants_reports: ClassVar[bool] = False
     wants_boundaries: ClassVar[bool] = True
     makes_configurations: ClassVar[bool] = False
+    tracks_state_changes: ClassVar[bool] = False
 
     @abc.abstractmethod
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -367,6 +368,14 @@ class Policy(abc.ABC):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027
         """Restore the state returned by :meth:`state_dict`."""
+
+    def state_changes(self) -> dict[str, Any]:
+        """For policies that set :attr:`tracks_state_changes`: the patch (the form of
+        :mod:`hpctune.journal.delta`) that turns the JSON form of :meth:`state_dict` as of the
+        last call (or of construction, or :meth:`load_state_dict`) into the state now; empty
+        when nothing changed. The controller then journals a commit's change at the cost of
+        the change instead of comparing whole states (a state that grows with the study)."""
+        raise NotImplementedError(f"{type(self).__name__} does not track its state changes")
 
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027
         """Check the options against the study's search space (raise :class:`OptionError`)."""

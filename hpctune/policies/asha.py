@@ -57,6 +57,9 @@ class AshaBracket:
         # highest first, as Ray keeps them, so that a result finds its rung by scanning down
         self.rungs: list[tuple[int, dict[int, float]]] = [(m, {}) for m in reversed(milestones)]
         self.stopped: dict[int, tuple[int, float]] = {}  # trial -> (milestone, cutoff)
+        # what :meth:`take_changes` has not yet given: values recorded per rung, trials stopped
+        self._new_values: list[list[list[Any]]] = [[] for _ in self.rungs]
+        self._new_stopped: list[list[Any]] = []
         # the values recorded at each rung, sorted (NaN left out), beside ``rungs``: the cutoff
         # costs O(log n) instead of a percentile over every value at every decision
         self._sorted: dict[int, SortedList] = {}
@@ -99,7 +102,7 @@ class AshaBracket:
         """
         if trial_id in self.stopped:
             return Decision.STOP
-        for milestone, recorded in self.rungs:
+        for index, (milestone, recorded) in enumerate(self.rungs):
             if step < milestone:
                 continue
             if trial_id in recorded:
@@ -109,10 +112,12 @@ class AshaBracket:
             if cutoff is not None and value is not None and value < cutoff:
                 decision = Decision.STOP
                 self.stopped[trial_id] = (milestone, cutoff)
+                self._new_stopped.append([trial_id, milestone, cutoff])
             if value is not None and not math.isnan(value):
                 values = self._sorted_values(milestone, recorded)
                 recorded[trial_id] = value
                 values.add(float(value))
+                self._new_values[index].append([trial_id, value])
             return decision
         return Decision.CONTINUE
 
@@ -130,6 +135,21 @@ class AshaBracket:
             "stopped": [[t, m, c] for t, (m, c) in self.stopped.items()],
         }
 
+    def take_changes(self) -> dict[str, Any]:
+        """The patch of :meth:`state_dict` since the last call (values and stops are only
+        added, in the order the state lists them); empty if none."""
+        rungs = {
+            str(i): {"sub": {"1": {"ext": new}}} for i, new in enumerate(self._new_values) if new
+        }
+        patch: dict[str, Any] = {}
+        if rungs:
+            patch["rungs"] = {"sub": rungs}
+        if self._new_stopped:
+            patch["stopped"] = {"ext": self._new_stopped}
+        self._new_values = [[] for _ in self.rungs]
+        self._new_stopped = []
+        return {"sub": patch} if patch else {}
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (the milestones must match)."""
         milestones = [m for m, _ in self.rungs]
@@ -139,6 +159,8 @@ class AshaBracket:
         self.rungs = [(int(m), {int(t): float(v) for t, v in rec}) for m, rec in state["rungs"]]
         self._sorted = {}
         self.stopped = {int(t): (int(m), float(c)) for t, m, c in state["stopped"]}
+        self._new_values = [[] for _ in self.rungs]
+        self._new_stopped = []
 
 
 class AshaPolicy(Policy):
@@ -152,6 +174,7 @@ class AshaPolicy(Policy):
     """
 
     name: ClassVar[str] = "asha"
+    tracks_state_changes: ClassVar[bool] = True
     Options = AshaOptions
 
     def __init__(self, options: AshaOptions | None = None) -> None:
@@ -167,6 +190,8 @@ class AshaPolicy(Policy):
         self._max_t: int | None = None
         self.brackets: list[AshaBracket] = []
         self.assigned: dict[int, int] = {}
+        self._new_assigned: list[list[int]] = []  # bracket assignments not yet in a patch
+        self._patched_empty = True  # the state as of the last patch was empty (no brackets)
 
     def _ensure(self, view: StudyView) -> int:
         """Build the brackets once ``max_t`` is known (the study's ``max_steps`` by default)."""
@@ -188,6 +213,7 @@ class AshaPolicy(Policy):
                 sizes = np.array([len(b.rungs) for b in self.brackets], dtype=float)
                 probs = np.exp(sizes - sizes.max())
                 self.assigned[trial_id] = int(rng.choice(len(sizes), p=probs / probs.sum()))
+            self._new_assigned.append([trial_id, self.assigned[trial_id]])
         return self.brackets[self.assigned[trial_id]]
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -237,8 +263,31 @@ class AshaPolicy(Policy):
         return {
             "max_t": self._max_t,
             "brackets": [b.state_dict() for b in self.brackets],
-            "assigned": [[t, b] for t, b in sorted(self.assigned.items())],
+            "assigned": [[t, b] for t, b in self.assigned.items()],  # in assignment order
         }
+
+    def state_changes(self) -> dict[str, Any]:
+        """The patch of :meth:`state_dict` since the last call: the whole state once the
+        brackets exist, then the values, stops and bracket assignments added (O(changes))."""
+        if self._patched_empty:
+            state = self.state_dict()
+            self._take_all()
+            self._patched_empty = not state
+            return {"set": state} if state else {}
+        brackets = {str(i): p for i, b in enumerate(self.brackets) if (p := b.take_changes())}
+        patch: dict[str, Any] = {}
+        if brackets:
+            patch["brackets"] = {"sub": brackets}
+        if self._new_assigned:
+            patch["assigned"] = {"ext": self._new_assigned}
+        self._new_assigned = []
+        return {"sub": patch} if patch else {}
+
+    def _take_all(self) -> None:
+        """Forget the changes not yet patched (the whole state is the new baseline)."""
+        for bracket in self.brackets:
+            bracket.take_changes()
+        self._new_assigned = []
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
@@ -252,3 +301,5 @@ class AshaPolicy(Policy):
         for bracket, data in zip(self.brackets, state["brackets"], strict=True):
             bracket.load_state_dict(data)
         self.assigned = {int(t): int(b) for t, b in state["assigned"]}
+        self._new_assigned = []
+        self._patched_empty = False  # the restored state is the baseline of the next patch

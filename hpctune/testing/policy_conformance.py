@@ -10,6 +10,8 @@ decision is checked (:data:`CHECKS`, in this order):
 * ``no-mutation``: the view is left as it was (trials' parameters, metrics, curves);
 * ``state-json``: ``state_dict()`` is a mapping the journal can write (JSON);
 * ``state-round-trip``: a new policy given that state (after JSON) gives the same state back;
+* ``state-changes``: for a policy that tracks its state changes, each patch it gives turns the
+  state as of its previous patch into its state now (:mod:`hpctune.journal.delta`);
 * ``determinism``: two policies restored from the same state decide alike with the same seed;
 * ``restart``: the policy restored from the journaled state before the decision decides as the
   policy that ran uninterrupted, and ends in the same state;
@@ -41,6 +43,7 @@ import numpy as np
 from hpctune.curves.predict import CurvePrediction
 from hpctune.errors import UsageError
 from hpctune.files import dumps
+from hpctune.journal.delta import apply_delta
 from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
     Action,
@@ -65,6 +68,7 @@ CHECKS: tuple[str, ...] = (
     "no-mutation",
     "state-json",
     "state-round-trip",
+    "state-changes",
     "determinism",
     "restart",
     "slots",
@@ -422,6 +426,7 @@ class _Run:
     index: int = 0
     event: Event | None = None
     view: StudyView | None = None
+    patched: str = "{}"  # the policy's state (JSON) as of its last patch (state-changes)
 
     def walk(self, seed: int, space: SearchSpace, rounds: int, n_views: int) -> None:
         """Walk one study for ``rounds`` rounds (or until ``n_views`` decisions in all)."""
@@ -433,6 +438,7 @@ class _Run:
                 "state-round-trip",
                 f"load_state_dict({{}}) (a new study's state) raised {_exception_text(loaded)}",
             )
+        self.patched = self._state(policy)[0]  # the state its next patch starts from
         study = StudyWalk(
             np.random.default_rng(seed),
             space,
@@ -472,6 +478,7 @@ class _Run:
         self.statuses.update(t.status.value for t in view.trials.values())
 
         raw, before = self._state(policy)
+        self._check_changes(policy, raw, before)
         restored = self._restore(raw, before)
         twin = self._restore(raw, before)
         fingerprint = _fingerprint(view)
@@ -519,6 +526,25 @@ class _Run:
         assert isinstance(ours, list)
         self.actions.update(a.kind.value for a in ours)
         return ours
+
+    def _check_changes(self, policy: Policy, raw: str, canonical: str) -> None:
+        """A policy that tracks its changes: its patch turns the state of its last patch into
+        the state now (``raw``, ``canonical``)."""
+        if not policy.tracks_state_changes:
+            return
+        changes = self._hook(policy.state_changes)
+        try:
+            patch = json.loads(dumps(changes))
+        except (TypeError, ValueError) as exc:
+            self._fail("state-changes", f"state_changes() cannot be written as JSON: {exc}")
+        patched = json.dumps(apply_delta(json.loads(self.patched), patch), sort_keys=True)
+        if patched != canonical:
+            self._fail(
+                "state-changes",
+                f"the state as of the last patch {self.patched} with the patch {patch} is "
+                f"{patched}, but the state is {canonical}",
+            )
+        self.patched = raw
 
     def _after_slots(self, policy: Policy, study: StudyWalk) -> None:
         """The controller's other questions after filling slots (and PBT's garbage collection)."""

@@ -24,6 +24,7 @@ from hpctune.cli import main
 from hpctune.policies import (
     POLICIES,
     Action,
+    AshaPolicy,
     DefaultPolicy,
     Event,
     EventKind,
@@ -337,6 +338,21 @@ def test_a_registered_policy_missing_part_of_its_state_fails_restart() -> None:
     assert "FORK" in err.detail  # the uninterrupted one forks a clone, the restored one cannot
 
 
+class ForgetsStops(AshaPolicy):
+    """ASHA whose patches leave out the trials it stopped."""
+
+    def state_changes(self) -> dict[str, Any]:
+        patch = super().state_changes()
+        for bracket in patch.get("sub", {}).get("brackets", {}).get("sub", {}).values():
+            bracket["sub"].pop("stopped", None)
+        return patch
+
+
+def test_a_patch_that_leaves_out_a_change_is_caught() -> None:
+    err = _caught(ForgetsStops, "state-changes")
+    assert "but the state is" in err.detail
+
+
 class NeedsState(DefaultPolicy):
     """Cannot start from a new study's empty state."""
 
@@ -501,7 +517,7 @@ def test_check_policy_command_passes_a_registered_policy(
     args = ["check-policy", "asha", "--options", '{"reduction_factor": 2}', "--views", "40"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "policy 'asha' passed 10 checks" in out
+    assert f"policy 'asha' passed {len(CHECKS)} checks" in out
     assert "on 40 decisions" in out
 
 
