@@ -413,9 +413,10 @@ class Controller(TrialCommandsController, StageTreeController):
             if needed is None:
                 return  # the policy keeps everything (e.g. keep_last_checkpoints)
         keep = best_checkpoint_rows(self.state)
+        forks = (self.state.trials[tid] for tid in self.state.forked)
         keep |= {
             t.parent_checkpoint_row
-            for t in self.state.trials.values()
+            for t in forks
             if not t.status.is_final and t.parent_checkpoint_row is not None
         }
         rows = []

@@ -257,6 +257,8 @@ class StudyRecord:
     checkpoint_changes: int = field(default=0, repr=False, compare=False)
     # checkpoint row -> the trials whose latest checkpoint it is (kept by hold_checkpoint)
     _holders: dict[int, set[int]] = field(default_factory=dict, repr=False, compare=False)
+    # the trials made from another trial's checkpoint (forks, stage-tree trials), by id
+    forked: set[int] = field(default_factory=set, repr=False, compare=False)
     # trials changed since the controller last took this set (its views of them are stale)
     changed: set[int] = field(default_factory=set, repr=False, compare=False)
     # completed trials' values under the study's ``best`` rule (hpctune.best.best_trial's memo)
@@ -318,6 +320,8 @@ class StudyRecord:
         )
         record.history.append(StatusChange(time, TrialStatus.QUEUED, record.step))
         self.trials[trial] = record
+        if record.parent_checkpoint_row is not None:
+            self.forked.add(trial)
         if record.generator_index is not None:
             self.generated = max(self.generated, record.generator_index + 1)
 
@@ -475,6 +479,8 @@ class StudyRecord:
         record.parent_step = step
         record.parent_checkpoint_row = data.get("parent_checkpoint_row")
         record.shares_prefix = True
+        if record.parent_checkpoint_row is not None:
+            self.forked.add(trial)
         row = record.parent_checkpoint_row
         current = self.checkpoints.get(record.checkpoint_row)  # type: ignore[arg-type]
         if (

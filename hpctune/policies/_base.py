@@ -321,7 +321,9 @@ class StudyView:
 
     def with_status(self, *statuses: TrialStatus) -> list[TrialView]:
         """The trials in any of ``statuses``, by id."""
-        return [t for _, t in sorted(self.trials.items()) if t.status in statuses]
+        return sorted(
+            (t for t in self.trials.values() if t.status in statuses), key=lambda t: t.trial_id
+        )
 
 
 class Policy(abc.ABC):
