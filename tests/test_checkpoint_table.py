@@ -67,8 +67,11 @@ def test_the_table_answers_as_a_dict_of_references(
 ) -> None:
     """Whatever is loaded, added, deleted and looked at, the table holds what a dict of
     references would, and its whole-table answers agree with that dict's (rows read in blocks
-    of 3 here, of the journal's chunk length otherwise)."""
-    with mock.patch("hpctune.journal.checkpoints.BLOCK", 3):
+    of 3 here, a whole column after two blocks of it)."""
+    with (
+        mock.patch("hpctune.journal.checkpoints.BLOCK", 3),
+        mock.patch("hpctune.journal.checkpoints.BLOCKS_BEFORE_WHOLE", 2),
+    ):
         _check_against_dict(loaded, ops)
 
 

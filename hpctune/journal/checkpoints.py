@@ -21,6 +21,9 @@ import numpy as np
 COLUMNS = ("trial", "segment", "step", "time", "nbytes", "sha256", "path")
 # rows read together when one row of a column not yet read is asked for (the journal's chunk)
 BLOCK = 2048
+# blocks of a column read one by one before the whole column is read instead (a controller's
+# first pass asks for every trial's latest checkpoint: rows spread over the whole table)
+BLOCKS_BEFORE_WHOLE = 8
 # reads rows ``start:end`` of a column of the snapshot: ``read(column, start, end)``
 ReadRows = Callable[[str, int, int], np.ndarray]
 
@@ -51,6 +54,7 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
         self._refs: dict[int, CheckpointRef] = {}  # rows made references, and rows added
         self._columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in COLUMNS}
         self._blocks: dict[tuple[str, int], np.ndarray] = {}  # (column, block) -> its rows
+        self._block_reads: dict[str, int] = {}  # blocks read of each column
         self._read: ReadRows | None = None
         self._loaded = 0  # rows held in the columns
         self._deleted = np.zeros(0, dtype=bool)  # the columns' rows deleted
@@ -73,14 +77,17 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
         return rows
 
     def _column(self, name: str) -> np.ndarray:
-        """A whole column (for answers about every row)."""
+        """A whole column (for answers about every row; its blocks are then dropped)."""
         if name not in self._columns:
             self._columns[name] = self._rows(name, 0, self._loaded)
+            self._blocks = {key: rows for key, rows in self._blocks.items() if key[0] != name}
         return self._columns[name]
 
     def _value(self, name: str, row: int) -> Any:
         """One row's value: from the whole column if read, else from its block of rows."""
         column = self._columns.get(name)
+        if column is None and self._block_reads.get(name, 0) >= BLOCKS_BEFORE_WHOLE:
+            column = self._column(name)
         if column is not None:
             return column[row]
         block = row // BLOCK
@@ -90,6 +97,7 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
             rows = self._blocks[name, block] = self._rows(
                 name, start, min(start + BLOCK, self._loaded)
             )
+            self._block_reads[name] = self._block_reads.get(name, 0) + 1
         return rows[row - block * BLOCK]
 
     def _is_loaded(self, row: object) -> bool:
