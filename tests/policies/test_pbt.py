@@ -596,6 +596,27 @@ def test_truncation_starts_the_population_then_only_clones() -> None:
     assert policy.decide(full, Event.slot_free(2), RNG) == []
 
 
+def test_truncation_in_a_study_replaces_each_stopped_trial_with_a_clone_of_a_better_one() -> None:
+    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 2})
+    run = simulate_pbt(policy, lr_trace(12, small_lr_value, seed=4), slots=8, seed=4)
+    assert forks_from_deleted(run) == []
+    assert run.ignored_forks == []
+    stopped = [t for t in run.trials if t.status is TrialStatus.TERMINATED]
+    assert len(stopped) >= 8
+    clones = [t for t in run.trials if t.initiator is not None]
+    by_initiator = {t.initiator: t for t in clones}
+    assert len(by_initiator) == len(clones)  # one clone per stopped trial
+    assert set(by_initiator) == {t.trial_id for t in stopped}
+    for trial in stopped:
+        clone = by_initiator[trial.trial_id]
+        parent = run.record.trials[clone.parent_trial]  # type: ignore[index]
+        assert f"cloning trial {parent.trial_id}" in trial.reason
+        at_fork = parent.curve_values[parent.curve_steps.index(clone.parent_step)]
+        assert at_fork >= run.value(trial)  # from the top quantile into the bottom one's place
+    # the population stays 8: at the end, 8 trials have trained to max_steps
+    assert sorted(t.step for t in run.trials if t.status is DONE) == [12] * 8
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     population=st.integers(2, 6),
