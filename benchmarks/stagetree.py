@@ -12,14 +12,16 @@ The time per step depends on the batch size (a larger batch trains an epoch fast
 thesis's cost estimator would predict from profiling: ``seconds = 10 * sqrt(128 / batch_size)``.
 Every assignment pays ``--load`` seconds (checkpoint load and worker switch).
 
-Then the same spaces under synchronous successive halving (eta 2, rungs 15, 30, 60, ... steps,
-seeded random scores): trials arrive and are promoted while the study runs, and the stage tree
-is regenerated from the search plan at every decision (Hippo's stateless scheduler,
-``simulate_plan``); trial-based SHA makes the same decisions without sharing. Workers keep a
-checkpoint every ``--checkpoint-every`` steps (a boundary), so a trial promoted later can
-branch inside a stretch another trial already trained without retraining it. A stage given to
-a worker claims its step range of its node (requests needing those steps wait); the ASHA runs
-are repeated with Hippo's coarser rule, where a stage claims its whole node.
+Then the same spaces under the SHA and ASHA policies (reduction factor 2, first rung at 15
+steps; SHA in one bracket of every configuration), each a study run by the controller on the
+simulator (``hpctune.simulator``, ``stages=True`` with each ``[stages] scheduler``): trials
+arrive and are promoted while the study runs, and the stage tree is regenerated from the
+journal at every decision; trial-based SHA and ASHA make their decisions without sharing
+(``stages=False``). The metric is a seeded random draw per trained prefix (trials equal up to
+a step have the same value there). Workers checkpoint every ``--checkpoint-every`` steps (the
+study's boundary), so a trial promoted later can branch inside a stretch another trial already
+trained without retraining it; every assignment pays ``--load`` seconds (a new worker's
+start-up or an idle worker's switch).
 
     python benchmarks/stagetree.py [--workers 4 8 16] [--load 30] [--checkpoint-every 5]
         [--json] [--quick]
@@ -36,10 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
+from hpctune.simulator import SimulationResult
+from hpctune.simulator import simulate as simulate_study
+from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
-from hpctune.stagetree.simulate import Simulation, simulate_plan
 from hpctune.stagetree.summary import plan_configs
+from hpctune.traces import Trace
 
 
 def seconds_per_step(config: ConfigPiece) -> float:
@@ -145,174 +149,105 @@ def run_space(name: str, workers: list[int], load: float, quick: bool) -> dict[s
     return out
 
 
-def run_sha(
-    configs: list[dict[str, Any]],
-    max_steps: int,
-    scheduler: Scheduler,
-    workers: int,
-    load: float,
-    *,
-    shared: bool,
-    eta: int = 2,
-    min_steps: int = 15,
-    checkpoint_every: int | None = None,
-    whole_nodes: bool = False,
-    seed: int = 0,
-) -> tuple[Simulation, list[int]]:
-    """Synchronous successive halving over ``configs`` on a search plan, simulated.
-
-    Rungs ``min_steps * eta**k`` up to ``max_steps``; a trial's score is a seeded random draw
-    (the same in every run), the best ``1/eta`` of a rung go on once the rung is complete. With
-    ``shared = False`` every trial gets a parameter of its own (trial-based: nothing merges).
-    Returns the simulation and the trials that reached ``max_steps``.
-    """
-    rungs = [min_steps]
-    while rungs[-1] * eta < max_steps:
-        rungs.append(rungs[-1] * eta)
-    rungs.append(max_steps)
-    scores = np.random.default_rng(seed).random(len(configs))
-    stages = {
-        t: trial_stages(c if shared else {**c, "trial": t}, max_steps)
-        for t, c in enumerate(configs)
-    }
-    plan = SearchPlan()
-    members: list[list[int]] = [list(range(len(configs)))]
-    finished: list[set[int]] = [set()]
-
-    def on_answer(done: list[int], now: float) -> None:
-        for t in done:
-            r = rungs.index(plan.trials[t].end)
-            finished[r].add(t)
-            if len(finished[r]) < len(members[r]) or r + 1 == len(rungs):
-                continue
-            keep = max(1, len(members[r]) // eta)
-            best = sorted(members[r], key=lambda i: -scores[i])[:keep]
-            members.append(best)
-            finished.append(set())
-            answered_now = [i for i in best if plan.extend_trial(i, stages[i], rungs[r + 1])]
-            if answered_now:
-                on_answer(answered_now, now)
-
-    for t in members[0]:
-        plan.add_trial(t, stages[t], end=rungs[0])
-    sim, _ = simulate_plan(
-        plan,
-        scheduler,
-        workers,
-        seconds_per_step,
-        transition_seconds=load,
-        checkpoint_every=checkpoint_every,
-        claim_whole_nodes=whole_nodes,
-        on_answer=on_answer,
-    )
-    return sim, members[-1]
-
-
-def run_asha(
-    configs: list[dict[str, Any]],
-    max_steps: int,
-    scheduler: Scheduler,
-    workers: int,
-    load: float,
-    *,
-    shared: bool,
-    eta: int = 2,
-    min_steps: int = 15,
-    checkpoint_every: int | None = None,
-    whole_nodes: bool = False,
-    outstanding: int = 2,
-    seed: int = 0,
-) -> Simulation:
-    """Asynchronous successive halving over ``configs`` (in a seeded order) on a search plan.
-
-    ``outstanding * workers`` requests are outstanding: each answered request is replaced by a
-    promotion (ASHA's rule: the highest rung with a trial in its top ``1/eta`` not yet
-    promoted) or, if there is none, by a new trial, until the configurations run out.
-    """
-    rungs = [min_steps]
-    while rungs[-1] * eta < max_steps:
-        rungs.append(rungs[-1] * eta)
-    rungs.append(max_steps)
+def space_trace(configs: list[dict[str, Any]], max_steps: int, seed: int) -> Trace:
+    """The space as a trace for the simulator: each step takes :func:`seconds_per_step` of its
+    batch size, and the metric is a seeded random draw per trained prefix (trials whose
+    configurations agree up to a step have the same value there, as equal training gives)."""
     rng = np.random.default_rng(seed)
-    order = [int(i) for i in rng.permutation(len(configs))]
-    scores = rng.random(len(configs))
-    plan = SearchPlan()
-    results: list[list[int]] = [[] for _ in rungs]  # trials that finished each rung
-    promoted: list[set[int]] = [set() for _ in rungs]
-    stages: dict[int, Any] = {}
-    arrivals = iter(order)
-
-    def new_trial() -> bool:
-        t = next(arrivals, None)
-        if t is None:
-            return False
-        stages[t] = trial_stages(configs[t] if shared else {**configs[t], "trial": t}, max_steps)
-        if plan.add_trial(t, stages[t], end=rungs[0]):
-            on_answer([t], 0.0)
-        return True
-
-    def promote() -> int | None:
-        for r in reversed(range(len(rungs) - 1)):
-            top = sorted(results[r], key=lambda i: -scores[i])[: len(results[r]) // eta]
-            for t in top:
-                if t not in promoted[r]:
-                    promoted[r].add(t)
-                    return t
-        return None
-
-    def on_answer(done: list[int], now: float) -> None:
-        for t in done:
-            results[rungs.index(plan.trials[t].end)].append(t)
-        for _ in done:
-            t = promote()
-            if t is not None:
-                r = rungs.index(plan.trials[t].end)
-                if plan.extend_trial(t, stages[t], rungs[r + 1]):
-                    on_answer([t], now)
-            else:
-                new_trial()
-
-    for _ in range(outstanding * workers):
-        new_trial()
-    sim, _ = simulate_plan(
-        plan,
-        scheduler,
-        workers,
-        seconds_per_step,
-        transition_seconds=load,
-        checkpoint_every=checkpoint_every,
-        claim_whole_nodes=whole_nodes,
-        on_answer=on_answer,
+    scores: dict[tuple[Any, ...], float] = {}
+    curves = np.zeros((len(configs), max_steps))
+    seconds = np.zeros((len(configs), max_steps))
+    for row, config in enumerate(configs):
+        stages = trial_stages(config, max_steps)
+        for stage in stages:
+            seconds[row, stage.start : stage.end] = seconds_per_step(stage.config)
+        for step in range(1, max_steps + 1):
+            prefix = tuple((s.config, s.start, min(s.end, step)) for s in stages if s.start < step)
+            if prefix not in scores:
+                scores[prefix] = float(rng.random())
+            curves[row, step - 1] = scores[prefix]
+    space: dict[str, Any] = {}
+    for name in configs[0]:
+        values = [c[name] for c in configs]
+        distinct = [v for i, v in enumerate(values) if v not in values[:i]]
+        space[name] = distinct if len(distinct) > 1 else distinct[0]
+    return Trace(
+        curves,
+        seconds,
+        tuple(configs),
+        metric="score",
+        mode="max",
+        random_level=0.0,
+        source="benchmarks/stagetree.py",
+        search_space=space,
     )
-    return sim
 
 
-def _tuner_figures(run: Callable[..., Simulation], seeds: int, workers: int) -> dict[str, Any]:
+def run_tuner(
+    policy: str,
+    trace: Trace,
+    scheduler: Scheduler,
+    workers: int,
+    load: float,
+    *,
+    shared: bool,
+    every: int | None,
+    seed: int,
+    eta: int = 2,
+    min_steps: int = 15,
+) -> SimulationResult:
+    """One study of the ``policy`` (``"sha"``, in one bracket of every configuration, or
+    ``"asha"``) with rungs ``eta`` apart from ``min_steps``, run by the controller on the
+    simulator: over a stage tree under ``scheduler`` (``shared``) or trial by trial. Every
+    assignment pays ``load`` seconds; workers checkpoint every ``every`` steps and at stage
+    ends."""
+    options: dict[str, Any] = {"reduction_factor": eta, "grace_period": min_steps}
+    if policy == "sha":
+        options["bracket_size"] = trace.num_configs
+    return simulate_study(
+        trace,
+        policy,
+        options,
+        slots=workers,
+        seed=seed,
+        startup=load,
+        segment_start=load,
+        boundary=every or trace.num_epochs,
+        stages=shared,
+        stage_scheduler=scheduler.value,
+    )
+
+
+def busy_seconds(result: SimulationResult, load: float) -> float:
+    """Worker-seconds training or paying an assignment's load."""
+    return result.training_hours * 3600 + load * len(result.segments)
+
+
+def _tuner_figures(
+    run: Callable[[Scheduler, bool, int], SimulationResult], seeds: int, workers: int, load: float
+) -> dict[str, Any]:
     """Mean makespans, GPU time and worker utilisation (busy / (makespan x W)) over seeds:
-    each scheduler, trial-based, whole-node claims."""
+    each scheduler, and trial-based."""
     span: dict[str, float] = {}
     gpu: dict[str, float] = {}
-    whole: dict[str, float] = {}
     use: dict[str, float] = {}
     for seed in range(seeds):
         for sched in Scheduler:
-            sim = run(sched, shared=True, whole_nodes=False, seed=seed)
-            span[sched.value] = span.get(sched.value, 0.0) + sim.makespan / seeds
-            gpu[sched.value] = gpu.get(sched.value, 0.0) + sim.busy_seconds / seeds
-            busy = sim.busy_seconds / (sim.makespan * workers) / seeds
-            use[sched.value] = use.get(sched.value, 0.0) + busy
-            hippo = run(sched, shared=True, whole_nodes=True, seed=seed)
-            whole[sched.value] = whole.get(sched.value, 0.0) + hippo.makespan / seeds
-        alone = run(Scheduler.CRITICAL_PATH, shared=False, whole_nodes=False, seed=seed)
-        span["trial-based"] = span.get("trial-based", 0.0) + alone.makespan / seeds
-        gpu["trial-based"] = gpu.get("trial-based", 0.0) + alone.busy_seconds / seeds
+            result = run(sched, True, seed)
+            busy = busy_seconds(result, load)
+            span[sched.value] = span.get(sched.value, 0.0) + result.end_time / seeds
+            gpu[sched.value] = gpu.get(sched.value, 0.0) + busy / seeds
+            share = busy / (result.end_time * workers) / seeds
+            use[sched.value] = use.get(sched.value, 0.0) + share
+        alone = run(Scheduler.CRITICAL_PATH, False, seed)
+        span["trial-based"] = span.get("trial-based", 0.0) + alone.end_time / seeds
+        gpu["trial-based"] = gpu.get("trial-based", 0.0) + busy_seconds(alone, load) / seeds
     best = span["critical-path"]
     return {
         "makespan_s": span,
         "ratio_to_critical_path": {k: v / best for k, v in span.items()},
         "gpu_seconds": {"trial-based": gpu["trial-based"], "stage-based": gpu["critical-path"]},
         "gpu_saving": gpu["trial-based"] / gpu["critical-path"],
-        "whole_node_claims_makespan_s": whole,
         "utilisation": use,
     }
 
@@ -322,6 +257,7 @@ def sha_figures(
 ) -> dict[str, Any]:
     """SHA and ASHA, stage-based under each scheduler and trial-based, on one space."""
     configs, max_steps = SPACES[name](quick)
+    traces = [space_trace(configs, max_steps, seed) for seed in range(seeds)]
     out: dict[str, Any] = {
         "space": name,
         "trials": len(configs),
@@ -331,24 +267,25 @@ def sha_figures(
         "asha": {},
     }
     for w in workers:
+        for policy in ("sha", "asha"):
 
-        def sha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
-            return run_sha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)[0]
+            def run(
+                sched: Scheduler, shared: bool, seed: int, w: int = w, policy: str = policy
+            ) -> SimulationResult:
+                return run_tuner(
+                    policy, traces[seed], sched, w, load, shared=shared, every=every, seed=seed
+                )
 
-        def asha(sched: Scheduler, w: int = w, **kw: Any) -> Simulation:
-            return run_asha(configs, max_steps, sched, w, load, checkpoint_every=every, **kw)
-
-        out["sha"][str(w)] = _tuner_figures(sha, seeds, w)
-        out["asha"][str(w)] = _tuner_figures(asha, seeds, w)
+            out[policy][str(w)] = _tuner_figures(run, seeds, w, load)
     return out
 
 
 def format_sha(r: dict[str, Any]) -> str:
     """A text block for SHA and ASHA on one space."""
     lines = [
-        f"SHA and ASHA (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} trials, "
-        f"mean of {r['seeds']} seeds; "
-        "stage tree regenerated from the search plan at every decision; checkpoints "
+        f"SHA and ASHA policies (eta 2, rungs from 15 steps) on {r['space']}, {r['trials']} "
+        f"trials, mean of {r['seeds']} seeds; studies run by the controller on the simulator; "
+        "checkpoints "
         + (f"every {r['checkpoint_every']} steps" if r["checkpoint_every"] else "at stage ends"),
         f"  {'':4} {'W':>3} {'critical':>10} {'bfs':>10} {'most-ch.':>10} {'trials':>10} | "
         f"{'bfs/cp':>6} {'thr/cp':>6} {'tr/cp':>6} | {'GPU saving':>10}",
@@ -356,14 +293,6 @@ def format_sha(r: dict[str, Any]) -> str:
     for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
         for w, f in block.items():
             lines.append(f"  {label} {_sha_row(w, f)}")
-    lines.append("  with Hippo's whole-node claims (makespan s):")
-    for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
-        for w, f in block.items():
-            m = f["whole_node_claims_makespan_s"]
-            lines.append(
-                f"  {label} {w:>3} {m['critical-path']:>10.0f} {m['bfs']:>10.0f} "
-                f"{m['most-children']:>10.0f}"
-            )
     lines.append("  worker utilisation, busy / (makespan x W):")
     for label, block in (("SHA ", r["sha"]), ("ASHA", r["asha"])):
         for w, f in block.items():

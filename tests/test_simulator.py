@@ -473,25 +473,43 @@ STAGE_LRS: list[Any] = [
     {"schedule": "piecewise", "values": [0.1, 0.05], "milestones": [4]},
     {"schedule": "multistep", "base": 0.1, "milestones": [6], "gamma": 0.1},
 ]
+STAGE_TRACE = Trace(
+    np.array([[0.1 * s + 0.01 * i for s in range(1, 9)] for i in range(3)]),
+    np.ones((3, 8)),
+    tuple({"lr": lr} for lr in STAGE_LRS),
+    metric="acc",
+    mode="max",
+    random_level=0.0,
+    search_space={"lr": STAGE_LRS},
+)
 
 
 @pytest.mark.parametrize("stages", [False, True])
 def test_a_stage_tree_simulation_trains_each_shared_prefix_once(stages: bool) -> None:
     """Three learning-rate sequences equal up to step 4 (and two of them to step 6 in value,
     not in sequence): over a stage tree the shared 4 steps are trained once."""
-    trace = Trace(
-        np.array([[0.1 * s + 0.01 * i for s in range(1, 9)] for i in range(3)]),
-        np.ones((3, 8)),
-        tuple({"lr": lr} for lr in STAGE_LRS),
-        metric="acc",
-        mode="max",
-        random_level=0.0,
-        search_space={"lr": STAGE_LRS},
-    )
-    result = simulate(trace, "default", slots=2, seed=0, stages=stages, target=10.0)
+    result = simulate(STAGE_TRACE, "default", slots=2, seed=0, stages=stages, target=10.0)
     assert all(t.status is TrialStatus.COMPLETED and t.step == 8 for t in result.trials)
     assert result.trials_started == 3
     assert result.training_hours * 3600 == pytest.approx(4 + 3 * 4 if stages else 3 * 8)
+
+
+@pytest.mark.parametrize("policy", ["default", "asha"])
+def test_every_stage_scheduler_runs_the_stage_tree_to_its_end(policy: str) -> None:
+    """BFS and most-children give a worker one stage at a time, often one that ends at a branch
+    point (step 4 here) rather than at a trial's request: a trial whose path goes on through it
+    trains it, and every scheduler ends the study with the same outcomes."""
+    options = {"grace_period": 2, "reduction_factor": 2} if policy == "asha" else {}
+    outcomes = {}
+    for scheduler in ("critical-path", "bfs", "most-children"):
+        result = simulate(
+            STAGE_TRACE, policy, options, slots=2, seed=0, stages=True, stage_scheduler=scheduler
+        )
+        assert all(t.status.is_final for t in result.trials), scheduler
+        outcomes[scheduler] = {(t.trial, t.status, t.step) for t in result.trials}
+        assert result.training_hours * 3600 <= 4 + 3 * 4  # shared steps trained once
+    assert outcomes["bfs"] == outcomes["most-children"] == outcomes["critical-path"]
+    assert len(outcomes["bfs"]) == 3
 
 
 def test_stage_trees_refuse_policies_that_cannot_run_over_them() -> None:

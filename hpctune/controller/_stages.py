@@ -45,7 +45,7 @@ from hpctune.stagetree.pieces import (
 )
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.schedulers import Scheduler, pick
-from hpctune.stagetree.tree import build_stage_tree, needed_checkpoints
+from hpctune.stagetree.tree import StageTree, build_stage_tree, needed_checkpoints
 from hpctune.states import TrialStatus
 
 logger = logging.getLogger(__name__)
@@ -271,9 +271,15 @@ class StageTreeController(CurveFittingController):
                 break
             taken.update(path)
             first, last = tree.stages[path[0]], tree.stages[path[-1]]
-            live = [t for t in last.trials if not self.state.trials[t].status.is_final]
-            if not live:  # pragma: no cover - a leaf stage always ends a live request
-                logger.warning("stage %d ends no live trial's request; skipped", last.id)
+            # the trial that trains it: one whose request ends there or further down (BFS and
+            # most-children give one stage at a time, often ending at a branch point)
+            live = [
+                t
+                for t in _requests_from(tree, last.id)
+                if not self.state.trials[t].status.is_final
+            ]
+            if not live:  # pragma: no cover - every stage leads to a live request
+                logger.warning("stage %d leads to no live trial's request; skipped", last.id)
                 continue
             source = first.source
             checkpoint = (
@@ -368,6 +374,17 @@ class StageTreeController(CurveFittingController):
         ]
         if rows:
             self._delete_checkpoints(rows)
+
+
+def _requests_from(tree: StageTree, stage_id: int) -> list[int]:
+    """The trials whose pending request ends at stage ``stage_id`` or one of its descendants."""
+    trials: list[int] = []
+    todo = [stage_id]
+    while todo:
+        stage = tree.stages[todo.pop()]
+        trials.extend(stage.trials)
+        todo.extend(stage.children)
+    return trials
 
 
 __all__ = ["StageTreeController", "StageWork"]

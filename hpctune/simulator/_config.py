@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from hpctune.errors import HpctuneError
+from hpctune.stagetree.options import SCHEDULERS
 from hpctune.traces import Trace
 
 
@@ -41,6 +42,8 @@ class SimulatorConfig:
             trace's ``metric_bounds``, else (0, 1).
         stages: Run the study over a stage tree (``[stages] enabled``): trials whose
             hyperparameter sequences share a prefix train it once.
+        stage_scheduler: With ``stages``, which ready stages a free worker gets
+            (``[stages] scheduler``: ``"critical-path"``, ``"bfs"`` or ``"most-children"``).
     """
 
     queue_wait: float = 0.0
@@ -58,6 +61,7 @@ class SimulatorConfig:
     max_time: float = math.inf
     bounds: tuple[float, float] | None = None
     stages: bool = False
+    stage_scheduler: str = "critical-path"
 
     def metric_bounds(self, trace: Trace) -> tuple[float, float]:
         """The metric's range: :attr:`bounds`, else the trace's, else (0, 1)."""
@@ -81,6 +85,11 @@ class SimulatorConfig:
             raise SimulatorError(
                 f"num_trials must be between 1 and the trace's {trace.num_configs} "
                 f"configurations, but got {self.num_trials}"
+            )
+        if self.stage_scheduler not in SCHEDULERS:
+            raise SimulatorError(
+                f"stage_scheduler must be one of {', '.join(SCHEDULERS)}, but got "
+                f"{self.stage_scheduler!r}"
             )
         if not self.max_time > 0:
             raise SimulatorError(f"max_time must be > 0, but got {self.max_time!r}")

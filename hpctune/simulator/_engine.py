@@ -163,7 +163,7 @@ def simulation_spec(
         "metric_bounds": list(bounds),
         "random_level": None if math.isnan(trace.random_level) else trace.random_level,
         "report_timeout": 0.0,
-        "stages": {"enabled": config.stages},
+        "stages": {"enabled": config.stages, "scheduler": config.stage_scheduler},
         "best": "last" if policy.makes_configurations else "peak",
         "keep_checkpoints": "last",
     }

@@ -1,11 +1,15 @@
 """PBT (Li et al. 2019): Algorithm 1, opponents over generations, budget mode, GC, and Ray's
-truncation variant."""
+truncation variant; whole studies run by the controller on a synthetic trace (the simulator)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,31 +17,38 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
+from hpctune.journal.state import (
+    CHECKPOINT_DELETED,
+    SEGMENT_ASSIGNED,
+    TRIAL_CREATED,
+    StudyRecord,
+    TrialRecord,
+)
 from hpctune.policies import (
     ActionKind,
     Event,
     OptionError,
     PbtPolicy,
+    Policy,
     StudyView,
     TrialView,
     TruncationPbtPolicy,
     make_policy,
 )
+from hpctune.simulator import Simulator, SimulatorConfig
 from hpctune.space import parse_space
 from hpctune.spec import load_spec
 from hpctune.states import TrialStatus
+from hpctune.traces import Trace
 from tests.conftest import write_study
-from tests.policies._pbt_driver import Driver, lr_score
 
-SPACE = parse_space(
-    {
-        "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-        "batch_size": [16, 32, 64],
-        "act": ["relu", "tanh"],
-        "width": 64,
-    },
-    path=None,
-)
+SPACE_TABLE: dict[str, Any] = {
+    "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
+    "batch_size": [16, 32, 64],
+    "act": ["relu", "tanh"],
+    "width": 64,
+}
+SPACE = parse_space(SPACE_TABLE, path=None)
 DONE = TrialStatus.COMPLETED
 
 
@@ -221,14 +232,168 @@ def test_trials_ending_at_max_steps_do_not_initiate() -> None:
     assert not policy.holds_idle_workers(view(trials))
 
 
+# -- simulated studies: the controller's own PBT on a synthetic trace ----------------------
+
+LRS = np.logspace(-4, 0, 81)  # 20 a decade: a x0.8 or x1.2 mutation moves to another row
+Value = Callable[[float, int], float]  # (lr, step) -> the metric after that step
+
+
+def lr_value(lr: float, step: int) -> float:
+    """Grows with training, plus at most 1 for an lr near 0.1 / (1 + step / 10): the best lr
+    decays."""
+    target = 0.1 / (1 + step / 10)
+    return step + 1.0 / (1.0 + abs(math.log(lr / target)))
+
+
+def small_lr_value(lr: float, step: int) -> float:
+    """Does not grow with training: older parents often win, and lineages reach max_steps in
+    different generations."""
+    return -lr
+
+
+def lr_trace(max_steps: int, value: Value, seed: int) -> Trace:
+    """Every configuration of SPACE with an lr of LRS, valued by ``value``; seeded step times
+    in [0.5, 1.5) s set the order in which trials end."""
+    rows = [
+        (float(lr), size, act) for lr in LRS for size in (16, 32, 64) for act in ("relu", "tanh")
+    ]
+    hparams = [{"lr": lr, "batch_size": size, "act": act, "width": 64} for lr, size, act in rows]
+    curves = [[value(lr, s) for s in range(1, max_steps + 1)] for lr, _, _ in rows]
+    seconds = np.random.default_rng(seed).uniform(0.5, 1.5, (len(hparams), max_steps))
+    return Trace(
+        np.array(curves),
+        seconds,
+        tuple(hparams),
+        metric="score",
+        mode="max",
+        random_level=0.0,
+        search_space=SPACE_TABLE,
+    )
+
+
+@dataclasses.dataclass
+class PbtRun:
+    """A finished simulated study: the controller's record, its journal log and the forks the
+    controller had to ignore (their parent's checkpoint was gone)."""
+
+    record: StudyRecord
+    log: list[tuple[str, int, float, dict[str, Any]]]  # (kind, trial, time, data)
+    checkpoints: list[dict[str, Any]]  # the journal's checkpoints table
+    ignored_forks: list[str]
+
+    @property
+    def trials(self) -> list[TrialRecord]:
+        return list(self.record.trials.values())
+
+    def value(self, trial: TrialRecord) -> float:
+        """The trial's last value (-inf before its first report)."""
+        return trial.curve_values[-1] if trial.curve_values else -math.inf
+
+
+class _Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def simulate_pbt(policy: Policy, trace: Trace, *, slots: int, seed: int = 0) -> PbtRun:
+    """Run ``policy`` (generation 0: ``population_size`` trials of the trace in a seeded order)
+    with the controller on simulated workers, as ``hpctune simulate`` does."""
+    population = policy.options.population_size  # type: ignore[attr-defined]
+    # a study trains at most population x max_steps steps of at most 1.5 s, on >= 1 slot: a
+    # policy that never ends (e.g. starting children afresh forever) is cut off, unfinished
+    limit = 2 * 1.5 * population * trace.num_epochs
+    config = SimulatorConfig(num_trials=population, max_time=limit)
+    sim = Simulator(trace, policy, slots=slots, seed=seed, config=config)
+    controller_logger = logging.getLogger("hpctune.controller")
+    warnings = _Warnings()
+    controller_logger.addHandler(warnings)
+    try:
+        sim.run()
+    finally:
+        controller_logger.removeHandler(warnings)
+    log = [
+        (row["kind"], int(row["trial"]), float(row["time"]), json.loads(row["data"]))
+        for row in sim.journal.rows["log"]
+    ]
+    ignored = [m for m in warnings.messages if m.startswith("cannot fork")]
+    return PbtRun(sim.record, log, list(sim.journal.rows["checkpoints"]), ignored)
+
+
+def forks_from_deleted(run: PbtRun) -> list[int]:
+    """The segments assigned to start from a checkpoint deleted before them (journal order),
+    and the children whose checkpoint to fork from is not their parent's at the fork step."""
+    bad = []
+    deleted: set[int] = set()
+    for kind, _, _, data in run.log:
+        if kind == CHECKPOINT_DELETED:
+            deleted.update(data["rows"])
+        elif kind == SEGMENT_ASSIGNED and data.get("checkpoint_row") in deleted:
+            bad.append(data["checkpoint_row"])
+    for trial in run.trials:
+        if trial.parent_trial is not None:
+            ref = run.record.checkpoints[trial.parent_checkpoint_row]  # type: ignore[index]
+            if (ref.trial_id, ref.step) != (trial.parent_trial, trial.parent_step):
+                bad.append(ref.row)
+    return bad
+
+
+def initiator_generation_sizes(run: PbtRun) -> list[tuple[int, int]]:
+    """At each reproduction (a trial created with an initiator, in journal order): the
+    initiator's generation and how many trials it had then."""
+    generation: dict[int, int] = {}
+    sizes = []
+    for kind, trial, _, data in run.log:
+        if kind != TRIAL_CREATED:
+            continue
+        if data.get("initiator") is not None:
+            g = generation[data["initiator"]]
+            sizes.append((g, sum(n == g for n in generation.values())))
+        generation[trial] = int(data.get("generation") or 0)
+    return sizes
+
+
+def peak_trials_with_checkpoints(run: PbtRun) -> int:
+    """The most trials holding a live checkpoint at once (after each instant's checkpoints and
+    deletions)."""
+    changes: dict[float, list[tuple[int, bool]]] = {}  # time -> (checkpoint row, written)
+    for row, ref in enumerate(run.checkpoints):
+        changes.setdefault(float(ref["time"]), []).append((row, True))
+    for kind, _, t, data in run.log:
+        if kind == CHECKPOINT_DELETED:
+            changes.setdefault(t, []).extend((row, False) for row in data["rows"])
+    live: set[int] = set()
+    peak = 0
+    for t in sorted(changes):
+        for row, written in changes[t]:
+            if written:
+                live.add(row)
+            else:
+                live.discard(row)
+        peak = max(peak, len({run.checkpoints[row]["trial"] for row in live}))
+    return peak
+
+
+def lineage(run: PbtRun, trial: TrialRecord) -> list[TrialRecord]:
+    """``trial`` and its ancestors, the oldest first."""
+    line = [trial]
+    while line[-1].parent_trial is not None:
+        line.append(run.record.trials[line[-1].parent_trial])
+    return line[::-1]
+
+
 @pytest.mark.parametrize(("slots", "budget"), [(2, True), (4, False), (1, True), (8, False)])
 def test_every_trial_initiates_once_and_generations_hold_the_population(
     slots: int, budget: bool
 ) -> None:
     policy = pbt(population_size=6 if budget else 4, steps_per_generation=2)
     pop = policy.options.population_size
-    run = Driver(policy, SPACE, slots=slots, max_steps=12, num_trials=pop, seed=slots).run()
-    trials = list(run.trials.values())
+    run = simulate_pbt(policy, lr_trace(12, lr_value, seed=slots), slots=slots, seed=slots)
+    trials = run.trials
+    assert policy.budget_mode(view([], slots=slots)) is budget
     assert all(t.status is DONE for t in trials)
     initiators = Counter(t.initiator for t in trials if t.initiator is not None)
     assert max(initiators.values()) == 1  # once and only once
@@ -240,30 +405,37 @@ def test_every_trial_initiates_once_and_generations_hold_the_population(
     assert len(sizes) >= 6  # 12 steps, 2 per generation (more when an older parent won)
     for t in trials:
         if t.initiator is not None:
-            initiator = run.trials[t.initiator]
+            initiator = run.record.trials[t.initiator]
             assert t.generation == (initiator.generation or 0) + 1
-            assert t.parent_step == run.trials[t.parent_trial].end_step  # type: ignore[index]
+            parent = run.record.trials[t.parent_trial]  # type: ignore[index]
+            assert t.parent_step == parent.end_step
+            # the child went on from its parent's checkpoint at the fork, and trained on
+            first = run.record.segments[t.segments[0]]
+            assert (first.start_step, first.checkpoint_row) == (
+                t.parent_step,
+                t.parent_checkpoint_row,
+            )
+            assert t.curve_steps == list(range(first.start_step + 1, t.step + 1))
     if budget:  # oldest first: initiators in creation order
-        order = [t.initiator for _, t in sorted(run.trials.items()) if t.initiator is not None]
+        order = [t.initiator for t in trials if t.initiator is not None]
         assert order == sorted(order)
-    assert run.forks_from_deleted == []
+    assert forks_from_deleted(run) == []
+    assert run.ignored_forks == []
 
 
 def test_pbt_finds_a_decaying_learning_rate() -> None:
     policy = pbt(population_size=8, steps_per_generation=2, exclude=["batch_size", "act"])
-    run = Driver(policy, SPACE, slots=2, max_steps=20, num_trials=8, seed=3).run()
-    best = max(run.trials.values(), key=lambda t: t.last_value)
-    lrs = []
-    trial: TrialView | None = best
-    while trial is not None:
-        lrs.append(float(trial.params["lr"]))
-        trial = run.trials.get(trial.parent_trial) if trial.parent_trial is not None else None
-    lrs.reverse()
+    run = simulate_pbt(policy, lr_trace(20, lr_value, seed=0), slots=2, seed=0)
+    best = max(run.trials, key=run.value)
+    lrs = [float(t.params["lr"]) for t in lineage(run, best)]
     assert len(lrs) == 10
     assert np.mean(lrs[-3:]) < np.mean(lrs[:3])  # the target lr decays from 0.1 to 0.033
-    for t in run.trials.values():  # excluded parameters never change along a lineage
+    # and the lineage tracks it: at step 20 its lr is within 1.3x of 0.033 (a tournament
+    # won by the weaker trial ends near 20.2 on this trace)
+    assert run.value(best) > 20 + 1 / (1 + math.log(1.3))
+    for t in run.trials:  # excluded parameters never change along a lineage
         if t.parent_trial is not None:
-            parent = run.trials[t.parent_trial]
+            parent = run.record.trials[t.parent_trial]
             assert (t.params["batch_size"], t.params["act"]) == (
                 parent.params["batch_size"],
                 parent.params["act"],
@@ -271,33 +443,30 @@ def test_pbt_finds_a_decaying_learning_rate() -> None:
 
 
 def test_gc_keeps_what_a_possible_child_needs_and_releases_the_rest() -> None:
-    policy = pbt(population_size=4, steps_per_generation=2)
-    run = Driver(policy, SPACE, slots=2, max_steps=16, num_trials=4, seed=1, random_order=True)
-    run.run()
-    assert run.forks_from_deleted == []
-    kept = [t for t in run.trials.values() if t.checkpoint_step is not None]
-    best = max(run.trials.values(), key=lambda t: t.last_value)
+    trace = lr_trace(16, lr_value, seed=1)
+    run = simulate_pbt(pbt(population_size=4, steps_per_generation=2), trace, slots=2, seed=1)
+    assert forks_from_deleted(run) == []
+    assert run.ignored_forks == []
+    kept = [t for t in run.trials if run.record.live_checkpoints(t.trial_id)]
+    best = max(run.trials, key=run.value)
     assert [t.trial_id for t in kept] == [best.trial_id]  # at the end only the fittest
-    # during the run at most (k + 1) * population + slots + 1 ended trials kept checkpoints
+    # keep_last_checkpoints: the policy names no checkpoint to delete, and none is
     keep_all = pbt(population_size=4, steps_per_generation=2, keep_last_checkpoints=True)
-    assert keep_all.needed_checkpoints(run.view(0)) is None
+    run = simulate_pbt(keep_all, trace, slots=2, seed=1)
+    assert len(run.trials) > 4
+    assert [kind for kind, *_ in run.log if kind == CHECKPOINT_DELETED] == []
+    assert all(not ref.deleted for ref in run.record.checkpoints.values())
 
 
 def test_gc_bound_during_a_run() -> None:
     policy = pbt(population_size=6, steps_per_generation=1)
-    peak = 0
-
-    class Watching(Driver):
-        def _collect(self) -> None:
-            nonlocal peak
-            super()._collect()
-            peak = max(peak, sum(t.checkpoint_step is not None for t in self.trials.values()))
-
-    run = Watching(policy, SPACE, slots=2, max_steps=12, num_trials=6, seed=2, random_order=True)
-    run.run()
-    assert run.forks_from_deleted == []
-    assert peak <= (2 + 1) * 6 + 1
-    assert len(run.deleted) >= len(run.trials) - 1
+    run = simulate_pbt(policy, lr_trace(12, lr_value, seed=2), slots=2, seed=2)
+    assert forks_from_deleted(run) == []
+    assert peak_trials_with_checkpoints(run) <= (2 + 1) * 6 + 1
+    deleted = {
+        row for kind, _, _, data in run.log if kind == CHECKPOINT_DELETED for row in data["rows"]
+    }
+    assert len(deleted) >= len(run.trials) - 1
 
 
 def test_pbt_is_stateless_so_a_restarted_controller_decides_the_same() -> None:
@@ -427,6 +596,27 @@ def test_truncation_starts_the_population_then_only_clones() -> None:
     assert policy.decide(full, Event.slot_free(2), RNG) == []
 
 
+def test_truncation_in_a_study_replaces_each_stopped_trial_with_a_clone_of_a_better_one() -> None:
+    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 2})
+    run = simulate_pbt(policy, lr_trace(12, small_lr_value, seed=4), slots=8, seed=4)
+    assert forks_from_deleted(run) == []
+    assert run.ignored_forks == []
+    stopped = [t for t in run.trials if t.status is TrialStatus.TERMINATED]
+    assert len(stopped) >= 8
+    clones = [t for t in run.trials if t.initiator is not None]
+    by_initiator = {t.initiator: t for t in clones}
+    assert len(by_initiator) == len(clones)  # one clone per stopped trial
+    assert set(by_initiator) == {t.trial_id for t in stopped}
+    for trial in stopped:
+        clone = by_initiator[trial.trial_id]
+        parent = run.record.trials[clone.parent_trial]  # type: ignore[index]
+        assert f"cloning trial {parent.trial_id}" in trial.reason
+        at_fork = parent.curve_values[parent.curve_steps.index(clone.parent_step)]
+        assert at_fork >= run.value(trial)  # from the top quantile into the bottom one's place
+    # the population stays 8: at the end, 8 trials have trained to max_steps
+    assert sorted(t.step for t in run.trials if t.status is DONE) == [12] * 8
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     population=st.integers(2, 6),
@@ -455,26 +645,17 @@ def test_property_gc_never_removes_what_a_child_forks_from(
         budget=budget,
     )
     max_steps = spg * generations
-    run = Driver(
-        policy,
-        SPACE,
-        slots=slots,
-        max_steps=max_steps,
-        num_trials=population,
-        seed=seed,
-        random_order=True,
-        # not cumulative: a value does not grow with training, so older parents often win and
-        # lineages reach max_steps in different generations
-        score=lr_score if cumulative else (lambda params, parent, end: -float(params["lr"])),
-    ).run()
-    assert run.forks_from_deleted == []  # every fork found its parent's checkpoint
-    trials = list(run.trials.values())
+    trace = lr_trace(max_steps, lr_value if cumulative else small_lr_value, seed)
+    run = simulate_pbt(policy, trace, slots=slots, seed=seed)
+    assert forks_from_deleted(run) == []  # every fork found its parent's checkpoint
+    assert run.ignored_forks == []
+    trials = run.trials
     assert all(t.status is DONE for t in trials)
     initiators = Counter(t.initiator for t in trials if t.initiator is not None)
     assert all(n == 1 for n in initiators.values())
     assert set(initiators) == {t.trial_id for t in trials if (t.end_step or max_steps) < max_steps}
     assert Counter(t.generation for t in trials)[0] == population
-    sizes = run.initiator_generation_sizes
+    sizes = initiator_generation_sizes(run)
     assert len(sizes) == len(initiators)
     if budget or (budget is None and population > slots):
         # budget mode: a reproduction starts only once the initiator's generation is full: the
