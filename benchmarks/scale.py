@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ if str(REPO) not in sys.path:
 
 from hpctune.controller import Controller  # noqa: E402
 from hpctune.eventlog import EventWriter  # noqa: E402
-from hpctune.executors._base import Executor, WorkerState  # noqa: E402
 from hpctune.files import dumps, write_json_atomic  # noqa: E402
 from hpctune.journal import state as st  # noqa: E402
 from hpctune.journal.state import CheckpointRef, StudyRecord  # noqa: E402
@@ -51,6 +50,7 @@ from hpctune.journal.store import JournalWriter  # noqa: E402
 from hpctune.launch import create_study  # noqa: E402
 from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, EV_START, Heartbeat  # noqa: E402
 from hpctune.spec import load_spec  # noqa: E402
+from hpctune.testing.fake_workers import FakeExecutor  # noqa: E402
 
 SPEC = """\
 [study]
@@ -79,23 +79,6 @@ slots = {slots}
 def load() -> float:
     """The 1-minute load average."""
     return os.getloadavg()[0]
-
-
-class FakeExecutor(Executor):
-    """Workers that exist as far as the controller can tell: their files are written by the
-    benchmark (:class:`FakeWorkers`), in this process."""
-
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
-        return {w: {"fake": True} for w in worker_ids}
-
-    def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
-        return WorkerState.RUNNING
-
-    def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
-        pass
-
-    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
-        return ""
 
 
 class FakeWorkers:

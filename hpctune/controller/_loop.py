@@ -108,7 +108,10 @@ class Controller(TrialCommandsController, StageTreeController):
                 self._outbox.append(partial(self.wire.remove_command, name))
         for worker in self._live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
-                self._worker_gone(worker, "lost", "never confirmed started", None)
+                # (a controller killed while submitting: no sign of workers failing to start)
+                self._worker_gone(
+                    worker, "lost", "never confirmed started", None, failed_start=False
+                )
                 self._outbox.append(
                     partial(
                         self.wire.write_assignment,
@@ -210,7 +213,7 @@ class Controller(TrialCommandsController, StageTreeController):
                 if not seg.status.is_final:
                     self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
             beat = self._beats.get(worker.worker_id)
-            self._worker_gone(worker, "lost", reason, beat, killed=True)
+            self._worker_gone(worker, "lost", reason, beat, failed_start=False)
         self._abort = True
 
     def _read_inbox(self) -> None:

@@ -230,7 +230,8 @@ class WorkerManagingController(IngestingController):
             return
         reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
         self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
-        self._worker_gone(worker, "lost", reason, self._beats.get(worker.worker_id), killed=True)
+        beat = self._beats.get(worker.worker_id)
+        self._worker_gone(worker, "lost", reason, beat, failed_start=False)
 
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
@@ -263,10 +264,11 @@ class WorkerManagingController(IngestingController):
         reason: str,
         beat: Heartbeat | None,
         *,
-        killed: bool = False,
+        failed_start: bool = True,
     ) -> None:
-        """Journal that a worker is gone (and its segment lost); ``killed``: the controller
-        killed it on purpose, so it is no sign of workers failing to start."""
+        """Journal that a worker is gone (and its segment lost). Without a heartbeat it counts
+        as a worker that failed to start unless ``failed_start`` is false: the controller killed
+        it on purpose, or it was never submitted."""
         segment_id = worker.segment_id
         if segment_id is not None:
             seg = self.state.segments[segment_id]
@@ -281,7 +283,7 @@ class WorkerManagingController(IngestingController):
             last = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
-        if event == "lost" and beat is None and not killed:
+        if event == "lost" and beat is None and failed_start:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
                 output = self.executor.output_path(worker.worker_id, worker.info)

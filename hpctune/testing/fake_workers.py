@@ -1,0 +1,144 @@
+"""Workers without processes, for scale tests and benchmarks: many workers in one loop.
+
+:class:`FakeExecutor` starts nothing and reports every worker running; :class:`FakeFleet` does
+what those workers would do through the study's files, as :mod:`hpctune.worker` does: it reads
+each worker's assignment file, ignores files of a controller epoch that was taken over, and
+writes the heartbeat and the segment's event lines (start, then a report and a checkpoint line
+per step, then the end). A controller in another process, killed and restarted while the fleet
+goes on, sees workers that outlive it, as real ones do. The training is a formula of the
+trial's parameters (the metric ``score``, from the parameter ``x``); no checkpoint file is
+written (the controller only deletes them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpctune.eventlog import EventWriter
+from hpctune.executors._base import Executor, WorkerState
+from hpctune.files import write_json_atomic
+from hpctune.layout import StudyPaths
+from hpctune.lease import highest_epoch
+from hpctune.protocol import (
+    EV_CHECKPOINT,
+    EV_END,
+    EV_REPORT,
+    EV_START,
+    Assignment,
+    ExitOrder,
+    Heartbeat,
+    read_assignment,
+)
+from hpctune.states import SegmentStatus
+
+
+class FakeExecutor(Executor):
+    """Workers that exist as far as the controller can tell: their files are written by
+    someone else (:class:`FakeFleet`, or a benchmark's own loop)."""
+
+    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        return {w: {"fake": True} for w in worker_ids}
+
+    def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
+        return WorkerState.RUNNING
+
+    def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        pass
+
+    def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        return ""
+
+
+@dataclass
+class _Running:
+    """A segment a fake worker trains: its event file and the last step written."""
+
+    assignment: Assignment
+    events: EventWriter
+    step: int
+
+
+def score(params: Mapping[str, Any], step: int) -> float:
+    """The fake training's metric: rises with ``step``, ends at ``x``."""
+    return float(params.get("x", 0.5)) * (1.0 - 0.5**step)
+
+
+class FakeFleet:
+    """Every worker of a study, one step each per :meth:`tick`.
+
+    Args:
+        root: The study directory.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.paths = StudyPaths.of(root)
+        self.started = time.time()
+        self.done: set[int] = set()  # segments run (never run twice, as a worker's ``_done``)
+        self.running: dict[str, _Running] = {}
+        self.exited: set[str] = set()
+        self.steps = 0  # report lines written
+
+    def tick(self) -> int:
+        """Each worker takes its assignment or trains one step of it; return the number of
+        workers not exited."""
+        epoch = highest_epoch(self.paths.root)
+        workers = sorted(p.name for p in self.paths.workers.iterdir() if p.is_dir())
+        for worker in workers:
+            if worker in self.exited:
+                continue
+            if worker not in self.running:
+                order = read_assignment(self.paths.assignment(worker))
+                if isinstance(order, ExitOrder) and order.epoch >= epoch:
+                    self.exited.add(worker)
+                    self._beat(worker, "exited")
+                    continue
+                if (
+                    isinstance(order, Assignment)
+                    and order.segment_id not in self.done
+                    and order.epoch >= epoch
+                ):
+                    self._take(worker, order)
+            if worker in self.running:
+                self._step(worker)
+            self._beat(worker, "running" if worker in self.running else "idle")
+        return len(workers) - len(self.exited)
+
+    def _take(self, worker: str, a: Assignment) -> None:
+        self.done.add(a.segment_id)
+        events = EventWriter(self.paths.event_file(a.segment_id))
+        events.write({"kind": EV_START, "t": time.time(), "host": "fleet", "pid": 0})
+        self.running[worker] = _Running(a, events, a.start_step)
+
+    def _step(self, worker: str) -> None:
+        run = self.running[worker]
+        a, now = run.assignment, time.time()
+        run.step += 1
+        metrics = {a.metric: score(a.params, run.step)}
+        run.events.write({"kind": EV_REPORT, "t": now, "step": run.step, "metrics": metrics})
+        self.steps += 1
+        path = f"checkpoints/trial-{a.trial_id:06d}/step-{run.step:08d}.pt"
+        run.events.write({"kind": EV_CHECKPOINT, "t": now, "step": run.step, "path": path,
+                          "sha256": "", "nbytes": 1000})  # fmt: skip
+        if run.step >= a.until_step:
+            status = (
+                SegmentStatus.COMPLETED if run.step >= a.max_steps else SegmentStatus.SUSPENDED
+            )
+            run.events.write({"kind": EV_END, "t": now, "status": status.value,
+                              "step": run.step, "reason": "", "error": ""})  # fmt: skip
+            run.events.close()
+            del self.running[worker]
+
+    def _beat(self, worker: str, state: str) -> None:
+        run = self.running.get(worker)
+        beat = Heartbeat(
+            worker,
+            state,
+            None if run is None else run.assignment.segment_id,
+            None if run is None else run.step,
+            started=self.started,
+        )
+        write_json_atomic(self.paths.heartbeat(worker), beat.to_dict())

@@ -1,0 +1,32 @@
+"""Run a study's controller whose workers are fake (``FakeExecutor``: their files are written
+by a ``FakeFleet`` in another process): ``python fake_fleet_controller.py <study dir>``; with
+``--die-submitting`` the process dies (as if SIGKILLed) while it submits its first workers."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hpctune.launch import run_local
+from hpctune.layout import StudyPaths
+from hpctune.states import StudyState
+from hpctune.testing.fake_workers import FakeExecutor
+
+
+class DiesSubmitting(FakeExecutor):
+    """Dies in the middle of a submission: the journal holds workers created, none started."""
+
+    def start(self, worker_ids: list[str]) -> dict[str, dict[str, object]]:
+        os._exit(137)
+
+
+if __name__ == "__main__":
+    executor = DiesSubmitting if "--die-submitting" in sys.argv else FakeExecutor
+    with open(os.devnull, "w") as out:
+        state = run_local(
+            StudyPaths.of(sys.argv[1]),
+            out=out,
+            poll_interval=0.05,
+            executor=lambda spec: executor(),
+        )
+    sys.exit(0 if state is StudyState.FINISHED else 1)
