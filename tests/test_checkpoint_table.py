@@ -120,6 +120,7 @@ def _check_against_dict(loaded: list[tuple[int, int]], ops: list[tuple[Any, ...]
     assert [r.row for r in table.live()] == sorted(r for rows in live.values() for r in rows)
     assert table.max_nbytes() == max((r.nbytes for r in model.values()), default=0)
     assert all(table.is_deleted(row) == ref.deleted for row, ref in model.items())
+    assert all(table.step(row) == ref.step for row, ref in model.items())
     assert None not in table
     assert "0" not in table
 

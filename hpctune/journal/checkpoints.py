@@ -173,6 +173,15 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
             if not self._refs[row].deleted:
                 yield self._refs[row]
 
+    def step(self, row: int) -> int:
+        """A known row's step, reading only the ``step`` column (views ask it of every trial)."""
+        ref = self._refs.get(row)
+        if ref is not None:
+            return ref.step
+        if not self._is_loaded(row):
+            raise KeyError(row)
+        return int(self._value("step", int(row)))
+
     def is_deleted(self, row: int) -> bool:
         """Whether a known row is deleted."""
         ref = self._refs.get(row)

@@ -588,7 +588,7 @@ class StudyRecord:
     def checkpoint_step(self, trial_id: int) -> int | None:
         """The step of a trial's latest checkpoint, or ``None``."""
         row = self.trials[trial_id].checkpoint_row
-        return None if row is None else self.checkpoints[row].step
+        return None if row is None else self.checkpoints.step(row)
 
     def active_segments(self) -> list[SegmentRecord]:
         """Segments assigned or running, not yet ended (by id)."""
