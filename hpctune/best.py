@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hpctune.journal.state import StudyRecord, TrialRecord
 from hpctune.states import TrialStatus
 
@@ -65,12 +63,13 @@ def trial_value(record: StudyRecord, trial: TrialRecord) -> tuple[float, int | N
 
 def peak_value(record: StudyRecord, trial: TrialRecord) -> tuple[float, int | None]:
     """The best finite value of the study metric in a trial's curve, and its step."""
-    signed = sign(record) * np.asarray(trial.curve_values, dtype=float)
-    finite = np.isfinite(signed)
-    if not finite.any():
+    values = trial.curve_values
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
         return math.nan, None
-    at = int(np.argmax(np.where(finite, signed, -np.inf)))  # the first of equal values
-    return trial.curve_values[at], trial.curve_steps[at]
+    best = max(finite) if sign(record) > 0 else min(finite)
+    at = values.index(best)  # the first of equal values
+    return values[at], trial.curve_steps[at]
 
 
 def is_candidate(record: StudyRecord, trial: TrialRecord) -> bool:

@@ -514,8 +514,8 @@ def status(
     interval: float | None,
 ) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
-    from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
+    from hpctune.lease import controller_alive
     from hpctune.summary import (
         best_text,
         notices,
@@ -710,10 +710,10 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
     finished or stopped study runs again with `hpctune resume STUDY_DIR`.
     """
     from hpctune.asktell import params_problem
-    from hpctune.controller import controller_alive
     from hpctune.inbox import send_command
     from hpctune.journal.reader import open_study
     from hpctune.launch import prepare_study_dir
+    from hpctune.lease import controller_alive
     from hpctune.space import SearchSpace
 
     paths = _study_paths(str(study_dir))
@@ -742,8 +742,8 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
 
 def _require_controller(paths: StudyPaths, what: str) -> None:
     """Refuse a command only a running (or queued) controller can carry out."""
-    from hpctune.controller import controller_alive
     from hpctune.journal.reader import open_study
+    from hpctune.lease import controller_alive
     from hpctune.slurm.controller_job import queued_controller
 
     if controller_alive(paths) is not None or queued_controller(paths) is not None:
@@ -770,10 +770,10 @@ def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
     (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
     skipped: the trial goes on from its previous checkpoint, or from its start.
     """
-    from hpctune.controller import controller_alive
     from hpctune.inbox import check_command, send_command
     from hpctune.journal.reader import open_study
     from hpctune.launch import prepare_study_dir
+    from hpctune.lease import controller_alive
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)

@@ -33,10 +33,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpctune.errors import HpctuneError, UsageError
 from hpctune.files import fsync_dir, read_json
+
+if TYPE_CHECKING:
+    from hpctune.layout import StudyPaths
 
 LEASE_TIMEOUT = 30.0  # seconds: a heartbeat older than this is dead (other hosts only)
 EPOCH_DIR = "controller"
@@ -392,3 +395,21 @@ def _create_excl_open(path: Path, body: bytes) -> bool:
         f.flush()
         os.fsync(f.fileno())
     return True
+
+
+def controller_alive(paths: StudyPaths) -> dict[str, Any] | None:
+    """Describe the controller holding a live lease on the study, else ``None``.
+
+    A dict with ``epoch``, ``pid``, ``host``, ``job`` and ``time`` (its last heartbeat).
+    """
+    found = rival(paths.root)
+    if found is None:
+        return None
+    return {
+        "epoch": found.epoch,
+        "pid": found.pid,
+        "host": found.host,
+        "job": found.job,
+        "time": found.beat,
+        "state": found.state,
+    }

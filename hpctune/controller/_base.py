@@ -30,7 +30,7 @@ from hpctune.journal.reader import load_state
 from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.layout import StudyPaths
-from hpctune.lease import Fenced, Lease, acquire, rival
+from hpctune.lease import Fenced, Lease, acquire
 from hpctune.permissions import check_study_dir, use_umask_of
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
@@ -572,21 +572,3 @@ def _tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return "(no output)"
     return " | ".join(text[-lines:]) or "(no output)"
-
-
-def controller_alive(paths: StudyPaths) -> dict[str, Any] | None:
-    """Describe the controller holding a live lease on the study, else ``None``.
-
-    A dict with ``epoch``, ``pid``, ``host``, ``job`` and ``time`` (its last heartbeat).
-    """
-    found = rival(paths.root)
-    if found is None:
-        return None
-    return {
-        "epoch": found.epoch,
-        "pid": found.pid,
-        "host": found.host,
-        "job": found.job,
-        "time": found.beat,
-        "state": found.state,
-    }
