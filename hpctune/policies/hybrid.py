@@ -88,7 +88,7 @@ def noise(trial: TrialView, step: int) -> float:
     values = values[np.isfinite(values)]
     if len(values) < 4:
         return 0.0
-    return float(np.std(np.diff(values, 2)) / math.sqrt(6))
+    return float(np.median(np.abs(np.diff(values, 2))) / math.sqrt(6))
 
 
 class HybridPolicy(Policy):
