@@ -24,6 +24,7 @@ from hpctune.policies.asha import AshaPolicy
 from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy
 from hpctune.policies.earlyterm import EarlyTermPolicy
+from hpctune.policies.hybrid import HybridPolicy
 from hpctune.policies.hyperband import HyperbandPolicy
 from hpctune.policies.median import MedianStoppingPolicy
 from hpctune.policies.pbt import PbtPolicy
@@ -41,6 +42,7 @@ POLICIES: Mapping[str, type[Policy]] = {
     MedianStoppingPolicy.name: MedianStoppingPolicy,
     PopPolicy.name: PopPolicy,
     EarlyTermPolicy.name: EarlyTermPolicy,
+    HybridPolicy.name: HybridPolicy,
     PbtPolicy.name: PbtPolicy,
     TruncationPbtPolicy.name: TruncationPbtPolicy,
     ReplayPolicy.name: ReplayPolicy,
@@ -72,6 +74,7 @@ __all__ = [
     "EarlyTermPolicy",
     "Event",
     "EventKind",
+    "HybridPolicy",
     "HyperbandPolicy",
     "MedianStoppingPolicy",
     "OptionError",

@@ -68,6 +68,8 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("pop", {"boundary": 2}),
     ("pop", {"boundary": 1, "target": 0.8, "t_max": 100.0, "kill_threshold": 0.2}),
     ("earlyterm", {"boundary": 2}),
+    ("hybrid", {}),
+    ("hybrid", {"check_every": 1, "reduction_factor": 2, "noise_guard": 0.0, "rungs": 2}),
     ("pbt", {"population_size": 4, "steps_per_generation": 3}),
     (
         "pbt",

@@ -1,0 +1,263 @@
+"""Hybrid: ASHA's cheap first screen, then rungs and a stopping rule read from the curve model.
+
+Issue 17's candidate for a recommended policy. It is stop-based, as ASHA (nothing is
+suspended, so no slot is held for a trial that waits and no checkpoint is moved), and fills
+every free slot with queued trials, then new configurations. Two rules may terminate a running
+trial:
+
+1. **Rungs** (ASHA's, Li et al. MLSys 2020, Algorithm 2; :mod:`.asha`): the first time a trial
+   reaches a rung (``grace_period * reduction_factor**k`` steps) its score is compared with the
+   scores recorded there so far, and the trial is stopped when it is below their
+   ``(1 - 1/reduction_factor)`` percentile. Below ``model_from`` (the first rung, step 1 by
+   default) the score is the best value so far, as ASHA's cheap first screen. From
+   ``model_from`` on the rung is judged when the curve prediction fitted at that rung arrives,
+   and the score is the best of the trial's best value and the ``optimism`` quantile (99 %) of
+   its predicted values over the remaining steps: a late learner whose curve may still rise is
+   kept (digits-cnn), a trial whose curve has flattened is ranked by what it has. A trial is
+   only stopped when its score is below the cutoff by more than ``noise_guard`` times its own
+   noise (the spread of its curve's second differences): rungs do not rank differences the
+   measurement cannot resolve (diabetes, 89 validation patients).
+2. **Curve rule** (Domhan et al.'s criterion, HyperDrive §5.3's EarlyTerm): every
+   ``check_every`` steps from ``model_from`` on, when the trial's prediction arrives, a trial
+   whose final value beats the best value seen so far with probability below ``delta`` is
+   stopped. This ends the survivors of a rung that will not catch up before the next rung.
+
+Unknown predictions stop nothing (the rung then uses the best value). The measured figures,
+and where ASHA is as good, are in docs/policies.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    StudyView,
+    TrialView,
+)
+from hpctune.policies._common import best_until, best_value, geometric_rungs, require
+from hpctune.policies._order import percentile_of_sorted
+from hpctune.states import TrialStatus
+
+
+@dataclass(frozen=True)
+class HybridOptions:
+    """Options of :class:`HybridPolicy` (defaults measured on benchmarks/traces at S = 8).
+
+    Attributes:
+        grace_period: Steps before the first rung (ASHA's).
+        reduction_factor: η: rungs are η times apart and keep the top 1/η.
+        rungs: How many of the rungs judge trials (the lowest ones); 0: every rung.
+        model_from: The first step at which predictions are used (the curve model needs 3
+            points): rungs from it on are judged with the prediction, and the curve rule starts.
+        check_every: The curve rule applies at multiples of this many steps.
+        delta: The curve rule stops a trial with P(final >= best so far) below it.
+        optimism: Rungs from ``model_from`` on score a trial by this quantile of its predicted
+            values over the remaining steps (or its best value if better).
+        noise_guard: A rung stops a trial only when its score is below the cutoff by more than
+            this many times the trial's noise (:func:`noise`).
+    """
+
+    grace_period: int = 1
+    reduction_factor: int = 4
+    rungs: int = 0
+    model_from: int = 3
+    check_every: int = 5
+    delta: float = 0.05
+    optimism: float = 0.99
+    noise_guard: float = 2.0
+
+
+def noise(trial: TrialView, step: int) -> float:
+    """The noise of a trial's curve up to ``step``, in the metric's units.
+
+    The standard deviation of the second differences over sqrt(6): white noise of variance v
+    gives second differences of variance 6 v, and a smooth trend adds little. 0 with fewer than
+    4 values.
+    """
+    values = np.asarray(trial.values[trial.steps <= step], dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < 4:
+        return 0.0
+    return float(np.median(np.abs(np.diff(values, 2))) / math.sqrt(6))
+
+
+class HybridPolicy(Policy):
+    """ASHA's rungs scored by the curve model, and EarlyTerm's rule between them (see module).
+
+    Use it where ASHA's rungs may drop the configurations that matter: noisy metrics and late
+    learners (on benchmarks/traces it reaches the target in every order, where ASHA misses it
+    on diabetes and digits-cnn). Where early rankings are reliable ASHA is as fast or faster.
+    """
+
+    name: ClassVar[str] = "hybrid"
+    boundary_decisions: ClassVar[bool] = True
+    wants_predictions: ClassVar[bool] = True
+    Options = HybridOptions
+
+    def __init__(self, options: HybridOptions | None = None) -> None:
+        self.options = options or HybridOptions()
+        o = self.options
+        require("grace_period", o.grace_period, 1)
+        require("reduction_factor", o.reduction_factor, 2)
+        require("rungs", o.rungs, 0)
+        require("model_from", o.model_from, 3)
+        require("check_every", o.check_every, 1)
+        if not 0 < o.delta < 1:
+            raise OptionError("delta", f"must be between 0 and 1, but got {o.delta}")
+        if not 0.001 <= o.optimism <= 0.999:
+            raise OptionError("optimism", f"must be in [0.001, 0.999], but got {o.optimism}")
+        if not (math.isfinite(o.noise_guard) and o.noise_guard >= 0):
+            raise OptionError("noise_guard", f"must be >= 0, but got {o.noise_guard}")
+        self.milestones: list[int] | None = None
+        # the signed scores (larger is better) recorded at each rung, by trial, and sorted
+        self.recorded: dict[int, dict[int, float]] = {}
+        self._sorted: dict[int, SortedList] = {}
+        self._best_memo: tuple[StudyView, float | None] | None = None
+        self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rungs and the scores recorded at each (JSON-able)."""
+        if self.milestones is None:
+            return {}
+        return {
+            "milestones": list(self.milestones),
+            "recorded": [
+                [m, [[t, v] for t, v in rec.items()]] for m, rec in self.recorded.items()
+            ],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        if not state:
+            return
+        self.milestones = [int(m) for m in state["milestones"]]
+        self.recorded = {
+            int(m): {int(t): float(v) for t, v in rec} for m, rec in state["recorded"]
+        }
+        self._sorted = {m: SortedList(rec.values()) for m, rec in self.recorded.items()}
+
+    def wants_fit(self, step: int) -> bool:
+        """Fit where the curve rule applies and at the rungs judged with a prediction."""
+        o = self.options
+        if step < o.model_from:
+            return False
+        return step % o.check_every == 0 or self._is_rung(step)
+
+    def _is_rung(self, step: int) -> bool:
+        """Whether ``step`` is one of the judging rungs (whatever the study's ``max_steps``)."""
+        o = self.options
+        milestone, k = o.grace_period, 0
+        while milestone < step and (o.rungs == 0 or k < o.rungs - 1):
+            milestone *= o.reduction_factor
+            k += 1
+        return milestone == step
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        """Fill slots as ASHA; judge a trial at its rungs and by its curve's prediction."""
+        if event.kind is EventKind.SLOT_FREE:
+            return self.fill_slots(view, event.free_slots)
+        if event.trial_id is None or event.trial_id not in view.trials or event.step is None:
+            return []
+        trial = view.trials[event.trial_id]
+        if trial.status is not TrialStatus.RUNNING:
+            return []
+        if event.kind is EventKind.PREDICTION:
+            reason = self._rung_reason(view, trial, event.step, predicted=True)
+            if not reason and event.step % self.options.check_every == 0:
+                reason = self._curve_reason(view, trial)
+            return [Action.terminate(trial.trial_id, reason=reason)] if reason else []
+        if event.kind is not EventKind.BOUNDARY:
+            return []
+        reason = self._rung_reason(view, trial, event.step, predicted=False)
+        if reason:
+            return [Action.terminate(trial.trial_id, reason=reason)]
+        return [Action.continue_(trial.trial_id)]
+
+    def _ensure_milestones(self, view: StudyView) -> list[int]:
+        if self.milestones is None:
+            rungs = geometric_rungs(
+                self.options.grace_period, self.options.reduction_factor, view.max_steps
+            )
+            self.milestones = rungs[: self.options.rungs] if self.options.rungs else rungs
+        return self.milestones
+
+    def _rung_reason(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> str:
+        """Judge the trial if ``step`` is a rung it was not judged at; why it stops there.
+
+        Rungs below ``model_from`` are judged at the BOUNDARY event, the others when the
+        prediction fitted at that rung arrives (``predicted``). Empty if the trial goes on.
+        """
+        milestones = self._ensure_milestones(view)
+        if step not in milestones or (step >= self.options.model_from) != predicted:
+            return ""
+        recorded = self.recorded.setdefault(step, {})
+        if trial.trial_id in recorded:
+            return ""
+        score = self._score(view, trial, step, predicted)
+        if math.isnan(score):
+            return ""
+        values = self._sorted.setdefault(step, SortedList())
+        cutoff = (
+            percentile_of_sorted(values, (1 - 1 / self.options.reduction_factor) * 100)
+            if len(values)
+            else math.nan
+        )
+        recorded[trial.trial_id] = score
+        values.add(score)
+        if math.isnan(cutoff):
+            return ""
+        if score >= cutoff - self.options.noise_guard * noise(trial, step):
+            return ""
+        what = "optimistic prediction" if predicted else view.metric
+        return (
+            f"hybrid: {what} {view.sign * score:.6g} at rung {step} below the cutoff "
+            f"{view.sign * cutoff:.6g}"
+        )
+
+    def _score(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> float:
+        """The signed score of a trial at the rung ``step`` (NaN: none).
+
+        Its best value up to the rung; with ``predicted`` and a known prediction, the best of
+        that and the ``optimism`` quantile of its predicted values over the remaining steps.
+        """
+        if not (trial.steps == step).any():
+            return math.nan
+        value = best_until(trial, step, view.sign)
+        if not math.isfinite(value):
+            return math.nan
+        prediction = view.predictions.get(trial.trial_id)
+        if not predicted or prediction is None or prediction.unknown or not prediction.horizon:
+            return value
+        upper = view.sign * prediction.quantiles((self.options.optimism,))[:, 0]
+        upper = upper[np.isfinite(upper)]
+        return max(value, float(upper.max())) if len(upper) else value
+
+    def _curve_reason(self, view: StudyView, trial: TrialView) -> str:
+        """Why the curve rule stops the trial (empty if it does not)."""
+        prediction = view.predictions.get(trial.trial_id)
+        if prediction is None or prediction.unknown:
+            return ""
+        if self._best_memo is None or self._best_memo[0] is not view:
+            self._best_memo = (view, best_value(view, self._trial_best))
+        best = self._best_memo[1]
+        if best is None:
+            return ""
+        p = prediction.prob_final_at_least(best)
+        if math.isnan(p) or p >= self.options.delta:
+            return ""
+        return f"hybrid: P(final >= best {best:.4g}) = {p:.3f} < {self.options.delta}"

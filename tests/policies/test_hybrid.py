@@ -1,0 +1,213 @@
+"""The hybrid policy (issue 17): ASHA's first rung, rungs scored by the curve model with a noise
+guard, and EarlyTerm's rule, on hand-made views with known predictions."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpctune.curves.predict import LEVELS, CurvePrediction
+from hpctune.policies import ActionKind, Event, OptionError, make_policy
+from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise
+from hpctune.simulator import simulate
+from hpctune.traces import Trace
+from tests.policies._views import RNG, trial, view
+
+
+def certain(n: int, x_max: int, value: float) -> CurvePrediction:
+    """A prediction certain that every future epoch scores ``value``."""
+    q = np.full((x_max - n, len(LEVELS)), value)
+    return CurvePrediction(n=n, x_max=x_max, bounds=(0.0, 1.0), mode="max", u_quantiles=q)
+
+
+def uniform(n: int, x_max: int) -> CurvePrediction:
+    """A prediction uniform on [0, 1] at every future epoch: P(y >= t) = 1 - t."""
+    q = np.tile(np.asarray(LEVELS), (x_max - n, 1))
+    return CurvePrediction(n=n, x_max=x_max, bounds=(0.0, 1.0), mode="max", u_quantiles=q)
+
+
+def kinds(actions: list) -> list[ActionKind]:
+    return [a.kind for a in actions]
+
+
+def test_defaults_are_the_measured_ones() -> None:
+    assert HybridOptions() == HybridOptions(
+        grace_period=1,
+        reduction_factor=4,
+        rungs=0,
+        model_from=3,
+        check_every=5,
+        delta=0.05,
+        optimism=0.99,
+        noise_guard=2.0,
+    )
+    assert isinstance(make_policy("hybrid", {}), HybridPolicy)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"grace_period": 0},
+        {"reduction_factor": 1},
+        {"rungs": -1},
+        {"model_from": 2},
+        {"check_every": 0},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"optimism": 1.0},
+        {"noise_guard": -1.0},
+        {"noise_guard": math.inf},
+    ],
+)
+def test_invalid_options_name_the_option(options: dict) -> None:
+    with pytest.raises(OptionError) as err:
+        make_policy("hybrid", options)
+    assert err.value.key == next(iter(options))
+
+
+def test_first_rung_drops_what_is_below_the_quantile_as_asha() -> None:
+    policy = HybridPolicy()
+    trials = [trial(i, [v]) for i, v in enumerate([0.5, 0.6, 0.7, 0.8])]
+    v = view(trials, max_steps=20)
+    decided = [policy.decide(v, Event.boundary(i, 1), RNG) for i in range(4)]
+    # each is above the 75th percentile of those recorded before it
+    assert all(kinds(d) == [ActionKind.CONTINUE] for d in decided)
+    late = trial(4, [0.55])
+    v = view([*trials, late], max_steps=20)
+    assert kinds(policy.decide(v, Event.boundary(4, 1), RNG)) == [ActionKind.TERMINATE]
+    # judged once: the same step again does not judge it twice
+    assert policy.recorded[1][4] == pytest.approx(0.55)
+    assert kinds(policy.decide(v, Event.boundary(4, 2), RNG)) == [ActionKind.CONTINUE]
+
+
+def test_first_rung_in_min_mode_ranks_lower_as_better() -> None:
+    policy = HybridPolicy()
+    trials = [trial(i, [v]) for i, v in enumerate([2.0, 1.9, 1.8, 1.7, 2.5])]
+    v = view(trials, max_steps=20, mode="min")
+    out = [kinds(policy.decide(v, Event.boundary(i, 1), RNG)) for i in range(5)]
+    assert out[:4] == [[ActionKind.CONTINUE]] * 4
+    assert out[4] == [ActionKind.TERMINATE]
+
+
+def _rung4(policy: HybridPolicy, curves: dict[int, list[float]], predictions: dict) -> dict:
+    """Judge every trial of ``curves`` at rung 4 (its prediction arriving), in id order."""
+    trials = [trial(i, c) for i, c in curves.items()]
+    v = dataclasses.replace(view(trials, max_steps=40), predictions=predictions)
+    return {i: kinds(policy.decide(v, Event.prediction(i, 4), RNG)) for i in curves}
+
+
+def test_noise_guard_keeps_a_noisy_trial_a_smooth_one_at_the_same_level_loses() -> None:
+    leaders = {i: [0.7, 0.8, 0.85, 0.9] for i in range(4)}
+    smooth = [0.6, 0.65, 0.68, 0.7]
+    noisy = [0.5, 0.8, 0.4, 0.7]  # the same value at the rung, much noise
+    assert noise(trial(0, noisy), 4) > 0.1 > noise(trial(0, smooth), 4)
+    guarded = _rung4(HybridPolicy(), {**leaders, 4: smooth, 5: noisy}, {})
+    assert guarded[4] == [ActionKind.TERMINATE]
+    assert guarded[5] == []
+    plain = _rung4(HybridPolicy(HybridOptions(noise_guard=0.0)), {**leaders, 5: noisy}, {})
+    assert plain[5] == [ActionKind.TERMINATE]
+
+
+def test_a_rung_from_model_from_on_scores_the_optimistic_prediction() -> None:
+    leaders = {i: [0.7, 0.8, 0.85, 0.9] for i in range(4)}
+    flat = [0.6, 0.6, 0.6, 0.6]
+    # the same curve: predicted to stay at 0.6, it is stopped; predicted to rise to 0.95, kept
+    stays = _rung4(HybridPolicy(), {**leaders, 4: flat}, {4: certain(4, 40, 0.6)})
+    rises = _rung4(HybridPolicy(), {**leaders, 4: flat}, {4: certain(4, 40, 0.95)})
+    assert stays[4] == [ActionKind.TERMINATE]
+    assert rises[4] == []
+
+
+def test_a_rung_from_model_from_on_waits_for_the_prediction() -> None:
+    policy = HybridPolicy()
+    trials = [trial(i, [0.9, 0.9, 0.9, 0.9]) for i in range(4)] + [trial(4, [0.1] * 4)]
+    v = view(trials, max_steps=40)
+    for i in range(5):  # at the BOUNDARY of rung 4 nobody is judged
+        assert kinds(policy.decide(v, Event.boundary(i, 4), RNG)) == [ActionKind.CONTINUE]
+    assert 4 not in policy.recorded
+    assert [step for step in range(1, 21) if policy.wants_fit(step)] == [4, 5, 10, 15, 16, 20]
+
+
+def test_curve_rule_stops_what_cannot_beat_the_best() -> None:
+    policy = HybridPolicy(HybridOptions(rungs=1))
+    best = trial(0, [0.5, 0.7, 0.8, 0.85, 0.9])
+    hopeless, hopeful = trial(1, [0.3, 0.4, 0.45, 0.5, 0.5]), trial(2, [0.3, 0.4, 0.45, 0.5, 0.5])
+    v = dataclasses.replace(
+        view([best, hopeless, hopeful], max_steps=20),
+        predictions={1: certain(5, 20, 0.6), 2: uniform(5, 20)},
+    )
+    assert kinds(policy.decide(v, Event.prediction(1, 5), RNG)) == [ActionKind.TERMINATE]
+    assert policy.decide(v, Event.prediction(2, 5), RNG) == []  # P = 0.1 >= 0.05
+    # only at multiples of check_every
+    assert policy.decide(v, Event.prediction(1, 6), RNG) == []
+
+
+def test_unknown_predictions_stop_nothing() -> None:
+    policy = HybridPolicy(HybridOptions(rungs=1))
+    unknown = CurvePrediction.unknown_result(5, 20, (0.0, 1.0), "max", "test")
+    v = dataclasses.replace(
+        view([trial(0, [0.9] * 5), trial(1, [0.1] * 5)], max_steps=20), predictions={1: unknown}
+    )
+    assert policy.decide(v, Event.prediction(1, 5), RNG) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30),
+    guard=st.sampled_from([0.0, 2.0]),
+)
+def test_first_rung_never_stops_a_trial_at_least_as_good_as_every_one_before(
+    values: list[float], guard: float
+) -> None:
+    policy = HybridPolicy(HybridOptions(noise_guard=guard))
+    trials = [trial(i, [v]) for i, v in enumerate(values)]
+    v = view(trials, max_steps=16)
+    for i, value in enumerate(values):
+        stopped = kinds(policy.decide(v, Event.boundary(i, 1), RNG)) == [ActionKind.TERMINATE]
+        if value >= max(values[:i], default=-math.inf):
+            assert not stopped
+    assert set(policy.recorded[1]) == set(range(len(values)))  # stopped or not, recorded
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=20),
+    cut=st.integers(0, 20),
+)
+def test_a_restored_state_decides_as_the_original(values: list[float], cut: int) -> None:
+    """Restarting the controller (state_dict through JSON) changes no decision."""
+    import json
+
+    cut = min(cut, len(values))
+    trials = [trial(i, [v]) for i, v in enumerate(values)]
+    v = view(trials, max_steps=16)
+    original = HybridPolicy()
+    for i in range(cut):
+        original.decide(v, Event.boundary(i, 1), RNG)
+    restored = HybridPolicy()
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    for i in range(cut, len(values)):
+        a = original.decide(v, Event.boundary(i, 1), RNG)
+        b = restored.decide(v, Event.boundary(i, 1), RNG)
+        assert a == b
+
+
+DIABETES = Path(__file__).resolve().parents[2] / "benchmarks" / "traces" / "diabetes.h5"
+
+
+def test_simulated_noisy_trace_reaches_the_target_where_asha_misses_it() -> None:
+    """diabetes (89 validation patients): ASHA's later rungs rank differences below the
+    curves' noise and drop every configuration that reaches the target in these orders."""
+    trace = Trace.load(DIABETES)
+    for seed in (0, 2):
+        asha = simulate(trace, "asha", {}, slots=8, seed=seed)
+        hybrid = simulate(trace, "hybrid", {}, slots=8, seed=seed)
+        assert asha.time_to_target is None
+        assert hybrid.time_to_target is not None
+        assert any("hybrid:" in d.reason for d in hybrid.decisions)
