@@ -83,13 +83,47 @@ class MetricRows:
         self.time = reader.column("metrics", "time")
         self.valid = valid_rows(self.segment, self.step, record.segments)
         index = np.flatnonzero(self.valid)
-        order = index[np.argsort(self.trial[index], kind="stable")]
-        trials, starts = np.unique(self.trial[order], return_index=True)
-        groups = np.split(order, starts[1:]) if len(order) else []
+        # the valid rows by trial, each trial's in row (= step) order
+        self.order = index[np.argsort(self.trial[index], kind="stable")]
+        trials, starts = np.unique(self.trial[self.order], return_index=True)
+        groups = np.split(self.order, starts[1:]) if len(self.order) else []
         self.by_trial: dict[int, np.ndarray] = {
             int(t): rows for t, rows in zip(trials, groups, strict=True)
         }
         self._values: dict[str, np.ndarray] = {}
+
+    def last_steps(self) -> dict[int, int]:
+        """Each trial's highest step among its valid rows."""
+        if not len(self.order):
+            return {}
+        trials, starts = np.unique(self.trial[self.order], return_index=True)
+        highest = np.maximum.reduceat(self.step[self.order], starts)
+        return dict(zip(trials.tolist(), highest.tolist(), strict=True))
+
+    def curves(self, metric: str) -> dict[int, tuple[list[int], list[float], list[float]]]:
+        """Every trial's curve of ``metric`` (steps, values, times; valid rows with a value, in
+        step order), for trials with at least one: one pass over the table, not one a trial."""
+        rows = self.order[~np.isnan(self.values(metric)[self.order])]
+        if not len(rows):
+            return {}
+        trials, starts = np.unique(self.trial[rows], return_index=True)
+        steps, times = self.step[rows].tolist(), self.time[rows].tolist()
+        values = self.values(metric)[rows].tolist()
+        ends = [*starts[1:].tolist(), len(rows)]
+        return {
+            t: (steps[a:b], values[a:b], times[a:b])
+            for t, a, b in zip(trials.tolist(), starts.tolist(), ends, strict=True)
+        }
+
+    def last_values(self, metric: str) -> dict[int, float]:
+        """Each trial's last value of ``metric`` (valid rows), for trials with one."""
+        rows = self.order[~np.isnan(self.values(metric)[self.order])]
+        if not len(rows):
+            return {}
+        trials = self.trial[rows]
+        last = np.flatnonzero(np.append(trials[1:] != trials[:-1], True))
+        values = self.values(metric)[rows[last]]
+        return dict(zip(trials[last].tolist(), values.tolist(), strict=True))
 
     def values(self, metric: str) -> np.ndarray:
         """All rows of one metric (NaN where not reported), read once."""
@@ -154,25 +188,19 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
         if trial_id in record.trials:
             record.hold_checkpoint(record.trials[trial_id], row)
     metrics = MetricRows(reader, record)
-    for trial_id, all_rows in metrics.by_trial.items():
-        tr = record.trials.get(trial_id)
-        if tr is None or not len(all_rows):
-            continue
-        tr.step = max(tr.step, int(metrics.step[all_rows].max()))
-        rows = metrics.curve_rows(trial_id, record.metric)
-        tr.curve_steps = metrics.step[rows].tolist()
-        tr.curve_values = metrics.values(record.metric)[rows].tolist()
-        tr.curve_times = metrics.time[rows].tolist()
-    inherit_prefix_curves(record)
-    names = reader.metric_names if record.trials else []
-    for trial_id in metrics.by_trial:
+    curves = metrics.curves(record.metric)
+    for trial_id, step in metrics.last_steps().items():
         tr = record.trials.get(trial_id)
         if tr is None:
             continue
-        for name in names:
-            rows = metrics.curve_rows(trial_id, name)
-            if len(rows):
-                tr.last_metrics[name] = float(metrics.values(name)[rows[-1]])
+        tr.step = max(tr.step, step)
+        tr.curve_steps, tr.curve_values, tr.curve_times = curves.get(trial_id, ([], [], []))
+    inherit_prefix_curves(record)
+    for name in reader.metric_names if record.trials else []:
+        for trial_id, value in metrics.last_values(name).items():
+            tr = record.trials.get(trial_id)
+            if tr is not None:
+                tr.last_metrics[name] = value
     return record, metrics
 
 
