@@ -354,16 +354,9 @@ class ControllerBase:
         that tracks its changes (``tracks_state_changes``: ASHA) gives the patch itself, and a
         commit costs the change alone, neither the state's building nor its comparison.
         """
-        tracked = self.policy.tracks_state_changes
-        if tracked:  # the policy's own patch; the whole state once and every so many patches
-            changes = self.policy.state_changes()
-            if self._policy_baseline and self._policy_patches < POLICY_SNAPSHOT_EVERY:
-                if changes:
-                    self._policy_patches += 1
-                    self._log(st.POLICY_DELTA, delta=changes)
-                return
-            self._policy_baseline = True
-            self._policy_raw = None  # compared below with the journal's own fold
+        if self.policy.tracks_state_changes:
+            self._journal_tracked_state()
+            return
         raw = self.policy.state_dict()
         previous = self._policy_raw
         if previous is not None and raw == previous:
@@ -371,15 +364,31 @@ class ControllerBase:
         if previous is None:
             text = dumps(raw)
             if json.loads(text) == self.state.policy_state:
-                self._policy_raw = None if tracked else _copy_state(raw)
+                self._policy_raw = _copy_state(raw)
                 return
-        self._policy_raw = None if tracked else _copy_state(raw)
+        self._policy_raw = _copy_state(raw)
         if previous is None or self._policy_patches >= POLICY_SNAPSHOT_EVERY:
             self._policy_patches = 0
             self._log(st.POLICY_STATE, state=raw)
         else:
             self._policy_patches += 1
             self._log(st.POLICY_DELTA, delta=state_delta(previous, raw))
+
+    def _journal_tracked_state(self) -> None:
+        """The policy's own patch since the last commit (``policy_delta``); the whole state
+        (``policy_state``) once per controller, unless the journal holds it already, and every
+        ``POLICY_SNAPSHOT_EVERY`` patches."""
+        changes = self.policy.state_changes()
+        if self._policy_baseline and self._policy_patches < POLICY_SNAPSHOT_EVERY:
+            if changes:
+                self._policy_patches += 1
+                self._log(st.POLICY_DELTA, delta=changes)
+            return
+        self._policy_baseline = True
+        raw = self.policy.state_dict()
+        if json.loads(dumps(raw)) != self.state.policy_state:
+            self._policy_patches = 0
+            self._log(st.POLICY_STATE, state=raw)
 
     def _warn(self, code: str, message: str, trial: int = -1) -> None:
         """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""

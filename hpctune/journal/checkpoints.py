@@ -136,10 +136,14 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
 
     def __iter__(self) -> Iterator[int]:
         yield from range(self._loaded)
-        yield from sorted(row for row in self._refs if row >= self._loaded)
+        yield from (ref.row for ref in self._added())
 
     def __len__(self) -> int:
-        return self._loaded + sum(1 for row in self._refs if row >= self._loaded)
+        return self._loaded + len(self._added())
+
+    def _added(self) -> list[CheckpointRef]:
+        """The rows added after the snapshot (the controller's), by row."""
+        return [self._refs[row] for row in sorted(self._refs) if row >= self._loaded]
 
     def __repr__(self) -> str:
         return f"CheckpointTable({len(self)} rows)"
@@ -166,12 +170,8 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
     def live(self) -> Iterator[CheckpointRef]:
         """The checkpoints not deleted, by row (only these become references)."""
         for row in np.flatnonzero(~self._deleted).tolist():
-            ref = self[row]
-            if not ref.deleted:
-                yield ref
-        for row in sorted(r for r in self._refs if r >= self._loaded):
-            if not self._refs[row].deleted:
-                yield self._refs[row]
+            yield self[row]  # (its mark and its reference's agree: mark_deleted sets both)
+        yield from (ref for ref in self._added() if not ref.deleted)
 
     def step(self, row: int) -> int:
         """A known row's step, reading only the ``step`` column (views ask it of every trial)."""
@@ -193,9 +193,9 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
         rows = np.flatnonzero(~self._deleted)
         for row, trial in zip(rows.tolist(), self._columns["trial"][rows].tolist(), strict=True):
             live.setdefault(trial, set()).add(row)
-        for row, ref in self._refs.items():
-            if row >= self._loaded and not ref.deleted:
-                live.setdefault(ref.trial_id, set()).add(row)
+        for ref in self._added():
+            if not ref.deleted:
+                live.setdefault(ref.trial_id, set()).add(ref.row)
         return live
 
     def latest_live(self) -> dict[int, int]:
@@ -205,5 +205,4 @@ class CheckpointTable(MutableMapping[int, CheckpointRef]):
     def max_nbytes(self) -> int:
         """The largest checkpoint's size in bytes (0 for none)."""
         loaded = int(self._column("nbytes").max()) if self._loaded else 0
-        added = (ref.nbytes for row, ref in self._refs.items() if row >= self._loaded)
-        return max(loaded, max(added, default=0))
+        return max(loaded, max((ref.nbytes for ref in self._added()), default=0))

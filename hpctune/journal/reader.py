@@ -85,10 +85,10 @@ class MetricRows:
         index = np.flatnonzero(self.valid)
         # the valid rows by trial, each trial's in row (= step) order
         self.order = index[np.argsort(self.trial[index], kind="stable")]
-        trials, starts = np.unique(self.trial[self.order], return_index=True)
-        groups = np.split(self.order, starts[1:]) if len(self.order) else []
+        self._trials, self._starts = np.unique(self.trial[self.order], return_index=True)
+        groups = np.split(self.order, self._starts[1:]) if len(self.order) else []
         self.by_trial: dict[int, np.ndarray] = {
-            int(t): rows for t, rows in zip(trials, groups, strict=True)
+            int(t): rows for t, rows in zip(self._trials, groups, strict=True)
         }
         self._values: dict[str, np.ndarray] = {}
 
@@ -96,14 +96,17 @@ class MetricRows:
         """Each trial's highest step among its valid rows."""
         if not len(self.order):
             return {}
-        trials, starts = np.unique(self.trial[self.order], return_index=True)
-        highest = np.maximum.reduceat(self.step[self.order], starts)
-        return dict(zip(trials.tolist(), highest.tolist(), strict=True))
+        highest = np.maximum.reduceat(self.step[self.order], self._starts)
+        return dict(zip(self._trials.tolist(), highest.tolist(), strict=True))
+
+    def _rows_with(self, metric: str) -> np.ndarray:
+        """The valid rows that hold a value of ``metric``, by trial, each trial's in step order."""
+        return self.order[~np.isnan(self.values(metric)[self.order])]
 
     def curves(self, metric: str) -> dict[int, tuple[list[int], list[float], list[float]]]:
         """Every trial's curve of ``metric`` (steps, values, times; valid rows with a value, in
         step order), for trials with at least one: one pass over the table, not one a trial."""
-        rows = self.order[~np.isnan(self.values(metric)[self.order])]
+        rows = self._rows_with(metric)
         if not len(rows):
             return {}
         trials, starts = np.unique(self.trial[rows], return_index=True)
@@ -117,7 +120,7 @@ class MetricRows:
 
     def last_values(self, metric: str) -> dict[int, float]:
         """Each trial's last value of ``metric`` (valid rows), for trials with one."""
-        rows = self.order[~np.isnan(self.values(metric)[self.order])]
+        rows = self._rows_with(metric)
         if not len(rows):
             return {}
         trials = self.trial[rows]
@@ -132,7 +135,8 @@ class MetricRows:
         return self._values[metric]
 
     def curve_rows(self, trial_id: int, metric: str) -> np.ndarray:
-        """The valid rows of a trial that hold a value of ``metric``, in step order."""
+        """The valid rows of a trial that hold a value of ``metric``, in step order (one trial's
+        :meth:`_rows_with`)."""
         rows = self.by_trial.get(trial_id, np.zeros(0, dtype=np.int64))
         return rows[~np.isnan(self.values(metric)[rows])]
 
@@ -247,14 +251,10 @@ def _apply(
             data = decode_data(str(text))
         record.apply(str(kind), int(trial), int(segment), float(time), data)
     except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-        raise _damaged(reader, row, kind, exc) from exc
-
-
-def _damaged(reader: JournalTables, row: int, kind: Any, exc: Exception) -> JournalError:
-    return JournalError(
-        f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "
-        f"({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
-    )
+        raise JournalError(
+            f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "
+            f"({type(exc).__name__}: {exc}): {DAMAGED_HINT}"
+        ) from exc
 
 
 def _runs(flags: np.ndarray) -> Iterator[tuple[int, int, bool]]:
