@@ -42,6 +42,7 @@ from hpctune.space import (
     ScheduleParam,
     SearchSpace,
 )
+from hpctune.states import StudyState
 
 ANSWERS_DIR = "asked"
 TELL_STATES = ("completed", "terminated", "failed", "running")
@@ -226,15 +227,20 @@ class AskTellClient:
     def ask(self, timeout: float = 120.0, poll: float = 0.05) -> AskedTrial:
         """Ask for a new trial; wait (up to ``timeout`` s) for the controller's answer.
 
+        The request is withdrawn from the inbox when no answer comes, so a later ``resume``
+        does not create a trial nobody asked for.
+
         Raises:
             TimeoutError: No answer in time (is the controller running? `hpctune status`).
-            RuntimeError: The controller refused the request (the reason is in the message).
+            RuntimeError: The controller refused the request, or it ended the study without
+                answering (the reason is in the message).
         """
         request = f"r{uuid.uuid4().hex}"
         sent = send_command(self.inbox, {"command": "ask", "request": request})
         answer = self.directory / ANSWERS_DIR / f"{request}.json"
         rejected = self.inbox / "rejected" / f"{sent.name}.reason.txt"
         deadline = time.monotonic() + timeout
+        next_check = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             data = read_json(answer)
             if isinstance(data, dict):
@@ -242,10 +248,37 @@ class AskTellClient:
                 return AskedTrial(int(data["trial"]), dict(data["params"]))
             if rejected.exists():
                 raise RuntimeError(f"ask refused: {rejected.read_text().strip()}")
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                ended = self._ended_without_answer(sent)
+                if ended:
+                    raise RuntimeError(f"ask not answered: {ended}")
             time.sleep(poll)
+        sent.unlink(missing_ok=True)
         raise TimeoutError(
             f"no answer to ask() within {timeout:g} s from the controller of {self.directory} "
-            f"(request file {sent}); is it running? (`hpctune status {self.directory}`)"
+            f"(request withdrawn); is it running? (`hpctune status {self.directory}`)"
+        )
+
+    def _ended_without_answer(self, sent: Path) -> str:
+        """Why an ask can no longer be answered ("" while it may be): the study's controller
+        ended (or died) and the study is in a final state. Withdraws the request then."""
+        from hpctune.journal.reader import open_study
+        from hpctune.lease import holder, rival
+
+        if holder(self.directory) is None or rival(self.directory) is not None:
+            return ""  # no controller has started yet, or one is running
+        record = open_study(self.directory).record
+        if record.state not in (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED):
+            return ""  # its controller may be requeued or resumed
+        try:
+            sent.unlink()
+        except FileNotFoundError:
+            return ""  # a controller took the request after all: its answer is coming
+        why = check_ask({"request": "r"}, record)
+        return (
+            f"the study in {self.directory} is {record.state.value} and no controller is running"
+            + (f"; {why}" if why else f" (`hpctune resume {self.directory}`, then ask again)")
         )
 
     def tell(

@@ -150,6 +150,10 @@ def test_ask_tell_through_the_inbox(tmp_path: Path, cleanup_studies: list[Path])
     assert curve.values[0] == 0.1
     with pytest.raises(Exception, match="opened read-only"):
         final.ask()
+    # the controller has ended: a late ask is refused at once, and its request withdrawn
+    with pytest.raises(RuntimeError, match=r"finished and no controller .* all 3 trials"):
+        open_study(directory, write=True).ask(timeout=60)
+    assert not list((directory / "inbox").glob("*.json"))
 
 
 @pytest.mark.slow
