@@ -23,6 +23,7 @@ from hpctune.layout import StudyPaths
 from hpctune.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+STATUS_ROWS = 50  # trials `hpctune status` lists by default (the last ones; --all for every one)
 
 
 def _study_paths(directory: str) -> StudyPaths:
@@ -491,7 +492,14 @@ def controller(study_dir: Path) -> int:
     is_flag=True,
     help="Print one JSON object (format in docs/cli.md) instead of a table.",
 )
-@click.option("--limit", type=int, default=None, help="Show only the last N trials.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=STATUS_ROWS,
+    show_default=True,
+    help="Show only the last N trials (the counts and the best trial cover them all).",
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every trial (no --limit).")
 @click.option("--sacct", is_flag=True, help="Cross-check allocated time with Slurm's sacct.")
 @click.option(
     "--watch",
@@ -508,7 +516,8 @@ def controller(study_dir: Path) -> int:
 def status(
     study_dir: Path,
     as_json: bool,
-    limit: int | None,
+    limit: int,
+    show_all: bool,
     sacct: bool,
     watch: bool,
     interval: float | None,
@@ -582,7 +591,13 @@ def status(
     for line in [*policy_lines(study.record), *notices(study.record)]:
         click.echo(line)
     click.echo("")
-    click.echo(trials_table(study.record, limit=limit))
+    click.echo(trials_table(study.record, limit=None if show_all else limit))
+    hidden = 0 if show_all else len(study.record.trials) - limit
+    if hidden > 0:
+        click.echo(
+            f"({hidden} earlier trials not shown: `hpctune status {paths.root} --all`, or "
+            "`--json`, or `hpctune export`)"
+        )
     click.echo("")
     click.echo(best_text(study.record, paths.root))
     front = pareto_text(study.record)
