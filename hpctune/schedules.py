@@ -22,14 +22,18 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, MISSING, Field, dataclass, fields
 from typing import Any, ClassVar
 
+from hpctune.errors import HpctuneError
 
-class ScheduleArgError(ValueError):
-    """An argument of a schedule is missing, unknown or invalid.
+
+class ScheduleArgError(HpctuneError, ValueError):
+    """An argument of a schedule is missing, unknown or invalid (bad input: exit code 2).
 
     Args:
         arg: The argument's name; nested arguments are dotted (``then.base``).
         message: What must hold and what was given.
     """
+
+    exit_code = 2
 
     def __init__(self, arg: str, message: str) -> None:
         self.arg = arg

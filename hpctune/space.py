@@ -21,20 +21,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.errors import StudySpecError
+from hpctune.errors import HpctuneError, StudySpecError
 from hpctune.schedules import SHAPES, ScheduleArgError, schedule_from_dict, shape_args
 
 TYPES = ("float", "int", "categorical", "fixed", "schedule")
 _MAX_CORNERS = 512  # schedule argument combinations tried when checking a schedule template
 
 
-class NoGridError(ValueError):
-    """A parameter has no finite grid (a range without ``grid_points``).
+class NoGridError(HpctuneError, ValueError):
+    """A parameter has no finite grid (a range without ``grid_points``; bad input: exit 2).
 
     Args:
         param: The parameter's name; schedule arguments are dotted (``lr.base``).
         message: What to do about it.
     """
+
+    exit_code = 2
 
     def __init__(self, param: str, message: str) -> None:
         self.param = param

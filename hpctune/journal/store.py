@@ -368,7 +368,8 @@ class JournalReader:
             JournalError: The array or one of its committed chunks is missing or unreadable.
         """
         try:
-            array = self.group[name]
+            with zarr.config.set(READ_CONFIG):  # (an array takes its pipeline's when opened)
+                array = self.group[name]
             assert isinstance(array, zarr.Array)
             if always_stored or self.state.get("dense"):
                 chunk = int(array.chunks[0])

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
+from hpctune.errors import HpctuneError
 from hpctune.states import TrialStatus
 
 if TYPE_CHECKING:
@@ -28,13 +29,15 @@ if TYPE_CHECKING:
     from hpctune.space import SearchSpace
 
 
-class OptionError(ValueError):
-    """An option of a policy or generator is invalid.
+class OptionError(HpctuneError, ValueError):
+    """An option of a policy or generator is invalid (bad input: exit code 2).
 
     Args:
         key: The option's name (as written under ``[policy]`` or ``[generator]``).
         message: What must hold and what was given.
     """
+
+    exit_code = 2
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key

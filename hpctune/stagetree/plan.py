@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpctune.errors import HpctuneError
 from hpctune.stagetree.pieces import (
     ConfigPiece,
     TrialStage,
@@ -108,8 +109,10 @@ class TrialPath:
     end: int
 
 
-class PlanError(ValueError):
+class PlanError(HpctuneError, ValueError):
     """A search plan operation cannot be done (unknown trial, bad stages, bad JSON)."""
+
+    exit_code = 2
 
 
 class SearchPlan:
