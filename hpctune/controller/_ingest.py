@@ -14,7 +14,8 @@ from hpctune.controller._base import (
     ControllerBase,
 )
 from hpctune.journal import state as st
-from hpctune.journal.state import CheckpointRef, SegmentRecord, TrialRecord
+from hpctune.journal.checkpoints import CheckpointRef
+from hpctune.journal.state import SegmentRecord, TrialRecord
 from hpctune.metric_names import metric_name_problem
 from hpctune.policies import Event
 from hpctune.protocol import (

@@ -41,7 +41,7 @@ def submit_retry_delay(failures: int) -> float:
         first = float(os.environ.get("HPCTUNE_SUBMIT_RETRY_S", 10.0))
     except ValueError:
         first = 10.0
-    return first * 2 ** max(failures - 1, 0)
+    return float(first * 2 ** max(failures - 1, 0))
 
 
 class WorkerManagingController(IngestingController):

@@ -239,7 +239,7 @@ def predict_curves(
         if isinstance(bounds[0], int | float)
         else [(float(b[0]), float(b[1])) for b in bounds]  # type: ignore[index]
     )
-    modes: list[Mode] = [mode] * count if isinstance(mode, str) else list(mode)  # type: ignore[list-item]
+    modes: list[Mode] = [mode] * count if isinstance(mode, str) else list(mode)
     if not len(horizons) == len(scale_list) == len(modes) == count:
         raise ValueError("x_max, bounds and mode must be given once or once per curve")
     if min_points < 3:

@@ -132,7 +132,7 @@ def train(
         x, q, y, c, s = (torch.tensor(a, dtype=torch.float32) for a in batch(rng))
         loss = pinball(net(x, q), y, c, s, levels)
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         nn.utils.clip_grad_norm_(net.parameters(), 5.0)
         optimizer.step()
         schedule.step()

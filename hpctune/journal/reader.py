@@ -101,7 +101,8 @@ class MetricRows:
 
     def _rows_with(self, metric: str) -> np.ndarray:
         """The valid rows that hold a value of ``metric``, by trial, each trial's in step order."""
-        return self.order[~np.isnan(self.values(metric)[self.order])]
+        rows: np.ndarray = self.order[~np.isnan(self.values(metric)[self.order])]
+        return rows
 
     def curves(self, metric: str) -> dict[int, tuple[list[int], list[float], list[float]]]:
         """Every trial's curve of ``metric`` (steps, values, times; valid rows with a value, in
@@ -138,7 +139,8 @@ class MetricRows:
         """The valid rows of a trial that hold a value of ``metric``, in step order (one trial's
         :meth:`_rows_with`)."""
         rows = self.by_trial.get(trial_id, np.zeros(0, dtype=np.int64))
-        return rows[~np.isnan(self.values(metric)[rows])]
+        valid: np.ndarray = rows[~np.isnan(self.values(metric)[rows])]
+        return valid
 
 
 def read_spec(journal: Path) -> dict[str, Any]:
@@ -294,7 +296,7 @@ def _decode_all(texts: list[Any]) -> list[Any]:
         return [None] * len(texts)
     if len(decoded) != len(texts) or not all(isinstance(d, dict) for d in decoded):
         return [None] * len(texts)
-    return decoded
+    return list(decoded)
 
 
 @dataclass(frozen=True)

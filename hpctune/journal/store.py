@@ -374,7 +374,7 @@ class JournalReader:
             if always_stored or self.state.get("dense"):
                 chunk = int(array.chunks[0])
                 for index in range(start // chunk, -(-end // chunk)):
-                    key = array.metadata.encode_chunk_key((index,))  # type: ignore[union-attr]
+                    key = array.metadata.encode_chunk_key((index,))
                     if not (self.path / name / key).is_file():
                         raise JournalError(
                             f"{self.path / name / key} is missing (rows {index * chunk}-"

@@ -282,7 +282,7 @@ class _MedianIndex:
 
     def reached(self, step: int) -> int:
         """How many trials have a value at ``step`` or later (their last step)."""
-        return len(self.lasts) - self.lasts.bisect_left(step)
+        return len(self.lasts) - int(self.lasts.bisect_left(step))
 
     def waiting(self) -> int:
         """How many trials of the view are queued or suspended."""
