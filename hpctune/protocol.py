@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.files import read_json, write_json_atomic
-from hpctune.states import Decision
+from hpctune.states import Decision, Mode
 
 # Event kinds in a segment's event file.
 EV_START = "start"
@@ -65,7 +65,7 @@ class Assignment:
     max_steps: int
     boundary: int
     metric: str
-    mode: str
+    mode: Mode
     entry: dict[str, Any]
     checkpoint: str | None = None
     checkpoint_sha256: str | None = None

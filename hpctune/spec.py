@@ -36,6 +36,7 @@ from hpctune.seeding import component_seed
 from hpctune.slurm.options import SlurmSpec, parse_slurm
 from hpctune.space import NoGridError, SearchSpace, parse_space
 from hpctune.stagetree.options import StagesSpec, parse_stages
+from hpctune.states import Mode
 
 SECTIONS = (
     "study",
@@ -255,7 +256,7 @@ class StudySpec:
     directory: Path
     entry: EntryPoint
     metric: str
-    mode: str
+    mode: Mode
     max_steps: int
     step_unit: str
     boundary: int

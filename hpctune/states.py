@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
+
+Mode = Literal["max", "min"]  # which way a metric is better: the study's `mode`
+
+
+def as_mode(value: object) -> Mode:
+    """``value`` as a :data:`Mode`.
+
+    Raises:
+        ValueError: It is neither "max" nor "min".
+    """
+    if value == "max":
+        return "max"
+    if value == "min":
+        return "min"
+    raise ValueError(f"mode must be 'max' or 'min', but got {value!r}")
 
 
 class TrialStatus(StrEnum):

@@ -18,11 +18,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from hpctune.errors import HpctuneError
+from hpctune.states import Mode
 
 FORMAT_VERSION = 1
 DATASETS = ("curves", "epoch_seconds", "hparams")
@@ -60,7 +61,7 @@ class Trace:
     epoch_seconds: np.ndarray
     hparams: tuple[Mapping[str, Any], ...]
     metric: str
-    mode: str
+    mode: Mode
     random_level: float = math.nan
     source: str = ""
     metric_bounds: tuple[float, float] | None = None
@@ -246,7 +247,7 @@ class Trace:
             seconds,
             tuple(hparams),
             metric=_text(attrs["metric"]),
-            mode=_text(attrs["mode"]),
+            mode=cast(Mode, _text(attrs["mode"])),  # checked in __post_init__, naming the file
             random_level=float(attrs["random_level"]),
             source=_text(attrs.get("source", "")),
             metric_bounds=_bounds(attrs.get("metric_bounds"), path),

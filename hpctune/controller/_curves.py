@@ -100,7 +100,7 @@ class CurveFittingController(WorkerManagingController):
             values,
             x_max=self.spec.max_steps,
             bounds=self.spec.metric_bounds,
-            mode=self.spec.mode,  # type: ignore[arg-type]
+            mode=self.spec.mode,
             study_seed=self.spec.seed,
         )
 

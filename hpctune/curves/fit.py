@@ -29,10 +29,10 @@ import numpy as np
 from hpctune.curves.families import FloatArray, get_families
 from hpctune.curves.model import InitWeights, Monotonicity, build_model, initial_walkers, ml_start
 from hpctune.errors import CurveFitError
+from hpctune.states import Mode
 
 logger = logging.getLogger(__name__)
 
-Mode = Literal["max", "min"]
 
 #: Fewer observed points than this give an unknown result: two points fix only a line, so the
 #: posterior would be the prior's; three show curvature. (HyperDrive evaluates every b = 10.)

@@ -23,10 +23,11 @@ from typing import Literal
 
 import numpy as np
 
-from hpctune.curves.fit import Budget, Mode, fit_curve
+from hpctune.curves.fit import Budget, fit_curve
 from hpctune.curves.model import InitWeights, Monotonicity
 from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
+from hpctune.states import Mode
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ import numpy as np
 from scipy.special import ndtri
 
 from hpctune.curves.families import FloatArray
-from hpctune.curves.fit import CurvePosterior, Mode, check_scale, denormalise, normalise
+from hpctune.curves.fit import CurvePosterior, check_scale, denormalise, normalise
+from hpctune.states import Mode
 
 #: Probability levels of the stored predictive quantiles (dense in the tails for P ~ 0.05).
 LEVELS: tuple[float, ...] = (

@@ -24,6 +24,7 @@ from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
+from hpctune.states import Mode
 
 #: Quantile levels reported per curve, with their JSON keys.
 REPORTED = (("q05", 0.05), ("q25", 0.25), ("median", 0.5), ("q75", 0.75), ("q95", 0.95))
@@ -51,7 +52,7 @@ class CurveSet:
     curves: tuple[np.ndarray, ...]
     x_max: int
     bounds: tuple[float, float]
-    mode: str
+    mode: Mode
     metric: str
     seed: int
 
@@ -172,7 +173,7 @@ def fit_curves(
                 y=tuple(y),
                 x_max=curves.x_max,
                 bounds=curves.bounds,
-                mode=curves.mode,  # type: ignore[arg-type]
+                mode=curves.mode,
                 seed=curve_fit_seed(curves.seed, cid, len(y)),
             )
         )

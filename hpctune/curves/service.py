@@ -41,12 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.curves.fit import Mode
 from hpctune.curves.fitter import CurveRequest, FitOptions, fit_many
 from hpctune.curves.options import CurvesSpec
 from hpctune.curves.predict import CurvePrediction
 from hpctune.files import read_json, write_json_atomic
 from hpctune.seeding import component_seed
+from hpctune.states import Mode
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from hpctune.journal.epochs import current_journal
 from hpctune.journal.state import decode_data
 from hpctune.journal.store import JournalReader
 from hpctune.protocol import Assignment
+from hpctune.states import as_mode
 
 _TAIL = 4096  # log rows searched first (a new segment is near the end)
 
@@ -98,7 +99,7 @@ def trusted_assignment(root: Path, claimed: Assignment, worker_id: str) -> Assig
         claimed,
         entry=dict(spec.get("entry") or claimed.entry),
         metric=str(spec.get("metric", claimed.metric)),
-        mode=str(spec.get("mode", claimed.mode)),
+        mode=as_mode(spec.get("mode", claimed.mode)),
         max_steps=int(spec.get("max_steps", claimed.max_steps)),
         boundary=int(spec.get("boundary", claimed.boundary)),
         checkpoint=checkpoint,

@@ -30,6 +30,7 @@ from hpctune.journal.state import (
     valid_rows,
 )
 from hpctune.journal.store import DAMAGED_HINT, JournalReader
+from hpctune.states import Mode, as_mode
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -358,9 +359,9 @@ class Study:
         return self.record.metric
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """``"max"`` or ``"min"``."""
-        return str(self.record.spec.get("mode", "max"))
+        return as_mode(self.record.spec.get("mode", "max"))
 
     @property
     def trials(self) -> list[TrialRecord]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.states import TrialStatus
+from hpctune.states import Mode, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.predict import CurvePrediction
@@ -303,7 +303,7 @@ class StudyView:
     """
 
     metric: str
-    mode: str
+    mode: Mode
     max_steps: int
     boundary: int
     now: float

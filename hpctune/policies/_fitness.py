@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpctune.policies._base import OptionError, StudyView, TrialView
+from hpctune.states import Mode, as_mode
 
 COMPARISONS = ("lexicographic", "pareto")
 
@@ -30,7 +31,7 @@ class Objective:
     """One element of the fitness tuple: a metric and its direction."""
 
     metric: str
-    mode: str  # "max" or "min"
+    mode: Mode
 
     @property
     def sign(self) -> float:
@@ -38,7 +39,7 @@ class Objective:
         return 1.0 if self.mode == "max" else -1.0
 
 
-def parse_objectives(texts: Sequence[str] | None, metric: str, mode: str) -> list[Objective]:
+def parse_objectives(texts: Sequence[str] | None, metric: str, mode: Mode) -> list[Objective]:
     """Parse ``["val_accuracy", "val_loss:min"]``; ``None`` or empty: the study's metric.
 
     A name without ``:max``/``:min`` takes the study's ``mode``.
@@ -60,7 +61,7 @@ def parse_objectives(texts: Sequence[str] | None, metric: str, mode: str) -> lis
         direction = direction or mode
         if direction not in ("max", "min") or not name:
             raise OptionError("objectives", f"{text!r} must be NAME, NAME:max or NAME:min")
-        out.append(Objective(name, direction))
+        out.append(Objective(name, as_mode(direction)))
     return out
 
 

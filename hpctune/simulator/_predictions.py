@@ -87,7 +87,7 @@ class PredictionCache:
             y=tuple(float(v) for v in self.trace.curves[config, :n]),
             x_max=x_max,
             bounds=self.bounds,
-            mode=self.trace.mode,  # type: ignore[arg-type]
+            mode=self.trace.mode,
             seed=component_seed(self.seed, f"curve/{config}/{n}"),
         )
 

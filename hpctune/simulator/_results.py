@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpctune.policies import ActionKind
-from hpctune.states import SegmentStatus, TrialStatus
+from hpctune.states import Mode, SegmentStatus, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class SimulationResult:
     slots: int
     seed: int
     target: float
-    mode: str
+    mode: Mode
     time_to_target: float | None
     target_trial: int | None
     end_time: float

@@ -27,7 +27,7 @@ from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
 from hpctune.files import dumps
 from hpctune.policies._base import Action, ActionKind, Event, EventKind, StudyView, TrialView
 from hpctune.space import SearchSpace, parse_space
-from hpctune.states import TrialStatus
+from hpctune.states import Mode, TrialStatus
 
 PLACING = (ActionKind.START, ActionKind.RESUME, ActionKind.FORK)
 WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
@@ -135,7 +135,7 @@ class StudyWalk:
         self.makes_configurations = makes_configurations
         self.wants_predictions = wants_predictions
         self.wants_fit = wants_fit
-        self.mode = "max" if rng.random() < 0.5 else "min"
+        self.mode: Mode = "max" if rng.random() < 0.5 else "min"
         self.metric, self.bounds, level = _SCALES[self.mode]
         self.random_level = level if rng.random() < 0.5 else None
         self.max_steps = int(rng.integers(4, 13) if rng.random() < 0.6 else rng.integers(13, 41))

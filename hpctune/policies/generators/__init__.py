@@ -18,6 +18,7 @@ from hpctune.policies.generators._base import Generator, Proposal
 from hpctune.policies.generators.grid import GridGenerator, GridOptions
 from hpctune.policies.generators.optuna_sampler import NAMED, OptunaGenerator, OptunaOptions
 from hpctune.policies.generators.random import RandomGenerator, RandomOptions
+from hpctune.states import Mode
 
 if TYPE_CHECKING:
     from hpctune.space import SearchSpace
@@ -58,7 +59,7 @@ def first_proposals(
     count: int,
     *,
     metric: str,
-    mode: str,
+    mode: Mode,
     max_steps: int,
     objectives: tuple[tuple[str, str], ...] = (),
 ) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ import numpy as np
 
 from hpctune.policies._base import OptionError
 from hpctune.policies.generators._base import Generator, Proposal
-from hpctune.states import TrialStatus
+from hpctune.states import Mode, TrialStatus, as_mode
 
 if TYPE_CHECKING:
     import optuna
@@ -233,7 +233,7 @@ class Objective:
     """One objective: a metric and its direction (``"max"`` or ``"min"``)."""
 
     metric: str
-    mode: str
+    mode: Mode
 
 
 def budgets(view: StudyView) -> list[int]:
@@ -348,7 +348,7 @@ class OptunaGenerator(Generator):
         if view is None:
             return [Objective("", "max")]
         if view.objectives:
-            return [Objective(m, d) for m, d in view.objectives]
+            return [Objective(m, as_mode(d)) for m, d in view.objectives]
         return [Objective(view.metric, view.mode)]
 
     def _templates(
