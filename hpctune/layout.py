@@ -56,30 +56,37 @@ class StudyPaths:
 
     @property
     def spec_copy(self) -> Path:
+        """The study.toml as launched (``study.toml``)."""
         return self.root / "study.toml"
 
     @property
     def controller_file(self) -> Path:
+        """The controller heartbeat of versions without epochs (``controller.json``)."""
         return self.root / "controller.json"
 
     @property
     def events(self) -> Path:
+        """The segments' event files (``events/segment-<S>.jsonl``)."""
         return self.root / "events"
 
     @property
     def workers(self) -> Path:
+        """One folder per worker: its heartbeat and assignment."""
         return self.root / "workers"
 
     @property
     def decisions(self) -> Path:
+        """The controller's decisions, one file per segment."""
         return self.root / "decisions"
 
     @property
     def inbox(self) -> Path:
+        """User commands for the controller (:mod:`hpctune.inbox`)."""
         return self.root / "inbox"
 
     @property
     def checkpoints(self) -> Path:
+        """Checkpoint files, one folder per trial."""
         return self.root / "checkpoints"
 
     @property
@@ -99,28 +106,36 @@ class StudyPaths:
 
     @property
     def logs(self) -> Path:
+        """The controller's, workers' and trials' logs."""
         return self.root / "logs"
 
     @property
     def controller_log(self) -> Path:
+        """The controller's log (``logs/controller.log``)."""
         return self.logs / "controller.log"
 
     def event_file(self, segment_id: int) -> Path:
+        """The event file of segment ``segment_id``."""
         return self.events / f"segment-{segment_id:06d}.jsonl"
 
     def worker_dir(self, worker_id: str) -> Path:
+        """The folder of worker ``worker_id``."""
         return self.workers / worker_id
 
     def heartbeat(self, worker_id: str) -> Path:
+        """The heartbeat file worker ``worker_id`` rewrites."""
         return self.workers / worker_id / "heartbeat.json"
 
     def assignment(self, worker_id: str) -> Path:
+        """The assignment file the controller writes for worker ``worker_id``."""
         return self.workers / worker_id / "assignment.json"
 
     def decision(self, segment_id: int) -> Path:
+        """The decision file of segment ``segment_id``."""
         return self.decisions / f"segment-{segment_id:06d}.json"
 
     def trial_checkpoints(self, trial_id: int) -> Path:
+        """The checkpoint folder of trial ``trial_id``."""
         return self.checkpoints / f"trial-{trial_id:06d}"
 
     def checkpoint_trials(self) -> list[int]:
@@ -132,6 +147,7 @@ class StudyPaths:
         return sorted(int(n[6:]) for n in names if n.startswith("trial-") and n[6:].isdigit())
 
     def checkpoint_file(self, trial_id: int, step: int, segment_id: int) -> Path:
+        """Where segment ``segment_id`` of trial ``trial_id`` saves its checkpoint at ``step``."""
         return self.trial_checkpoints(trial_id) / f"step-{step:08d}-segment-{segment_id:06d}.pt"
 
     def imported_checkpoint(self, trial_id: int, step: int, key: str) -> Path:
@@ -139,6 +155,7 @@ class StudyPaths:
         return self.trial_checkpoints(trial_id) / f"step-{step:08d}-store-{key}.pt"
 
     def worker_log(self, worker_id: str) -> Path:
+        """The log of worker ``worker_id``."""
         return self.logs / "workers" / f"{worker_id}.log"
 
     def trial_output(self, trial_id: int, stream: str) -> Path:

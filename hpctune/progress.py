@@ -266,6 +266,7 @@ class LiveProgress:
         self._live: Any = None
 
     def __call__(self, controller: Any) -> None:
+        """The controller's per-iteration hook: :meth:`update` with its study record."""
         self.update(controller.state)
 
     def update(self, record: StudyRecord) -> None:

@@ -102,9 +102,11 @@ class FileWire(Wire):
         self._worker_dirs: set[str] = set()  # worker folders known to exist
 
     def event_name(self, segment_id: int) -> str:
+        """The event file's name of segment ``segment_id``."""
         return self.paths.event_file(segment_id).name
 
     def read_events(self, segment_id: int, offset: int) -> EventLines | None:
+        """A segment's complete event lines from byte ``offset`` on (``None``: nothing new)."""
         path = self.paths.event_file(segment_id)
         try:
             if path.stat().st_size <= offset:
@@ -115,11 +117,13 @@ class FileWire(Wire):
         return EventLines(result.records, result.offset, result.corrupt_lines)
 
     def heartbeat(self, worker_id: str) -> Heartbeat | None:
+        """A worker's last heartbeat (``None``: none yet, or unreadable)."""
         return Heartbeat.read(self.paths.heartbeat(worker_id))
 
     def write_assignment(
         self, worker_id: str, assignment: Assignment | None, reason: str = "", *, epoch: int = 0
     ) -> None:
+        """Write a worker's assignment file (``None``: no work; ``reason`` says why)."""
         path = self.paths.assignment(worker_id)
         if worker_id not in self._worker_dirs:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,21 +131,26 @@ class FileWire(Wire):
         write_assignment(path, assignment, reason, epoch=epoch)
 
     def write_decision(self, message: DecisionMessage, *, fsync: bool = False) -> None:
+        """Write the decision file of a running segment."""
         write_json_atomic(self.paths.decision(message.segment_id), message.to_dict(), fsync=fsync)
 
     def delete_checkpoint(self, path: str) -> None:
+        """Delete a checkpoint file (relative to the study directory)."""
         (self.paths.root / path).unlink(missing_ok=True)
 
     def sweep_checkpoints(self, trial_id: int, keep: set[str]) -> None:
+        """Delete a finished trial's checkpoint files other than ``keep``."""
         folder = self.paths.trial_checkpoints(trial_id)
         for path in folder.glob("*") if folder.is_dir() else []:
             if self.paths.relative(path) not in keep:
                 path.unlink(missing_ok=True)
 
     def checkpoint_folders(self) -> list[int]:
+        """The trials that have a checkpoint folder."""
         return self.paths.checkpoint_trials()
 
     def checkpoint_problem(self, path: str, sha256: str) -> str:
+        """Why a checkpoint file cannot be resumed from (``""`` if it can)."""
         try:
             digest = sha256_file(self.paths.root / path)
         except FileNotFoundError:
@@ -153,21 +162,26 @@ class FileWire(Wire):
         return ""
 
     def inbox(self) -> list[str]:
+        """The names of the inbox's command files, sorted (none if unreadable)."""
         try:
             return sorted(p.name for p in self.paths.inbox.glob("*.json"))
         except OSError:
             return []
 
     def read_command(self, name: str) -> tuple[Any, str] | None:
+        """An inbox command as :func:`hpctune.inbox.read_command` reads it."""
         return read_command(self.paths.inbox / name)
 
     def reject_command(self, name: str, reason: str) -> None:
+        """Move a bad inbox file to ``inbox/rejected/`` with its reason."""
         reject_file(self.paths.inbox, name, reason)
 
     def remove_command(self, name: str) -> None:
+        """Remove an inbox file the controller has carried out."""
         (self.paths.inbox / name).unlink(missing_ok=True)
 
     def write_answer(self, request: str, answer: dict[str, Any]) -> None:
+        """Write the answer to an ``ask`` command (``asked/<request>.json``)."""
         from hpctune.asktell import ANSWERS_DIR
 
         path = self.paths.root / ANSWERS_DIR / f"{request}.json"

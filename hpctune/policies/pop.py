@@ -91,6 +91,7 @@ class Split:
 
     @property
     def promising_set(self) -> frozenset[int]:
+        """The promising trials as a set."""
         return frozenset(self.promising)
 
 

@@ -41,15 +41,19 @@ class FakeExecutor(Executor):
     someone else (:class:`FakeFleet`, or a benchmark's own loop)."""
 
     def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Start nothing: the workers' files are written by someone else."""
         return {w: {"fake": True} for w in worker_ids}
 
     def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
+        """Always running (a fake worker is lost only by its heartbeat)."""
         return WorkerState.RUNNING
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        """Nothing to cancel."""
         pass
 
     def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
+        """No reason: fake workers do not end on their own."""
         return ""
 
 
