@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpctune.analysis.formatting import format_duration
+from hpctune.analysis.traces import Trace
 from hpctune.elastic import (
     CostModel,
     ExperimentSpec,
@@ -42,9 +44,7 @@ from hpctune.elastic.allocation import static_allocation
 from hpctune.elastic.experiment import halving_stages
 from hpctune.elastic.planner import PlanResult, naive_elastic
 from hpctune.elastic.profiling import profile_from_steps, step_samples
-from hpctune.formatting import format_duration
 from hpctune.policies import make_policy
-from hpctune.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -244,8 +244,8 @@ class Soak:
 
     def _fault_corrupt_line(self) -> None:
         """Flip a byte of a report line beyond the journal's committed cursor (not ingested)."""
-        from hpctune.eventlog import decode_line
         from hpctune.journal.store import JournalReader
+        from hpctune.wire.eventlog import decode_line
 
         assert self.controller is not None
         with contextlib.suppress(ProcessLookupError):

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.eventlog import EventWriter
+from hpctune.wire.eventlog import EventWriter
 
 SPEC = """\
 [study]
@@ -65,7 +65,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _make_spec(folder: Path, *, max_steps: int, boundary: int, trials: int) -> Any:
     """Write a study.toml (and its train.py) into ``folder`` and load it."""
-    from hpctune.spec import load_spec
+    from hpctune.study.spec import load_spec
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(TRAIN)
@@ -79,8 +79,8 @@ def _make_spec(folder: Path, *, max_steps: int, boundary: int, trials: int) -> A
 
 def bench_report(tmp: Path, reports: int, boundary: int) -> dict[str, float]:
     """Time ``reports`` calls of ``TrialContext.report`` with the given boundary."""
-    from hpctune.context import TrialContext
-    from hpctune.protocol import Assignment
+    from hpctune.wire.protocol import Assignment
+    from hpctune.worker.context import TrialContext
 
     study = tmp / f"report-b{boundary}"
     assignment = Assignment(
@@ -147,8 +147,8 @@ def _writer_main(
 def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[str, float]:
     """Drive the real controller's ingestion while ``writers`` processes append reports."""
     from hpctune.controller import Controller
+    from hpctune.controller.launch import create_study, local_executor
     from hpctune.journal import state as st
-    from hpctune.launch import create_study, local_executor
 
     spec = _make_spec(tmp / "ingest", max_steps=reports, boundary=boundary, trials=writers)
     paths = create_study(spec)
@@ -226,10 +226,10 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
 
 def build_study(tmp: Path, trials: int, epochs: int) -> Path:
     """Build the journal of a finished study of ``trials`` x ``epochs`` directly."""
-    from hpctune.files import dumps
+    from hpctune.controller.launch import create_study
     from hpctune.journal import state as st
     from hpctune.journal.store import JournalWriter
-    from hpctune.launch import create_study
+    from hpctune.wire.files import dumps
 
     spec = _make_spec(tmp / "load", max_steps=epochs, boundary=1, trials=trials)
     paths = create_study(spec)

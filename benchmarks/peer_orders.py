@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpctune.analysis.traces import Trace
 from hpctune.simulator import simulate
-from hpctune.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 

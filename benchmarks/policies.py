@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.analysis.traces import Trace
 from hpctune.simulator import PredictionCache, build_policy, run_many
 from hpctune.simulator import label as policy_label
 from hpctune.simulator._predictions import prefetch_for
 from hpctune.simulator.plots import plot_split
-from hpctune.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ("pop", "default", "bandit", "earlyterm", "sha", "asha", "hyperband", "median")

@@ -66,14 +66,14 @@ GOAL_S = 10.0
 
 def build_study(folder: Path, trials: int, steps: int, seed: int = 0) -> Path:
     """Create the study with ``create_study`` and write its journal with ``JournalWriter``."""
-    from hpctune.files import dumps
+    from hpctune.controller.launch import create_study
     from hpctune.journal import state as st
     from hpctune.journal.state import CheckpointRef, StudyRecord
     from hpctune.journal.store import JournalWriter
-    from hpctune.launch import create_study
     from hpctune.policies.generators import make_generator
-    from hpctune.seeding import component_seed
-    from hpctune.spec import load_spec
+    from hpctune.study.seeding import component_seed
+    from hpctune.study.spec import load_spec
+    from hpctune.wire.files import dumps
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text("def train(ctx):\n    pass\n")

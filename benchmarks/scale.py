@@ -42,15 +42,15 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from hpctune.controller import Controller  # noqa: E402
-from hpctune.eventlog import EventWriter  # noqa: E402
-from hpctune.files import dumps, write_json_atomic  # noqa: E402
+from hpctune.controller.launch import create_study  # noqa: E402
 from hpctune.journal import state as st  # noqa: E402
 from hpctune.journal.state import CheckpointRef, StudyRecord  # noqa: E402
 from hpctune.journal.store import JournalWriter  # noqa: E402
-from hpctune.launch import create_study  # noqa: E402
-from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, EV_START, Heartbeat  # noqa: E402
-from hpctune.spec import load_spec  # noqa: E402
+from hpctune.study.spec import load_spec  # noqa: E402
 from hpctune.testing.fake_workers import FakeExecutor  # noqa: E402
+from hpctune.wire.eventlog import EventWriter  # noqa: E402
+from hpctune.wire.files import dumps, write_json_atomic  # noqa: E402
+from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, EV_START, Heartbeat  # noqa: E402
 
 SPEC = """\
 [study]
@@ -298,8 +298,8 @@ def case_open(tmp: Path, trials: int, steps: int) -> dict[str, Any]:
 
 
 def case_simulate(configs: int, steps: int) -> dict[str, Any]:
+    from hpctune.analysis.traces import Trace
     from hpctune.simulator import simulate
-    from hpctune.traces import Trace
 
     rng = np.random.default_rng(0)
     quality = rng.random(configs)
@@ -319,8 +319,8 @@ def case_simulate(configs: int, steps: int) -> dict[str, Any]:
 
 def case_pbt(trials: int, free: int) -> dict[str, Any]:
     from hpctune.policies import Event, StudyView, TrialView, make_policy
-    from hpctune.space import SearchSpace
-    from hpctune.states import TrialStatus
+    from hpctune.study.space import SearchSpace
+    from hpctune.wire.states import TrialStatus
 
     population = 100
     rng = np.random.default_rng(0)

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.analysis.traces import Trace
 from hpctune.policies import Action, Event, Policy, StudyView
 from hpctune.simulator import build_policy, simulate
-from hpctune.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("default", "asha", "sha", "hyperband", "median", "hybrid", "pbt")

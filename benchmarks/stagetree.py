@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.analysis.traces import Trace
 from hpctune.simulator import SimulationResult
 from hpctune.simulator import simulate as simulate_study
 from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
-from hpctune.stagetree.summary import plan_configs
-from hpctune.traces import Trace
+from hpctune.stagetree.preview import plan_configs
 
 
 def seconds_per_step(config: ConfigPiece) -> float:

@@ -52,10 +52,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.accounting import study_usage
+from hpctune.analysis.usage import study_usage
 from hpctune.journal.reader import open_study
-from hpctune.spec import load_spec
-from hpctune.stagetree.summary import plan_configs
+from hpctune.stagetree.preview import plan_configs
+from hpctune.study.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "jobs" / "digits-stages" / "study.toml"
@@ -373,7 +373,7 @@ def main() -> None:
 
 def _grid(spec: Any) -> list[dict[str, Any]]:
     from hpctune.policies.generators import make_generator
-    from hpctune.seeding import component_seed
+    from hpctune.study.seeding import component_seed
 
     gen = make_generator(
         spec.generator.name,

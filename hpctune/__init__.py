@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from hpctune.context import ReportResult, TrialContext, TrialStop
     from hpctune.journal.reader import Study, open_study
-    from hpctune.states import Decision, StudyState, TrialStatus
+    from hpctune.wire.states import Decision, StudyState, TrialStatus
+    from hpctune.worker.context import ReportResult, TrialContext, TrialStop
 
 _LAZY = {
-    "TrialContext": "hpctune.context",
-    "TrialStop": "hpctune.context",
-    "ReportResult": "hpctune.context",
+    "TrialContext": "hpctune.worker.context",
+    "TrialStop": "hpctune.worker.context",
+    "ReportResult": "hpctune.worker.context",
     "Study": "hpctune.journal.reader",
     "open_study": "hpctune.journal.reader",
-    "Decision": "hpctune.states",
-    "StudyState": "hpctune.states",
-    "TrialStatus": "hpctune.states",
+    "Decision": "hpctune.wire.states",
+    "StudyState": "hpctune.wire.states",
+    "TrialStatus": "hpctune.wire.states",
 }
 
 

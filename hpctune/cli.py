@@ -19,8 +19,8 @@ from typing import Any
 import click
 
 from hpctune.errors import AccessError, HpctuneError, Interrupted, UsageError
-from hpctune.layout import StudyPaths
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 STATUS_ROWS = 50  # trials `hpctune status` lists by default (the last ones; --all for every one)
@@ -48,7 +48,7 @@ def _study_paths(directory: str) -> StudyPaths:
 
 
 def _owner(path: Path) -> str:
-    from hpctune.permissions import user_name
+    from hpctune.wire.permissions import user_name
 
     try:
         return user_name(path.stat().st_uid)
@@ -122,8 +122,8 @@ def launch(
     With --local the study runs in the foreground and ends with a table of the trials and the
     best configuration; Ctrl-C stops it cleanly (resume it with `hpctune resume`).
     """
-    from hpctune.launch import check_entry_point, create_study, run_local
-    from hpctune.spec import load_spec
+    from hpctune.controller.launch import check_entry_point, create_study, run_local
+    from hpctune.study.spec import load_spec
 
     spec = load_spec(study_toml, directory=study_dir)
     check_entry_point(spec)
@@ -169,9 +169,9 @@ def _submit_controller(paths: StudyPaths, spec: Any) -> int:
 
 
 def _print_plan(spec: Any, slurm: bool) -> None:
-    from hpctune.formatting import format_params
+    from hpctune.analysis.formatting import format_params
     from hpctune.policies.generators import first_proposals, make_generator
-    from hpctune.seeding import component_seed
+    from hpctune.study.seeding import component_seed
 
     generator = make_generator(
         spec.generator.name,
@@ -239,11 +239,11 @@ def plan_command(
     trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
     from hpctune.policies.generators import first_proposals, make_generator
-    from hpctune.seeding import component_seed
-    from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
     from hpctune.stagetree.options import share_digest
-    from hpctune.stagetree.summary import format_stage_tree, plan_configs, plan_summary
+    from hpctune.stagetree.preview import format_stage_tree, plan_configs, plan_summary
+    from hpctune.study.seeding import component_seed
+    from hpctune.study.spec import load_spec
 
     plan = SearchPlan()
     studies: list[dict[str, Any]] = []
@@ -394,10 +394,10 @@ def resume(
     message names it); --force takes the study over from it. --slurm and --spec change the
     study's [slurm] settings (journaled); its search space and policy stay as they are.
     """
-    from hpctune.inbox import send_command
+    from hpctune.controller.launch import ensure_no_controller, prepare_study_dir, run_local
     from hpctune.journal.reader import open_study
-    from hpctune.launch import ensure_no_controller, prepare_study_dir, run_local
-    from hpctune.spec import StudySpec
+    from hpctune.study.spec import StudySpec
+    from hpctune.wire.inbox import send_command
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
@@ -408,9 +408,9 @@ def resume(
             send_command(paths.inbox, changed[1])
         click.echo(f"resuming {paths.root}")
         return _exit_code(run_local(paths, force=force, show_params=show_params))
-    from hpctune.lease import fence
     from hpctune.slurm.cluster import check_jobs
     from hpctune.slurm.controller_job import queued_controller
+    from hpctune.wire.lease import fence
 
     source = None
     if changed is not None:
@@ -445,7 +445,7 @@ def _changed_slurm(
     import dataclasses
 
     from hpctune.slurm import settings
-    from hpctune.spec import load_spec
+    from hpctune.study.spec import load_spec
 
     if not assignments and spec_file is None:
         return None
@@ -479,7 +479,7 @@ def _changed_slurm(
 @click.argument("study_dir", type=click.Path(path_type=Path))
 def controller(study_dir: Path) -> int:
     """Run the controller inside its Slurm batch job (what controller.sbatch runs)."""
-    from hpctune.launch import run_in_slurm_job
+    from hpctune.controller.launch import run_in_slurm_job
 
     return _exit_code(run_in_slurm_job(_study_paths(str(study_dir))))
 
@@ -523,9 +523,7 @@ def status(
     interval: float | None,
 ) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
-    from hpctune.journal.reader import open_study
-    from hpctune.lease import controller_alive
-    from hpctune.summary import (
+    from hpctune.analysis.summary import (
         best_text,
         notices,
         pareto_text,
@@ -535,10 +533,12 @@ def status(
         trials_table,
         usage_line,
     )
+    from hpctune.journal.reader import open_study
+    from hpctune.wire.lease import controller_alive
 
     paths = _study_paths(str(study_dir))
     if watch:
-        from hpctune.progress import watch as follow
+        from hpctune.analysis.progress import watch as follow
 
         if as_json:
             raise UsageError("--watch and --json cannot be combined; poll `status --json`")
@@ -616,10 +616,10 @@ def best(study_dir: Path, as_json: bool) -> int:
     best step, or its last). Under PBT the best trial is the fittest final model, and its
     lineage's schedule is printed too. Exit 1 when no trial has completed yet.
     """
-    from hpctune.best import describe_best
-    from hpctune.formatting import format_params_toml, format_value
+    from hpctune.analysis.best import describe_best
+    from hpctune.analysis.formatting import format_params_toml, format_value
+    from hpctune.analysis.summary import schedule_lines
     from hpctune.journal.reader import open_study
-    from hpctune.summary import schedule_lines
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -645,7 +645,7 @@ def best(study_dir: Path, as_json: bool) -> int:
             "params": found.params,
         }
         if lineage:
-            from hpctune.lineage import schedule
+            from hpctune.analysis.lineage import schedule
 
             out["schedule"] = [
                 {"trial": s.trial_id, "start": s.start_step, "end": s.end_step, "params": s.params}
@@ -688,9 +688,9 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     Refused (exit 2) when no controller runs or waits in the Slurm queue for the study: there
     is nothing to stop, and the file would stop the next `resume` at once.
     """
-    from hpctune.inbox import check_command, send_command
+    from hpctune.controller.launch import prepare_study_dir
     from hpctune.journal.reader import open_study
-    from hpctune.launch import prepare_study_dir
+    from hpctune.wire.inbox import check_command, send_command
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
@@ -724,12 +724,12 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
     out are drawn at random. A running controller picks them up at its next iteration; a
     finished or stopped study runs again with `hpctune resume STUDY_DIR`.
     """
-    from hpctune.asktell import params_problem
-    from hpctune.inbox import send_command
+    from hpctune.controller.launch import prepare_study_dir
     from hpctune.journal.reader import open_study
-    from hpctune.launch import prepare_study_dir
-    from hpctune.lease import controller_alive
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
+    from hpctune.wire.asktell import params_problem
+    from hpctune.wire.inbox import send_command
+    from hpctune.wire.lease import controller_alive
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
@@ -758,8 +758,8 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
 def _require_controller(paths: StudyPaths, what: str) -> None:
     """Refuse a command only a running (or queued) controller can carry out."""
     from hpctune.journal.reader import open_study
-    from hpctune.lease import controller_alive
     from hpctune.slurm.controller_job import queued_controller
+    from hpctune.wire.lease import controller_alive
 
     if controller_alive(paths) is not None or queued_controller(paths) is not None:
         return
@@ -785,10 +785,10 @@ def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
     (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
     skipped: the trial goes on from its previous checkpoint, or from its start.
     """
-    from hpctune.inbox import check_command, send_command
+    from hpctune.controller.launch import prepare_study_dir
     from hpctune.journal.reader import open_study
-    from hpctune.launch import prepare_study_dir
-    from hpctune.lease import controller_alive
+    from hpctune.wire.inbox import check_command, send_command
+    from hpctune.wire.lease import controller_alive
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
@@ -969,8 +969,8 @@ def simulate(
     """
     import math
 
+    from hpctune.analysis.traces import Trace
     from hpctune.simulator import SimulatorConfig, run_many
-    from hpctune.traces import Trace
 
     if slots < 1:
         raise UsageError(f"--slots must be >= 1, but got {slots}")
@@ -1129,8 +1129,8 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None, force: 
     """
     import math
 
+    from hpctune.analysis.traces import Trace
     from hpctune.journal.reader import open_study
-    from hpctune.traces import Trace
 
     paths = _study_paths(str(study_dir))
     forked = [
@@ -1337,9 +1337,9 @@ def fit_curves(
     Per curve: the median and 5/25/75/95% quantiles of the metric at the last step, and the
     probability that it ends at least as good as the threshold (>= for max, <= for min).
     """
+    from hpctune.analysis.progress_bar import progress_bar
     from hpctune.curves.report import fit_curves as run
     from hpctune.curves.report import format_table, load_curves, plot_curves
-    from hpctune.progress_bar import progress_bar
 
     if seed is not None and seed < 0:
         raise UsageError(f"--seed must be >= 0, but got {seed}")
@@ -1379,8 +1379,8 @@ def stagetree_command(
     """Show the stage tree of STUDY_DIR (running or finished) with each stage's status: done,
     running, pending or released (every trial through it ended first). Reads the journal only."""
     from hpctune.journal.reader import open_study
+    from hpctune.stagetree.preview import format_stage_tree
     from hpctune.stagetree.status import status_counts, study_stage_tree
-    from hpctune.stagetree.summary import format_stage_tree
 
     study = open_study(_study_paths(str(study_dir)).root)
     max_steps = int(study.record.spec.get("max_steps", 0))
@@ -1432,8 +1432,8 @@ def stagetree_command(
 def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, param: str) -> int:
     """Print the population tree of STUDY_DIR (PBT): each trial under its parent, with its
     generation, steps, last metric value and hyperparameters."""
+    from hpctune.analysis.lineage import plot_lineage, tree_text
     from hpctune.journal.reader import open_study
-    from hpctune.lineage import plot_lineage, tree_text
 
     record = open_study(_study_paths(str(study_dir)).root).record
     click.echo(tree_text(record, list(trials) or None))
@@ -1465,8 +1465,8 @@ def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, pa
 def replay(study_dir: Path, trials: tuple[int, ...], out: Path | None, local: bool) -> int:
     """Re-run the training of TRIAL of STUDY_DIR as a new study: its lineage to the roots in
     topological order, with the recorded hyperparameters, seeds and warm starts."""
-    from hpctune.launch import run_local
-    from hpctune.replay import create_replay
+    from hpctune.controller.launch import run_local
+    from hpctune.study.replay import create_replay
 
     paths, plan = create_replay(_study_paths(str(study_dir)).root, list(trials), out)
     chain = " -> ".join(str(entry["trial"]) for entry in plan)
@@ -1474,7 +1474,7 @@ def replay(study_dir: Path, trials: tuple[int, ...], out: Path | None, local: bo
     click.echo(f"study directory: {paths.root}")
     if not local and shutil.which("sbatch") is not None:
         from hpctune.journal.reader import open_study
-        from hpctune.spec import StudySpec
+        from hpctune.study.spec import StudySpec
 
         return _submit_controller(paths, StudySpec.from_dict(open_study(paths.root).spec))
     return _exit_code(run_local(paths))
@@ -1517,7 +1517,7 @@ def check_policy_command(
     argument.
     """
     from hpctune.policies import OptionError
-    from hpctune.space import parse_space
+    from hpctune.study.space import parse_space
     from hpctune.testing import ConformanceError, check_policy
     from hpctune.testing.policy_conformance import policy_factory
 
@@ -1727,6 +1727,7 @@ def _profile_study(
     as_json: bool,
 ) -> int:
     """``hpctune profile STUDY_TOML``: measure the profile with short studies, one per size."""
+    from hpctune.controller.launch import check_entry_point
     from hpctune.elastic.measure import (
         DEFAULT_SIZES,
         DEFAULT_STEPS,
@@ -1734,8 +1735,7 @@ def _profile_study(
         parse_sizes,
     )
     from hpctune.elastic.profiling import with_speedups
-    from hpctune.launch import check_entry_point
-    from hpctune.spec import load_spec
+    from hpctune.study.spec import load_spec
 
     steps = DEFAULT_STEPS
     if len(step_texts) > 1 or any("=" in text for text in step_texts):
@@ -1905,7 +1905,7 @@ def plan_elastic_command(
     from hpctune.elastic.cost import partition_billing
     from hpctune.elastic.profile import PROFILE_FILE
     from hpctune.elastic.report import format_plan, parse_duration, plot_plan
-    from hpctune.spec import load_spec
+    from hpctune.study.spec import load_spec
 
     seconds = parse_duration(deadline)
     spec = load_spec(study_toml)

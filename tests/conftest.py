@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hpctune.formatting import toml_value
+from hpctune.analysis.formatting import toml_value
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = Path(__file__).resolve().parent / "workloads"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from hpctune.journal import open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, start_hpctune, wait_for, write_study
 
 PEAKED = """

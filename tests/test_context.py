@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpctune.context import TrialContext, TrialStop
 from hpctune.errors import CheckpointError, HpctuneError
-from hpctune.eventlog import EventWriter, read_events
-from hpctune.files import write_json_atomic
-from hpctune.protocol import Assignment, DecisionMessage
-from hpctune.states import Decision
+from hpctune.wire.eventlog import EventWriter, read_events
+from hpctune.wire.files import write_json_atomic
+from hpctune.wire.protocol import Assignment, DecisionMessage
+from hpctune.wire.states import Decision
+from hpctune.worker.context import TrialContext, TrialStop
 
 
 def _assignment(**changes: object) -> Assignment:

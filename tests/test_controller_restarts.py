@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hpctune.analysis.traces import Trace
 from hpctune.policies import POLICIES, make_policy
 from hpctune.simulator import PredictionCache, Simulator
-from hpctune.traces import Trace
 
 TRACE = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5").subset(
     range(48)

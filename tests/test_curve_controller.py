@@ -14,15 +14,15 @@ import pytest
 
 from hpctune.cli import main
 from hpctune.controller import Controller
+from hpctune.controller.launch import create_study, local_executor
 from hpctune.curves import Budget, FitOptions
 from hpctune.curves.service import read_result
 from hpctune.journal import open_study
 from hpctune.journal.store import JournalReader
-from hpctune.launch import create_study, local_executor
-from hpctune.layout import StudyPaths
 from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyView
-from hpctune.spec import load_spec
-from hpctune.states import StudyState, TrialStatus
+from hpctune.study.spec import load_spec
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import write_study
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,9 +8,9 @@ import pytest
 from hpctune.cli import main
 from hpctune.errors import HpctuneError
 from hpctune.policies import OptionError, make_policy
-from hpctune.schedules import ScheduleArgError
-from hpctune.space import NoGridError, parse_space
 from hpctune.stagetree.plan import PlanError, SearchPlan
+from hpctune.study.schedules import ScheduleArgError
+from hpctune.study.space import NoGridError, parse_space
 
 
 @pytest.mark.parametrize("error", [OptionError, NoGridError, ScheduleArgError, PlanError])

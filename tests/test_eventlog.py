@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpctune.eventlog import EventWriter, decode_line, encode_line, read_events
+from hpctune.wire.eventlog import EventWriter, decode_line, encode_line, read_events
 
 # -- strategies ------------------------------------------------------------------------------
 

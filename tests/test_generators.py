@@ -1,4 +1,4 @@
-"""Tests of hpctune.seeding and the configuration generators (random, grid)."""
+"""Tests of hpctune.study.seeding and the configuration generators (random, grid)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from hpctune.policies.generators import (
     RandomGenerator,
     make_generator,
 )
-from hpctune.seeding import component_seed, index_rng, trial_seed
-from hpctune.space import NoGridError, SearchSpace, parse_space
+from hpctune.study.seeding import component_seed, index_rng, trial_seed
+from hpctune.study.space import NoGridError, SearchSpace, parse_space
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,9 @@ def test_component_seed_is_stable_across_processes() -> None:
     # golden values: a change here breaks every existing study's reproducibility
     assert component_seed(0, "generator") == 8045641215563119072
     assert component_seed(12345, "policy") == 4006419036316426891
-    code = "from hpctune.seeding import component_seed; print(component_seed(0, 'generator'))"
+    code = (
+        "from hpctune.study.seeding import component_seed; print(component_seed(0, 'generator'))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

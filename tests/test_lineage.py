@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hpctune.analysis.lineage import ancestors, replay_plan, schedule, tree_text
 from hpctune.errors import UsageError
 from hpctune.journal import state as st
 from hpctune.journal.state import StudyRecord
-from hpctune.lineage import ancestors, replay_plan, schedule, tree_text
 from hpctune.policies import ActionKind, Event, OptionError, StudyView, TrialView, make_policy
-from hpctune.space import parse_space
-from hpctune.states import TrialStatus
+from hpctune.study.space import parse_space
+from hpctune.wire.states import TrialStatus
 
 # (trial, parent, parent_step, end_step, lr)
 TREE = [

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.accounting import study_usage
+from hpctune.analysis.usage import study_usage
 from hpctune.journal import open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import (
     DIGITS,
     WORKLOADS,
@@ -102,7 +102,7 @@ def test_a_crashing_trial_fails_with_its_traceback_and_the_study_goes_on(
     assert "ValueError: bad value in trial 1" in crashed.error
     assert re.search(r'train\.py", line \d+, in train', crashed.error)  # the traceback
     assert 'raise ValueError(f"bad value' in crashed.error
-    assert "hpctune/worker.py" not in crashed.error  # the user's frames only
+    assert "hpctune/worker/loop.py" not in crashed.error  # the user's frames only
     err = (tmp_path / "study" / "logs" / "trials" / "trial-000001.err").read_text()
     assert "ValueError" in err
     assert diverged.status is TrialStatus.TERMINATED

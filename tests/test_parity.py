@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hpctune.analysis.traces import Trace
 from hpctune.journal import open_study
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
 from hpctune.simulator import simulate
 from hpctune.simulator._config import SimulatorConfig
 from hpctune.simulator._engine import Simulator
-from hpctune.states import StudyState
-from hpctune.traces import Trace
+from hpctune.wire.states import StudyState
 from tests.conftest import run_hpctune, write_study
 
 TRAIN = """

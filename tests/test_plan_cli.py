@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpctune.journal import open_study
-from hpctune.states import StudyState
+from hpctune.wire.states import StudyState
 from tests.conftest import REPO, run_hpctune, write_study
 
 EXAMPLE = REPO / "jobs" / "digits-stages"

@@ -20,7 +20,7 @@ from hpctune.policies import (
     make_policy,
     parse_options,
 )
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 
 def _view(

@@ -20,10 +20,10 @@ from wsgiref.util import setup_testing_defaults
 import numpy as np
 import pytest
 
+from hpctune.analysis.progress import LINE_WIDTH, LiveProgress, completion_line
 from hpctune.journal import open_study
 from hpctune.journal.reader import Study
-from hpctune.progress import LINE_WIDTH, LiveProgress, completion_line
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.browser import open_report
 from tests.conftest import WORKLOADS, kill_workers, run_hpctune, write_study
 

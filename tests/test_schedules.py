@@ -1,4 +1,5 @@
-"""Tests of hpctune.schedules: values, canonical dicts, errors, change points, PyTorch parity."""
+"""Tests of hpctune.study.schedules: values, canonical dicts, errors, change points, PyTorch
+parity."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.schedules import (
+from hpctune.study.schedules import (
     SHAPES,
     Constant,
     Cosine,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpctune.journal import open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import (
     DIGITS,
     kill_and_resume,

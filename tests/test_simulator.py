@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from hpctune.analysis.traces import Trace
 from hpctune.cli import main
 from hpctune.journal import open_study
 from hpctune.policies import (
@@ -32,8 +33,7 @@ from hpctune.simulator import (
     run_many,
     simulate,
 )
-from hpctune.states import StudyState, TrialStatus
-from hpctune.traces import Trace
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, write_study
 
 REPO = Path(__file__).resolve().parent.parent

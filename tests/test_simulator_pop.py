@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.analysis.traces import Trace
 from hpctune.simulator import PredictionCache, run_many, simulate
 from hpctune.simulator.plots import plot_split
-from hpctune.states import TrialStatus
-from hpctune.traces import Trace
+from hpctune.wire.states import TrialStatus
 from tests.conftest import REPO
 
 # 10 digits configurations: 9 that learn (final accuracy 0.80-0.98) and one that does not (0.19)

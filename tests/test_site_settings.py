@@ -15,7 +15,6 @@ from hpctune.controller._workers import SUBMIT_TRIES, _run_end, submit_retry_del
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
 from hpctune.journal.state import WorkerRecord, WorkerRun
-from hpctune.protocol import Heartbeat
 from hpctune.slurm.cluster import (
     JobStatus,
     default_time,
@@ -28,8 +27,9 @@ from hpctune.slurm.environment import export_lines, job_environment
 from hpctune.slurm.options import JobOptions, SlurmSpec, parse_slurm, slurm_table
 from hpctune.slurm.settings import apply_assignments, differences, parse_assignments
 from hpctune.slurm.status import status_lines
-from hpctune.spec import load_spec
-from hpctune.states import StudyState
+from hpctune.study.spec import load_spec
+from hpctune.wire.protocol import Heartbeat
+from hpctune.wire.states import StudyState
 from tests.conftest import WORKLOADS, run_hpctune, write_study
 from tests.test_slurm_options import SLURM
 
@@ -183,7 +183,7 @@ def test_the_job_environment_is_explicit() -> None:
 
 
 def test_a_worker_requeues_exactly_its_array_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpctune.worker import own_job_id
+    from hpctune.worker.loop import own_job_id
 
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(name, raising=False)

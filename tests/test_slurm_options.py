@@ -13,12 +13,12 @@ import pytest
 
 from hpctune.errors import StudySpecError
 from hpctune.executors import WorkerState
-from hpctune.layout import StudyPaths
 from hpctune.slurm.controller_job import format_time, render_controller_script
 from hpctune.slurm.executor import worker_parameters
 from hpctune.slurm.options import SlurmSpec, parse_mem, parse_slurm, parse_time
 from hpctune.slurm.queue import classify
-from hpctune.spec import load_spec
+from hpctune.study.spec import load_spec
+from hpctune.wire.layout import StudyPaths
 from tests.conftest import write_study
 
 GOLDEN = Path(__file__).parent / "assets" / "controller.sbatch.golden"

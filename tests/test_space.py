@@ -1,4 +1,4 @@
-"""Tests of hpctune.space: parsing, validation, sampling, grids and serialisation."""
+"""Tests of hpctune.study.space: parsing, validation, sampling, grids and serialisation."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
-from hpctune.schedules import schedule_from_dict
-from hpctune.space import (
+from hpctune.study.schedules import schedule_from_dict
+from hpctune.study.space import (
     CategoricalParam,
     FixedParam,
     FloatParam,

@@ -1,4 +1,5 @@
-"""Tests of hpctune.spec: loading study.toml, defaults, errors (property-based), round trips."""
+"""Tests of hpctune.study.spec: loading study.toml, defaults, errors (property-based), round
+trips."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
 from hpctune.policies.generators import GENERATORS
-from hpctune.space import parse_space
-from hpctune.spec import (
+from hpctune.study.space import parse_space
+from hpctune.study.spec import (
     RESOURCE_KEYS,
     SECTIONS,
     STUDY_KEYS,

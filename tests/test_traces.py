@@ -10,10 +10,10 @@ import h5py
 import numpy as np
 import pytest
 
+from hpctune.analysis.traces import FORMAT_VERSION, Trace, TraceError
 from hpctune.cli import main
 from hpctune.journal import open_study
-from hpctune.states import TrialStatus
-from hpctune.traces import FORMAT_VERSION, Trace, TraceError
+from hpctune.wire.states import TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
 
 

@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.accounting import study_usage
+from hpctune.analysis.best import describe_best
+from hpctune.analysis.formatting import format_duration, format_value
+from hpctune.analysis.plotting import metric_scale, pyplot
+from hpctune.analysis.summary import done_count, total_trials
 from hpctune.analysis.timeline import best_so_far, time_to_best
-from hpctune.best import describe_best
-from hpctune.formatting import format_duration, format_value
-from hpctune.plotting import metric_scale, pyplot
-from hpctune.summary import done_count, total_trials
+from hpctune.analysis.usage import study_usage
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

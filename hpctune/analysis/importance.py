@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.plotting import INSTALL
+from hpctune.analysis.plotting import INSTALL
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpctune.formatting import format_value
-from hpctune.space import (
+from hpctune.analysis.formatting import format_value
+from hpctune.study.space import (
     CategoricalParam,
     FixedParam,
     FloatParam,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpctune.accounting import allocated_by
-from hpctune.best import sign
+from hpctune.analysis.best import sign
+from hpctune.analysis.usage import allocated_by
 from hpctune.journal.state import StudyRecord
 
 

@@ -8,6 +8,6 @@ the inbox, scheduling: :class:`Controller`).
 from __future__ import annotations
 
 from hpctune.controller._loop import Controller
-from hpctune.lease import controller_alive
+from hpctune.wire.lease import controller_alive
 
 __all__ = ["Controller", "controller_alive"]

@@ -17,11 +17,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from hpctune.clock import Clock, RealClock
 from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
-from hpctune.files import dumps, write_json_atomic
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
 from hpctune.journal.epochs import branch_journal, point_link
@@ -29,16 +27,18 @@ from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.journal.store import JournalReader, JournalWriter
-from hpctune.layout import StudyPaths
-from hpctune.lease import Fenced, Lease, acquire
-from hpctune.permissions import check_study_dir, use_umask_of
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
-from hpctune.protocol import DecisionMessage, Heartbeat
-from hpctune.seeding import component_seed
-from hpctune.spec import StudySpec
-from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
-from hpctune.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
+from hpctune.study.seeding import component_seed
+from hpctune.study.spec import StudySpec
+from hpctune.wire.clock import Clock, RealClock
+from hpctune.wire.files import dumps, write_json_atomic
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import Fenced, Lease, acquire
+from hpctune.wire.permissions import check_study_dir, use_umask_of
+from hpctune.wire.protocol import DecisionMessage, Heartbeat
+from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
@@ -94,7 +94,7 @@ class ControllerBase:
         on_progress: Called after every iteration with the controller.
         curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
         force: Take the study over even if another controller holds a live lease; that one is
-            fenced (:mod:`hpctune.lease`).
+            fenced (:mod:`hpctune.wire.lease`).
 
     Raises:
         AccessError: The study directory is writable by others or not yours.

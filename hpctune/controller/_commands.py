@@ -1,4 +1,4 @@
-"""The controller's side of ask/tell and added trials (commands in :mod:`hpctune.asktell`)."""
+"""The controller's side of ask/tell and added trials (commands in :mod:`hpctune.wire.asktell`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 from functools import partial
 from typing import Any
 
-from hpctune.asktell import complete_params
 from hpctune.controller._base import ControllerBase
 from hpctune.journal import state as st
-from hpctune.seeding import component_seed, index_rng, trial_seed
-from hpctune.states import StudyState, TrialStatus
+from hpctune.study.seeding import component_seed, index_rng, trial_seed
+from hpctune.wire.asktell import complete_params
+from hpctune.wire.states import StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.controller._workers import WorkerManagingController
-from hpctune.files import finite_or_none
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import Event, EventKind
+from hpctune.wire.files import finite_or_none
 
 if TYPE_CHECKING:
     from hpctune.curves.service import FitBackend, FitJob, FitResult

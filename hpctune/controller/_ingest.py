@@ -16,15 +16,15 @@ from hpctune.controller._base import (
 from hpctune.journal import state as st
 from hpctune.journal.checkpoints import CheckpointRef
 from hpctune.journal.state import SegmentRecord, TrialRecord
-from hpctune.metric_names import metric_name_problem
 from hpctune.policies import Event
-from hpctune.protocol import (
+from hpctune.study.metric_names import metric_name_problem
+from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
     EV_REPORT,
     EV_START,
 )
-from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
 

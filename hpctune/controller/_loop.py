@@ -16,8 +16,10 @@ Each iteration of its loop:
 
 It keeps no state the journal does not have: kill it at any instant and a new one rebuilds the
 same state from the journal, re-sends what may not have been sent, and adopts the live workers.
-Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.lease`), checked at
-every iteration and around every commit; a fenced one raises :class:`~hpctune.lease.Fenced` from
+Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.wire.lease`), checked
+at
+every iteration and around every commit; a fenced one raises :class:`~hpctune.wire.lease.Fenced`
+from
 :meth:`Controller.run` without committing or writing anything more.
 """
 
@@ -32,17 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.asktell import VALIDATORS as TRIAL_COMMANDS
-from hpctune.best import best_checkpoint_rows, keep_mode, keeps_latest
+from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommandsController
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
-from hpctune.inbox import RETRYABLE, VALIDATORS, check_command
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
 from hpctune.journal.state import SegmentRecord, TrialRecord
-from hpctune.lease import Fenced
 from hpctune.policies import (
     Action,
     ActionKind,
@@ -51,9 +50,12 @@ from hpctune.policies import (
     StudyView,
     TrialView,
 )
-from hpctune.protocol import Assignment, DecisionMessage
-from hpctune.seeding import trial_seed
-from hpctune.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.study.seeding import trial_seed
+from hpctune.wire.asktell import VALIDATORS as TRIAL_COMMANDS
+from hpctune.wire.inbox import RETRYABLE, VALIDATORS, check_command
+from hpctune.wire.lease import Fenced
+from hpctune.wire.protocol import Assignment, DecisionMessage
+from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +239,7 @@ class Controller(TrialCommandsController, StageTreeController):
             self._apply_command(command, name)
 
     def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
-        """Carry out a command its validator accepted (:mod:`hpctune.inbox`)."""
+        """Carry out a command its validator accepted (:mod:`hpctune.wire.inbox`)."""
         kind = command["command"]
         if kind in TRIAL_COMMANDS:
             self._trial_command(command)
@@ -403,7 +405,8 @@ class Controller(TrialCommandsController, StageTreeController):
         """Delete the checkpoints nothing needs any more (trial-based studies).
 
         Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
-        ``[study] keep_checkpoints`` says (:mod:`hpctune.best`); the checkpoint behind the best
+        ``[study] keep_checkpoints`` says (:mod:`hpctune.analysis.best`); the checkpoint behind
+        the best
         value of every trial not ended and of the study's best trial (unless ``"last"``); any
         checkpoint a trial not yet ended was forked from. A policy that forks
         (``makes_configurations``) and names the ended trials it may still fork from

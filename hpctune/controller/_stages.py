@@ -12,7 +12,7 @@ saves a checkpoint at the end of every stage, so the branch points' children bec
 the worker trains on. A trial whose request a checkpoint answers completes without training.
 Checkpoints no pending request can resume from are deleted. With a stage store, checkpoints at
 stage ends are published for later studies, and the store's checkpoints are attached to the
-plan where it has their path (:mod:`hpctune.stage_store`).
+plan where it has their path (:mod:`hpctune.stagetree.store`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hpctune.best import best_checkpoint_rows
+from hpctune.analysis.best import best_checkpoint_rows
 from hpctune.controller._curves import CurveFittingController
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import StudyView
-from hpctune.seeding import stage_seed, trial_seed
-from hpctune.stage_store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.from_study import (
     answered_trials,
     future_checkpoints,
@@ -45,8 +43,10 @@ from hpctune.stagetree.pieces import (
 )
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.schedulers import Scheduler, pick
+from hpctune.stagetree.store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.tree import StageTree, build_stage_tree, needed_checkpoints
-from hpctune.states import TrialStatus
+from hpctune.study.seeding import stage_seed, trial_seed
+from hpctune.wire.states import TrialStatus
 
 logger = logging.getLogger(__name__)
 

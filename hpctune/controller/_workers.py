@@ -20,8 +20,8 @@ from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
-from hpctune.protocol import Heartbeat
-from hpctune.states import Decision, SegmentStatus, StudyState
+from hpctune.wire.protocol import Heartbeat
+from hpctune.wire.states import Decision, SegmentStatus, StudyState
 
 logger = logging.getLogger(__name__)
 

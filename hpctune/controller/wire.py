@@ -14,11 +14,11 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpctune.eventlog import read_events
-from hpctune.files import sha256_file, write_json_atomic
-from hpctune.inbox import read_command, reject_file
-from hpctune.layout import StudyPaths
-from hpctune.protocol import Assignment, DecisionMessage, Heartbeat, write_assignment
+from hpctune.wire.eventlog import read_events
+from hpctune.wire.files import sha256_file, write_json_atomic
+from hpctune.wire.inbox import read_command, reject_file
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.protocol import Assignment, DecisionMessage, Heartbeat, write_assignment
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Wire(abc.ABC):
         return []
 
     def read_command(self, name: str) -> tuple[Any, str] | None:
-        """An inbox command as :func:`hpctune.inbox.read_command` reads it."""
+        """An inbox command as :func:`hpctune.wire.inbox.read_command` reads it."""
         return None
 
     def reject_command(self, name: str, reason: str) -> None:  # noqa: B027
@@ -95,7 +95,7 @@ class Wire(abc.ABC):
 
 
 class FileWire(Wire):
-    """The wire as files of the study directory (see :mod:`hpctune.layout`)."""
+    """The wire as files of the study directory (see :mod:`hpctune.wire.layout`)."""
 
     def __init__(self, paths: StudyPaths) -> None:
         self.paths = paths
@@ -169,7 +169,7 @@ class FileWire(Wire):
             return []
 
     def read_command(self, name: str) -> tuple[Any, str] | None:
-        """An inbox command as :func:`hpctune.inbox.read_command` reads it."""
+        """An inbox command as :func:`hpctune.wire.inbox.read_command` reads it."""
         return read_command(self.paths.inbox / name)
 
     def reject_command(self, name: str, reason: str) -> None:
@@ -182,7 +182,7 @@ class FileWire(Wire):
 
     def write_answer(self, request: str, answer: dict[str, Any]) -> None:
         """Write the answer to an ``ask`` command (``asked/<request>.json``)."""
-        from hpctune.asktell import ANSWERS_DIR
+        from hpctune.wire.asktell import ANSWERS_DIR
 
         path = self.paths.root / ANSWERS_DIR / f"{request}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

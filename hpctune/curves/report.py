@@ -24,7 +24,7 @@ from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
-from hpctune.states import Mode
+from hpctune.wire.states import Mode
 
 #: Quantile levels reported per curve, with their JSON keys.
 REPORTED = (("q05", 0.05), ("q25", 0.25), ("median", 0.5), ("q75", 0.75), ("q95", 0.95))
@@ -79,7 +79,7 @@ def load_curves(
         UsageError: ``path`` is neither, or ``bounds`` are invalid.
         TraceError: A malformed trace file.
     """
-    from hpctune.traces import Trace
+    from hpctune.analysis.traces import Trace
 
     path = Path(path)
     if path.is_dir():
@@ -264,7 +264,7 @@ def plot_curves(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.plotting import pyplot
+    from hpctune.analysis.plotting import pyplot
 
     plt = pyplot()
     full = dict(zip(curves.ids, curves.curves, strict=True))

@@ -44,9 +44,9 @@ import numpy as np
 from hpctune.curves.fitter import CurveRequest, FitOptions, fit_many
 from hpctune.curves.options import CurvesSpec
 from hpctune.curves.predict import CurvePrediction
-from hpctune.files import read_json, write_json_atomic
-from hpctune.seeding import component_seed
-from hpctune.states import Mode
+from hpctune.study.seeding import component_seed
+from hpctune.wire.files import read_json, write_json_atomic
+from hpctune.wire.states import Mode
 
 logger = logging.getLogger(__name__)
 

@@ -152,7 +152,7 @@ def halving_stages(
 
 
 def experiment_from_study(spec: Any) -> ExperimentSpec:
-    """The stages of a study spec (a :class:`~hpctune.spec.StudySpec`) under its policy.
+    """The stages of a study spec (a :class:`~hpctune.study.spec.StudySpec`) under its policy.
 
     SHA: brackets of the policy's shape, one after another, until ``num_trials`` trials are
     used (the last bracket may be smaller); Hyperband: the policy's cycle of brackets, in order,

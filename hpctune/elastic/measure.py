@@ -39,9 +39,9 @@ from hpctune.elastic.profile import Profile
 from hpctune.elastic.profiling import read_steps, study_latencies
 from hpctune.errors import HpctuneError, Interrupted
 from hpctune.executors import Executor
-from hpctune.layout import StudyPaths
-from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
-from hpctune.states import TrialStatus
+from hpctune.study.spec import ComponentSpec, ResourcesSpec, StudySpec
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.states import TrialStatus
 
 DEFAULT_SIZES = (1, 2, 4)
 DEFAULT_STEPS = 5
@@ -190,8 +190,8 @@ def measure_profile(
 
 def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
     """Run one short study (replacing an earlier one at the same place) and read it."""
-    from hpctune.launch import create_study, run_local
-    from hpctune.lease import LeaseHeld, rival
+    from hpctune.controller.launch import create_study, run_local
+    from hpctune.wire.lease import LeaseHeld, rival
 
     target = spec.directory
     if target.exists():
@@ -222,9 +222,9 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     Raises:
         ShortStudyFailed: Its trial did not complete (naming the reason and the trial's log).
     """
-    from hpctune.eventlog import read_events
     from hpctune.journal.reader import open_study
-    from hpctune.protocol import EV_CHECKPOINT
+    from hpctune.wire.eventlog import read_events
+    from hpctune.wire.protocol import EV_CHECKPOINT
 
     study = open_study(directory)
     paths = StudyPaths.of(directory)

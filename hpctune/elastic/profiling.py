@@ -1,7 +1,8 @@
 """A profile from measurements: seconds per step from traces or finished studies (RubberBand §5).
 
 Each measured size (devices per trial) comes from a trace file (docs/traces.md) or a finished
-study directory (its journal, read as :meth:`~hpctune.traces.Trace.from_study` does); sizes not
+study directory (its journal, read as :meth:`~hpctune.analysis.traces.Trace.from_study` does);
+sizes not
 measured may be given as throughput speed-ups over one device. The cluster's latencies (SCALE,
 INIT, SYNC) are given in seconds, as ``hpctune simulate`` takes them, or SCALE and INIT are read
 from a study's journal (:func:`study_latencies`).
@@ -14,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hpctune.analysis.traces import Trace
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.profile import Profile
 from hpctune.journal.state import StudyRecord
-from hpctune.traces import Trace
 
 MAX_SAMPLES = 256
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hpctune.analysis.formatting import format_duration
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.planner import Plan, PlanResult
-from hpctune.formatting import format_duration
 
 _DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
@@ -96,7 +96,7 @@ def format_plan(result: PlanResult) -> str:
 
 def plot_plan(result: PlanResult, path: Path) -> None:
     """Draw the devices held in each stage, plan against best static plan, to a PNG."""
-    from hpctune.plotting import pyplot
+    from hpctune.analysis.plotting import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))

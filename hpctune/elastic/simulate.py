@@ -21,7 +21,7 @@ from hpctune.elastic.cost import CostModel
 from hpctune.elastic.dag import Dag, NodeKind, critical_path, finish_times, to_dag
 from hpctune.elastic.experiment import ExperimentSpec, Progress
 from hpctune.elastic.profile import Profile, draw
-from hpctune.seeding import index_rng
+from hpctune.study.seeding import index_rng
 
 
 @dataclass(frozen=True)

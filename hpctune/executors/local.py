@@ -1,6 +1,7 @@
 """The local executor: workers as processes on this machine (laptop, CI box, one node).
 
-Each worker runs ``python -m hpctune.worker <study-dir> <worker-id>`` — the same worker code as on
+Each worker runs ``python -m hpctune.worker.loop <study-dir> <worker-id>`` — the same worker code
+as on
 Slurm — in its own session, so that a Ctrl-C in the terminal reaches only the controller (which
 stops the study cleanly) and a killed controller leaves its workers running, to be adopted by
 the next one.
@@ -18,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpctune.context import DEVICES_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
-from hpctune.layout import StudyPaths
+from hpctune.wire.layout import StudyPaths
+from hpctune.worker.context import DEVICES_VARIABLE
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -68,7 +69,13 @@ class LocalExecutor(Executor):
             try:
                 with open(log.with_suffix(".stdio"), "ab") as out:
                     child = subprocess.Popen(
-                        [sys.executable, "-m", "hpctune.worker", str(self.paths.root), worker_id],
+                        [
+                            sys.executable,
+                            "-m",
+                            "hpctune.worker.loop",
+                            str(self.paths.root),
+                            worker_id,
+                        ],
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=subprocess.STDOUT,
@@ -165,4 +172,4 @@ def _is_worker_process(pid: int, worker_id: str) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
         return False
-    return state != "Z" and b"hpctune.worker" in cmdline and worker_id.encode() in cmdline
+    return state != "Z" and b"hpctune.worker.loop" in cmdline and worker_id.encode() in cmdline

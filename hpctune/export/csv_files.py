@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.best import peak_value, trial_value
-from hpctune.files import atomic_path
+from hpctune.analysis.best import peak_value, trial_value
+from hpctune.wire.files import atomic_path
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

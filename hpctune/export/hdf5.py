@@ -22,8 +22,8 @@ import h5py
 import numpy as np
 
 from hpctune.errors import JournalError
-from hpctune.files import atomic_path
 from hpctune.journal.store import TABLES
+from hpctune.wire.files import atomic_path
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study
@@ -36,7 +36,7 @@ _STR = h5py.string_dtype("utf-8")
 def write_hdf5(study: Study, out: Path) -> Path:
     """Write ``study`` to the HDF5 file ``out`` (through a temporary name, then renamed)."""
     from hpctune import __version__
-    from hpctune.best import peak_value
+    from hpctune.analysis.best import peak_value
 
     out = Path(out)
     reader = study.journal

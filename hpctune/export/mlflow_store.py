@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpctune.analysis.formatting import format_value
 from hpctune.errors import UsageError
-from hpctune.files import atomic_path
-from hpctune.formatting import format_value
-from hpctune.states import TrialStatus
+from hpctune.wire.files import atomic_path
+from hpctune.wire.states import TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

@@ -23,11 +23,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpctune.analysis.best import trial_value
 from hpctune.analysis.params import Dimension, dimensions
-from hpctune.best import trial_value
-from hpctune.files import atomic_path
-from hpctune.space import FixedParam, SearchSpace
-from hpctune.states import TrialStatus
+from hpctune.study.space import FixedParam, SearchSpace
+from hpctune.wire.files import atomic_path
+from hpctune.wire.states import TrialStatus
 
 if TYPE_CHECKING:
     import optuna
@@ -152,7 +152,7 @@ def write_optuna_journal(study: Study, out: Path) -> Path:
             )
             target.set_user_attr("hpctune.metric", study.metric)
             target.set_user_attr("hpctune.directory", str(study.directory))
-            target.set_user_attr("hpctune.best", str(study.spec.get("best", "peak")))
+            target.set_user_attr("hpctune.analysis.best", str(study.spec.get("best", "peak")))
             target.add_trials(frozen_trials(study))
         finally:
             Path(f"{tmp}.lock").unlink(missing_ok=True)

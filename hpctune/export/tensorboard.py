@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.best import trial_value
+from hpctune.analysis.best import trial_value
+from hpctune.analysis.formatting import format_value
 from hpctune.errors import UsageError
-from hpctune.files import atomic_path
-from hpctune.formatting import format_value
+from hpctune.wire.files import atomic_path
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

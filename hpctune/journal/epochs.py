@@ -1,7 +1,7 @@
 """A journal directory per controller epoch, so a fenced controller cannot touch the live one.
 
 Each controller writes the journal in a directory of its own epoch, ``journal-e<N>.zarr``, made
-when it takes the epoch (:mod:`hpctune.lease`) from hard links of the previous epoch's files:
+when it takes the epoch (:mod:`hpctune.wire.lease`) from hard links of the previous epoch's files:
 zarr replaces every file it writes by renaming a new one into place, so a write in one directory
 never changes a file seen from another. The commit record (the group's ``zarr.json``) is linked
 first, so the new directory holds one whole commit even while the old controller is writing.
@@ -22,7 +22,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from hpctune.files import fsync_dir
+from hpctune.wire.files import fsync_dir
 
 JOURNAL_DIR = "journal.zarr"
 _DIR_RE = re.compile(r"journal-e(\d+)\.zarr$")

@@ -30,15 +30,15 @@ from hpctune.journal.state import (
     valid_rows,
 )
 from hpctune.journal.store import DAMAGED_HINT, JournalReader
-from hpctune.states import Mode, as_mode
+from hpctune.wire.states import Mode, as_mode
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpctune.asktell import AskedTrial, AskTellClient
-    from hpctune.best import BestTrial
+    from hpctune.analysis.best import BestTrial
+    from hpctune.analysis.pareto import FrontTrial
     from hpctune.export.hdf5 import Hdf5Journal
-    from hpctune.pareto import FrontTrial
+    from hpctune.wire.asktell import AskedTrial, AskTellClient
 
 
 class JournalTables(Protocol):
@@ -423,7 +423,7 @@ class Study:
 
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached at any step (NaN if none)."""
-        from hpctune.best import peak_value
+        from hpctune.analysis.best import peak_value
 
         return peak_value(self.record, self.trial(trial_id))[0]
 
@@ -435,14 +435,14 @@ class Study:
         result has ``trial_id``, ``params``, ``value``, ``step``, ``mode`` and ``checkpoint``
         (the file with the model at ``step``, or ``None`` when none was saved or kept there).
         """
-        from hpctune.best import describe_best
+        from hpctune.analysis.best import describe_best
 
         return describe_best(self.record, self.directory)
 
     _writable = False
 
     def _client(self) -> AskTellClient:
-        from hpctune.asktell import AskTellClient
+        from hpctune.wire.asktell import AskTellClient
 
         if not self._writable:
             raise JournalError(
@@ -455,7 +455,7 @@ class Study:
         """Ask the running controller for a new trial from the study's generator.
 
         The trial is *external*: no worker trains it; report it with :meth:`tell`. Waits up to
-        ``timeout`` seconds for the controller's answer (see :mod:`hpctune.asktell`).
+        ``timeout`` seconds for the controller's answer (see :mod:`hpctune.wire.asktell`).
         """
         return self._client().ask(timeout)
 
@@ -482,7 +482,7 @@ class Study:
     def pareto_front(self) -> list[FrontTrial]:
         """The completed trials no other completed trial dominates in the study's objectives
         (``[study] objectives``; with one metric: the best trial and its ties), by id."""
-        from hpctune.pareto import pareto_front
+        from hpctune.analysis.pareto import pareto_front
 
         return pareto_front(self.record)
 

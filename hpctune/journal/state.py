@@ -16,7 +16,7 @@ import numpy as np
 
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.delta import apply_delta
-from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 
 # Log record kinds.
 STUDY = "study"
@@ -261,7 +261,8 @@ class StudyRecord:
     forked: set[int] = field(default_factory=set, repr=False, compare=False)
     # trials changed since the controller last took this set (its views of them are stale)
     changed: set[int] = field(default_factory=set, repr=False, compare=False)
-    # completed trials' values under the study's ``best`` rule (hpctune.best.best_trial's memo)
+    # completed trials' values under the study's ``best`` rule (hpctune.analysis.best.best_trial's
+    # memo)
     best_values: dict[int, tuple[Any, Any]] = field(
         default_factory=dict, repr=False, compare=False
     )

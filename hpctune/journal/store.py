@@ -25,7 +25,7 @@ import numpy as np
 import zarr
 
 from hpctune.errors import JournalError
-from hpctune.metric_names import metric_key, metric_name_problem
+from hpctune.study.metric_names import metric_key, metric_name_problem
 
 FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
 ATTR = "hpctune"
@@ -92,7 +92,7 @@ class JournalWriter:
     Args:
         path: The journal's zarr directory (a symbolic link is resolved once, here).
         create: Create a new, empty journal (the path must not exist).
-        epoch: The controller epoch recorded in every commit (:mod:`hpctune.lease`).
+        epoch: The controller epoch recorded in every commit (:mod:`hpctune.wire.lease`).
 
     Raises:
         JournalError: The journal is missing or damaged.

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.states import Mode, TrialStatus
+from hpctune.wire.states import Mode, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.predict import CurvePrediction
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
 
 
 class OptionError(HpctuneError, ValueError):

@@ -23,7 +23,7 @@ import numpy as np
 
 from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView, TrialView
 from hpctune.policies._common import value_at
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 _WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 _GONE = (TrialStatus.TERMINATED, TrialStatus.FAILED)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.space import (
+from hpctune.study.space import (
     CategoricalParam,
     FloatParam,
     IntParam,

@@ -21,7 +21,7 @@ from sortedcontainers import SortedList
 from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
-from hpctune.states import Decision
+from hpctune.wire.states import Decision
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import best_until, last_step, require
 from hpctune.policies._order import median_skipping
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 
 @dataclass(frozen=True)

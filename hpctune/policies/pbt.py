@@ -60,8 +60,8 @@ from hpctune.policies._fitness import (
     parse_objectives,
 )
 from hpctune.policies._mutation import FACTORS, is_mutable, mutate
-from hpctune.space import SearchSpace
-from hpctune.states import TrialStatus
+from hpctune.study.space import SearchSpace
+from hpctune.wire.states import TrialStatus
 
 WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 

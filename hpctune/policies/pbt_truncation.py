@@ -34,7 +34,7 @@ from hpctune.policies.pbt import (
     check_factors,
     generation,
 )
-from hpctune.space import SearchSpace
+from hpctune.study.space import SearchSpace
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -1,6 +1,7 @@
 """Training replay (Li et al. 2019, §3.9): re-run a recorded lineage's hyperparameter schedule.
 
-The plan (``trials``, written by ``hpctune replay``, :func:`hpctune.lineage.replay_plan`) lists the
+The plan (``trials``, written by ``hpctune replay``, :func:`hpctune.analysis.lineage.replay_plan`)
+lists the
 trials of a lineage in topological order: each with its hyperparameters, seed and end step, and
 its parent's index in the plan with the step it forks at. Trial ``i`` of the replay study is
 plan entry ``i``: entries are created in order, a root as soon as a worker is free, a child once
@@ -18,8 +19,8 @@ import numpy as np
 
 from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
 from hpctune.policies.pbt import WAITING
-from hpctune.space import SearchSpace
-from hpctune.states import TrialStatus
+from hpctune.study.space import SearchSpace
+from hpctune.wire.states import TrialStatus
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.accounting import study_usage
+from hpctune.analysis.best import describe_best, peak_value, trial_value
+from hpctune.analysis.formatting import format_duration, format_params, format_value
 from hpctune.analysis.params import dimensions
+from hpctune.analysis.summary import policy_lines, stage_steps, study_line
 from hpctune.analysis.timeline import best_so_far, time_to_best
-from hpctune.best import describe_best, peak_value, trial_value
-from hpctune.formatting import format_duration, format_params, format_value
+from hpctune.analysis.usage import study_usage
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.state import decode_data
-from hpctune.space import SearchSpace
-from hpctune.states import TrialStatus
-from hpctune.summary import policy_lines, stage_steps, study_line
+from hpctune.study.space import SearchSpace
+from hpctune.wire.states import TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study
@@ -244,8 +244,8 @@ def _lineage(study: Study) -> dict[str, Any] | None:
     record = study.record
     if not any(t.generation is not None for t in record.trials.values()):
         return None
-    from hpctune.lineage import schedule
-    from hpctune.summary import best_trial
+    from hpctune.analysis.lineage import schedule
+    from hpctune.analysis.summary import best_trial
 
     best = best_trial(record)
     chain = []

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpctune.analysis.plotting import INSTALL
 from hpctune.errors import UsageError
-from hpctune.files import atomic_path
-from hpctune.plotting import INSTALL
+from hpctune.wire.files import atomic_path
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.plotting import metric_scale, pyplot
+from hpctune.analysis.plotting import metric_scale, pyplot
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import Study
@@ -111,7 +111,7 @@ def write_pngs(study: Study, data: dict[str, Any], out: Path) -> dict[str, str]:
         save(fig, "pools", "pools.png")
 
     if data["lineage"] is not None:
-        from hpctune.lineage import plot_lineage
+        from hpctune.analysis.lineage import plot_lineage
 
         plot_lineage(study.record, out / "lineage.png", highlight=data["lineage"]["best"])
         written["lineage"] = "lineage.png"

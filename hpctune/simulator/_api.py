@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.nearest import trace_space
+from hpctune.analysis.nearest import trace_space
+from hpctune.analysis.traces import Trace
 from hpctune.policies import OptionError, Policy, make_policy
 from hpctune.policies.generators import Generator, make_generator
-from hpctune.seeding import component_seed
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
-from hpctune.traces import Trace
+from hpctune.study.seeding import component_seed
 
 PolicySpec = str | tuple[str, Mapping[str, Any]]
 

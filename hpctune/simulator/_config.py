@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hpctune.analysis.traces import Trace
 from hpctune.errors import HpctuneError
 from hpctune.stagetree.options import SCHEDULERS
-from hpctune.traces import Trace
 
 
 class SimulatorError(HpctuneError):
@@ -96,7 +96,7 @@ class SimulatorConfig:
 
 
 class SimClock:
-    """Simulated time (the :class:`~hpctune.clock.Clock` protocol): starts at 0."""
+    """Simulated time (the :class:`~hpctune.wire.clock.Clock` protocol): starts at 0."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start

@@ -24,17 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpctune.analysis.nearest import NearestConfigurations, trace_space
+from hpctune.analysis.traces import Trace
 from hpctune.controller import Controller
 from hpctune.curves.service import FitJob, FitResult
-from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.state import StudyRecord
-from hpctune.nearest import NearestConfigurations, trace_space
 from hpctune.policies import ActionKind, Policy, StudyView
 from hpctune.policies.generators import Generator, Proposal
-from hpctune.seeding import component_seed, index_rng
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
@@ -45,10 +44,11 @@ from hpctune.simulator._results import (
     WorkerSpan,
 )
 from hpctune.simulator._workers import TraceRows, Workers
-from hpctune.spec import StudySpec
 from hpctune.stagetree.options import STAGE_POLICIES
-from hpctune.states import SegmentStatus, StudyState, TrialStatus
-from hpctune.traces import Trace
+from hpctune.study.seeding import component_seed, index_rng
+from hpctune.study.spec import StudySpec
+from hpctune.wire.files import dumps
+from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
@@ -78,7 +78,7 @@ class TraceOrder(Generator):
 
 class NearestInTrace(Generator):
     """A generator's proposals answered with the nearest configuration of the trace not used
-    yet (:mod:`hpctune.nearest`)."""
+    yet (:mod:`hpctune.analysis.nearest`)."""
 
     name: ClassVar[str] = "nearest-in-trace"
     predictable: ClassVar[bool] = False
@@ -186,7 +186,8 @@ class Simulator:
             ``None``: fitted on demand, in this process.
         generator: A generator that proposes each new trial's configuration from the view (TPE,
             GP, ...; built on the trace's search space); each proposal is answered with the
-            nearest configuration of the trace not used yet (:mod:`hpctune.nearest`). ``None``:
+            nearest configuration of the trace not used yet (:mod:`hpctune.analysis.nearest`).
+            ``None``:
             the configuration order ``order``.
     """
 
@@ -265,7 +266,7 @@ class Simulator:
         self.curves: SimCurveService | None = None
         if policy.wants_predictions:
             from hpctune.curves.fitter import FitOptions
-            from hpctune.layout import StudyPaths
+            from hpctune.wire.layout import StudyPaths
 
             source = predictions or PredictionCache(trace, bounds=self.config.metric_bounds(trace))
             self.curves = SimCurveService(

@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
+from hpctune.analysis.traces import Trace
 from hpctune.curves import CurveFitter, CurvePrediction, CurveRequest, FitOptions
 from hpctune.policies import Policy
-from hpctune.seeding import component_seed
-from hpctune.traces import Trace
+from hpctune.study.seeding import component_seed
 
 
 class PredictionCache:

@@ -2,8 +2,8 @@
 
 The controller under simulation is the real one (:class:`~hpctune.controller.Controller`); it
 talks to these workers through an in-memory :class:`MemoryWire` and starts them through a
-:class:`SimExecutor`. Each worker does what :mod:`hpctune.worker` and
-:class:`~hpctune.context.TrialContext` do, with a training function that reports the trace's
+:class:`SimExecutor`. Each worker does what :mod:`hpctune.worker.loop` and
+:class:`~hpctune.worker.context.TrialContext` do, with a training function that reports the trace's
 value at every step and saves a checkpoint at every boundary:
 
 - a new worker waits ``queue_wait`` in the queue, then ``startup`` before it can train; a worker
@@ -17,7 +17,8 @@ value at every step and saves a checkpoint at every boundary:
   (``checkpoint_cost``) and writes its ``checkpoint`` line; elsewhere it reads the decision in
   force without waiting (a decision taken at this report is read at the next one);
 - a stop or suspend decision, or the segment's last step, ends it: the function returns, the
-  ``end`` line says how (:func:`hpctune.worker._from_decision`'s rule), a suspended segment costs
+  ``end`` line says how (:func:`hpctune.worker.loop._from_decision`'s rule), a suspended segment
+  costs
   ``suspend_cost`` more;
 - a step the trace does not hold (NaN seconds) fails the segment ("out of trace").
 
@@ -36,11 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.analysis.nearest import NearestConfigurations
+from hpctune.analysis.traces import Trace
 from hpctune.controller.wire import EventLines, Wire
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal.state import StudyRecord
-from hpctune.nearest import NearestConfigurations
-from hpctune.protocol import (
+from hpctune.simulator._config import SimClock, SimulatorConfig
+from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
     EV_REPORT,
@@ -49,9 +52,7 @@ from hpctune.protocol import (
     DecisionMessage,
     Heartbeat,
 )
-from hpctune.simulator._config import SimClock, SimulatorConfig
-from hpctune.states import Decision, SegmentStatus
-from hpctune.traces import Trace
+from hpctune.wire.states import Decision, SegmentStatus
 
 
 class TraceRows:
@@ -59,7 +60,8 @@ class TraceRows:
 
     A trial the generator proposed carries its row in ``info["trace_row"]``. Any other trial (a
     PBT child, a trial added with given parameters, a replayed one) takes the row nearest to its
-    parameters (:class:`~hpctune.nearest.NearestConfigurations`' distance, used rows included)
+    parameters (:class:`~hpctune.analysis.nearest.NearestConfigurations`' distance, used rows
+    included)
     among the rows that recorded the first step it trains (a child forked at step s: step s + 1),
     else the nearest row: a forked child therefore continues, from its parent's checkpoint step,
     on the curve of the recorded configuration nearest to its mutated hyperparameters (in a
@@ -406,7 +408,7 @@ class Workers:
 
 
 def _status(run: Run) -> SegmentStatus:
-    """The segment's end as the worker tells it (:func:`hpctune.worker._from_decision`)."""
+    """The segment's end as the worker tells it (:func:`hpctune.worker.loop._from_decision`)."""
     a = run.assignment
     if run.step >= a.max_steps:
         return SegmentStatus.COMPLETED

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
-from hpctune.progress_bar import progress_bar
+from hpctune.analysis.progress_bar import progress_bar
 
 
 @contextlib.contextmanager

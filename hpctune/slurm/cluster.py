@@ -33,7 +33,7 @@ from hpctune.slurm.options import (
     JobOptions,
     parse_time,
 )
-from hpctune.spec import StudySpec
+from hpctune.study.spec import StudySpec
 
 logger = logging.getLogger(__name__)
 

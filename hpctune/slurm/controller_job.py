@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hpctune.errors import SubmissionError
-from hpctune.layout import StudyPaths
 from hpctune.slurm.environment import export_lines
 from hpctune.slurm.options import DEFAULT_CONTROLLER_TIME_MIN, JobOptions
-from hpctune.spec import StudySpec
+from hpctune.study.spec import StudySpec
+from hpctune.wire.layout import StudyPaths
 
 CONTROLLER_SIGNAL_S = 120
 

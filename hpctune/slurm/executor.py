@@ -1,7 +1,8 @@
 """Workers as Slurm jobs, submitted through submitit.
 
 Several workers that start at once go in one job array (submitit's ``batch``). Each job runs
-:class:`WorkerJob`, the same :class:`~hpctune.worker.Worker` loop the local executor runs. Jobs are
+:class:`WorkerJob`, the same :class:`~hpctune.worker.loop.Worker` loop the local executor runs.
+Jobs are
 submitted with ``--requeue`` and ``--signal=USR2@signal_delay_s``; the worker handles the signal
 itself (suspend at the next report, then ``scontrol requeue`` of exactly its own array task).
 Liveness comes from the workers' heartbeat files first and from
@@ -24,14 +25,14 @@ from typing import Any
 import submitit
 from submitit.core.utils import JobPaths
 
-from hpctune.context import DEVICES_VARIABLE
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
-from hpctune.layout import StudyPaths
 from hpctune.slurm.environment import SRUN_ARGS, export_lines
 from hpctune.slurm.options import DEFAULT_WORKER_TIME_MIN
 from hpctune.slurm.queue import SlurmQueue, job_end_reason
-from hpctune.spec import StudySpec
+from hpctune.study.spec import StudySpec
+from hpctune.wire.layout import StudyPaths
+from hpctune.worker.context import DEVICES_VARIABLE
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class WorkerJob:
 
     def __call__(self) -> int:
         """Run the worker loop in this job (also after a requeue: same worker id)."""
-        from hpctune.worker import Worker, setup_logging
+        from hpctune.worker.loop import Worker, setup_logging
 
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
         setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))

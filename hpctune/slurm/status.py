@@ -7,10 +7,10 @@ import shutil
 from typing import Any
 
 from hpctune.journal.state import StudyRecord
-from hpctune.layout import StudyPaths
 from hpctune.slurm.cluster import job_status, pending_reasons
 from hpctune.slurm.controller_job import last_controller_job
-from hpctune.states import StudyState
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.states import StudyState
 
 FINAL = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
 

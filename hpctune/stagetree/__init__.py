@@ -5,9 +5,10 @@
 - :mod:`~hpctune.stagetree.tree`: stage trees from the plan (Algorithm 1).
 - :mod:`~hpctune.stagetree.schedulers`: critical path, BFS, most-children-first.
 - :mod:`~hpctune.stagetree.simulate`: makespan of a stage tree on W workers.
-- :mod:`~hpctune.stagetree.summary`: ``hpctune plan`` figures and text.
+- :mod:`~hpctune.stagetree.preview`: ``hpctune plan`` figures and text.
+- :mod:`~hpctune.stagetree.store`: the stage store shared by studies (files).
 
-All pure: nothing here reads files, clocks or Slurm.
+All pure but :mod:`.store`: nothing else here reads files, clocks or Slurm.
 """
 
 from __future__ import annotations

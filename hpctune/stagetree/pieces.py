@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpctune.formatting import format_schedule, format_value
-from hpctune.schedules import (
+from hpctune.analysis.formatting import format_schedule, format_value
+from hpctune.study.schedules import (
     Constant,
     Cosine,
     Cyclic,

@@ -54,7 +54,7 @@ def plot_stage_tree(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.plotting import pyplot
+    from hpctune.analysis.plotting import pyplot
 
     plt = pyplot()
     path = Path(path)

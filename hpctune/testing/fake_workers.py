@@ -1,7 +1,7 @@
 """Workers without processes, for scale tests and benchmarks: many workers in one loop.
 
 :class:`FakeExecutor` starts nothing and reports every worker running; :class:`FakeFleet` does
-what those workers would do through the study's files, as :mod:`hpctune.worker` does: it reads
+what those workers would do through the study's files, as :mod:`hpctune.worker.loop` does: it reads
 each worker's assignment file, ignores files of a controller epoch that was taken over, and
 writes the heartbeat and the segment's event lines (start, then a report and a checkpoint line
 per step, then the end). A controller in another process, killed and restarted while the fleet
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.eventlog import EventWriter
 from hpctune.executors._base import Executor, WorkerState
-from hpctune.files import write_json_atomic
-from hpctune.layout import StudyPaths
-from hpctune.lease import highest_epoch
-from hpctune.protocol import (
+from hpctune.wire.eventlog import EventWriter
+from hpctune.wire.files import write_json_atomic
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import highest_epoch
+from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
     EV_REPORT,
@@ -33,7 +33,7 @@ from hpctune.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.states import SegmentStatus
+from hpctune.wire.states import SegmentStatus
 
 
 class FakeExecutor(Executor):

@@ -42,7 +42,6 @@ import numpy as np
 
 from hpctune.curves.predict import CurvePrediction
 from hpctune.errors import UsageError
-from hpctune.files import dumps
 from hpctune.journal.delta import apply_delta
 from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
@@ -55,10 +54,11 @@ from hpctune.policies._base import (
     StudyView,
     parse_options,
 )
-from hpctune.space import SearchSpace
-from hpctune.states import TrialStatus
+from hpctune.study.space import SearchSpace
 from hpctune.testing._io_guard import Violation, forbid_io
 from hpctune.testing._study_walk import PLACING, WAITING, StudyWalk, default_space
+from hpctune.wire.files import dumps
+from hpctune.wire.states import TrialStatus
 
 #: The checks, in the order they are made for each decision.
 CHECKS: tuple[str, ...] = (

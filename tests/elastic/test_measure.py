@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.context import devices_from_environment
+from hpctune.controller.launch import local_executor
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.measure import parse_sizes
 from hpctune.journal import open_study
-from hpctune.launch import local_executor
-from hpctune.layout import StudyPaths
-from hpctune.spec import load_spec
+from hpctune.study.spec import load_spec
+from hpctune.wire.layout import StudyPaths
+from hpctune.worker.context import devices_from_environment
 from tests.conftest import REPO, run_hpctune, write_study
 
 EXAMPLE = REPO / "jobs" / "digits-elastic"

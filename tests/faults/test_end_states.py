@@ -18,7 +18,7 @@ import pytest
 
 from hpctune.executors import LocalExecutor, WorkerState
 from hpctune.journal import Study, open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import launch_local, run_hpctune, wait_for, write_study
 from tests.faults.faulty import NAMES
 

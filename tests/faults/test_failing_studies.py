@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctune.journal import open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import launch_local, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpctune.journal import Study, open_study
-from hpctune.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import (
     count_reports,
     kill_workers,

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from hpctune.cli import main
-from hpctune.context import TrialContext
+from hpctune.controller.launch import create_study
 from hpctune.errors import CheckpointError
-from hpctune.eventlog import EventWriter
 from hpctune.journal import open_study
-from hpctune.launch import create_study
-from hpctune.protocol import Assignment
-from hpctune.spec import load_spec
-from hpctune.states import StudyState, TrialStatus
+from hpctune.study.spec import load_spec
+from hpctune.wire.eventlog import EventWriter
+from hpctune.wire.protocol import Assignment
+from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.worker.context import TrialContext
 from tests.conftest import WORKLOADS, hpctune_env, run_hpctune, write_study
 
 BEHAVIOURS = WORKLOADS / "behaviours.py"
@@ -45,7 +45,7 @@ def _spec(folder: Path, **study: object) -> Path:
 def _run_worker(study: Path, worker_id: str) -> subprocess.CompletedProcess[str]:
     """Run a worker process of ``study`` to its end (as the executors start one)."""
     return subprocess.run(
-        [sys.executable, "-m", "hpctune.worker", str(study), worker_id],
+        [sys.executable, "-m", "hpctune.worker.loop", str(study), worker_id],
         capture_output=True,
         text=True,
         env=hpctune_env(),
@@ -200,7 +200,7 @@ def test_checkpoints_load_weights_only(tmp_path: Path) -> None:
     path = tmp_path / "checkpoints" / "ck.pt"
     path.parent.mkdir()
     torch.save({"model": torch.ones(2), "extra": _Payload(marker)}, path)
-    from hpctune.files import sha256_file
+    from hpctune.wire.files import sha256_file
 
     assignment = Assignment(
         segment_id=1,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hpctune.policies import StudyView, TrialView
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 
 def trial(

@@ -33,7 +33,6 @@ from hpctune.policies import (
     TruncationPbtPolicy,
     make_policy,
 )
-from hpctune.states import TrialStatus
 from hpctune.testing import (
     CHECKS,
     ConformanceError,
@@ -44,6 +43,7 @@ from hpctune.testing import (
     forbid_io,
     view_problems,
 )
+from hpctune.wire.states import TrialStatus
 
 PLAN = [
     {"params": {"lr": 0.1}, "seed": 1, "end_step": 3, "parent": None},

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpctune.analysis.traces import Trace
 from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
 from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise
 from hpctune.simulator import simulate
-from hpctune.traces import Trace
 from tests.policies._views import RNG, trial, view
 
 

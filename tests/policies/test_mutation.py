@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hpctune.policies._fitness import compare, parse_objectives
 from hpctune.policies._mutation import explore, mutate, mutate_value, neighbour
-from hpctune.space import CategoricalParam, FixedParam, FloatParam, IntParam
+from hpctune.study.space import CategoricalParam, FixedParam, FloatParam, IntParam
 from hpctune.testing._study_walk import default_space
 
 seeds = st.integers(0, 2**32 - 1)

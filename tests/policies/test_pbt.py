@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpctune.analysis.traces import Trace
 from hpctune.errors import StudySpecError
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
@@ -36,10 +37,9 @@ from hpctune.policies import (
     make_policy,
 )
 from hpctune.simulator import Simulator, SimulatorConfig
-from hpctune.space import parse_space
-from hpctune.spec import load_spec
-from hpctune.states import TrialStatus
-from hpctune.traces import Trace
+from hpctune.study.space import parse_space
+from hpctune.study.spec import load_spec
+from hpctune.wire.states import TrialStatus
 from tests.conftest import write_study
 
 SPACE_TABLE: dict[str, Any] = {

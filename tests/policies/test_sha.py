@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpctune.analysis.traces import Trace
 from hpctune.journal import open_study
 from hpctune.policies import ActionKind, Event, ShaPolicy, make_policy
 from hpctune.policies._halving import (
@@ -18,8 +19,7 @@ from hpctune.policies._halving import (
     max_bracket,
 )
 from hpctune.simulator import simulate
-from hpctune.states import StudyState, TrialStatus
-from hpctune.traces import Trace
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
 from tests.policies._views import RNG, trial, view
 

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from hpctune.cli import main
-from hpctune.eventlog import read_events
 from hpctune.journal import open_study
 from hpctune.journal import state as st
 from hpctune.journal.state import decode_data
 from hpctune.journal.store import JournalReader
 from hpctune.slurm.options import parse_time
-from hpctune.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.eventlog import read_events
+from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.test_hpctune_slurm import _controller_job, _reports, _wait_final

@@ -11,8 +11,8 @@ import pytest
 
 from hpctune.journal import open_study
 from hpctune.stagetree.from_study import plan_from_study
-from hpctune.stagetree.summary import plan_configs
-from hpctune.states import StudyState, TrialStatus
+from hpctune.stagetree.preview import plan_configs
+from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, wait_for, write_study
 from tests.slurm.test_hpctune_slurm import (
     _reports,

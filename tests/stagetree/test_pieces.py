@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.schedules import schedule_from_dict
 from hpctune.stagetree.pieces import (
     Piece,
     config_piece_from_json,
@@ -17,6 +16,7 @@ from hpctune.stagetree.pieces import (
     schedule_pieces,
     trial_stages,
 )
+from hpctune.study.schedules import schedule_from_dict
 
 MAX = 40
 COSINE = {"schedule": "cosine", "base": 0.1, "total_steps": 20}

@@ -13,7 +13,7 @@ import pytest
 
 from hpctune.stagetree.pieces import ConfigPiece, Piece, TrialStage, trial_stages
 from hpctune.stagetree.plan import PlanError, RequestStatus, SearchPlan
-from hpctune.stagetree.summary import format_stage_tree, plan_summary
+from hpctune.stagetree.preview import format_stage_tree, plan_summary
 from hpctune.stagetree.tree import (
     Link,
     LinkKind,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
-from hpctune.launch import run_local
-from hpctune.layout import StudyPaths
-from hpctune.states import StudyState
+from hpctune.controller.launch import run_local
 from hpctune.testing.fake_workers import FakeExecutor
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.states import StudyState
 
 
 class DiesSubmitting(FakeExecutor):

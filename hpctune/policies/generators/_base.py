@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from hpctune.space import (
+from hpctune.study.space import (
     CategoricalParam,
     FixedParam,
     FloatParam,

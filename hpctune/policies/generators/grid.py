@@ -11,7 +11,7 @@ from hpctune.policies.generators._base import Generator
 
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,13 @@ import numpy as np
 
 from hpctune.policies._base import OptionError
 from hpctune.policies.generators._base import Generator, Proposal
-from hpctune.states import Mode, TrialStatus, as_mode
+from hpctune.wire.states import Mode, TrialStatus, as_mode
 
 if TYPE_CHECKING:
     import optuna
 
     from hpctune.policies._base import StudyView, TrialView
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
 
 # The sampler classes behind each name, and the options hpctune sets itself or that take Python
 # objects (not expressible in study.toml).

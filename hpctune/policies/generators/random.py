@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctune.policies.generators._base import Generator
-from hpctune.seeding import index_rng
+from hpctune.study.seeding import index_rng
 
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView
-    from hpctune.space import SearchSpace
+    from hpctune.study.space import SearchSpace
 
 
 @dataclass(frozen=True)

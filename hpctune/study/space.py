@@ -4,7 +4,7 @@ A :class:`SearchSpace` maps parameter names to parameters, in the order the ``[s
 table declares them. Parameters are ``float`` and ``int`` ranges, ``categorical`` choices,
 ``fixed`` values and ``schedule`` templates (a schedule shape whose arguments are themselves
 literals, choices or ranges). Sampled configurations are JSON-able dicts; schedules appear in them
-as schedule dicts (see :mod:`hpctune.schedules`).
+as schedule dicts (see :mod:`hpctune.study.schedules`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpctune.errors import HpctuneError, StudySpecError
-from hpctune.schedules import SHAPES, ScheduleArgError, schedule_from_dict, shape_args
+from hpctune.study.schedules import SHAPES, ScheduleArgError, schedule_from_dict, shape_args
 
 TYPES = ("float", "int", "categorical", "fixed", "schedule")
 _MAX_CORNERS = 512  # schedule argument combinations tried when checking a schedule template

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.space import (
+from hpctune.analysis.traces import Trace
+from hpctune.study.space import (
     CategoricalParam,
     FixedParam,
     FloatParam,
@@ -35,7 +36,6 @@ from hpctune.space import (
     ScheduleParam,
     SearchSpace,
 )
-from hpctune.traces import Trace
 
 
 def infer_space(hparams: Sequence[Mapping[str, Any]]) -> SearchSpace:

@@ -11,11 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.accounting import study_usage, trial_training_s, trial_wall_s
-from hpctune.best import best_trial, describe_best, leading_trial, peak_value, trial_value
-from hpctune.formatting import format_duration, format_params, format_sessions, format_value
+from hpctune.analysis.best import best_trial, describe_best, leading_trial, peak_value, trial_value
+from hpctune.analysis.formatting import (
+    format_duration,
+    format_params,
+    format_sessions,
+    format_value,
+)
+from hpctune.analysis.usage import study_usage, trial_training_s, trial_wall_s
 from hpctune.journal.state import StudyRecord
-from hpctune.states import TrialStatus
+from hpctune.wire.states import TrialStatus
 
 STATUS_JSON_VERSION = 1
 
@@ -138,7 +143,7 @@ def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
 
 def pareto_text(record: StudyRecord) -> str:
     """The Pareto front of a multi-objective study ("" for a study with one metric)."""
-    from hpctune.pareto import pareto_front
+    from hpctune.analysis.pareto import pareto_front
 
     objectives = record.spec.get("objectives") or []
     if not objectives:
@@ -235,7 +240,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
 
 def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:
     """The Pareto front as JSON (``None`` for a study with one metric)."""
-    from hpctune.pareto import pareto_front
+    from hpctune.analysis.pareto import pareto_front
 
     if not record.spec.get("objectives"):
         return None
@@ -313,7 +318,7 @@ def policy_lines(record: StudyRecord) -> list[str]:
 def schedule_lines(record: StudyRecord, trial_id: int) -> list[str]:
     """The hyperparameter schedule behind a (PBT) trial: its lineage's sessions, one line per
     parameter that changed along it, then the parameters that stayed the same."""
-    from hpctune.lineage import schedule
+    from hpctune.analysis.lineage import schedule
 
     sessions = schedule(record, trial_id)
     names = list(dict.fromkeys(n for s in sessions for n in s.params))

@@ -3,10 +3,11 @@
 Controller to worker: an :class:`Assignment` (or an :class:`ExitOrder`) in
 ``workers/<W>/assignment.json``, and the latest decision for a segment in
 ``decisions/segment-<S>.json``. Worker to controller: the segment's event file
-(:mod:`hpctune.eventlog`) and ``workers/<W>/heartbeat.json``. Every one of these small files is
+(:mod:`hpctune.wire.eventlog`) and ``workers/<W>/heartbeat.json``. Every one of these small files
+is
 replaced atomically by its single writer. The controller's files carry its epoch
-(:mod:`hpctune.lease`): a worker ignores those of an epoch below the highest it knows of, and
-takes what it runs from the journal, not from these files (:mod:`hpctune.worker`).
+(:mod:`hpctune.wire.lease`): a worker ignores those of an epoch below the highest it knows of, and
+takes what it runs from the journal, not from these files (:mod:`hpctune.worker.loop`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpctune.files import read_json, write_json_atomic
-from hpctune.states import Decision, Mode
+from hpctune.wire.files import read_json, write_json_atomic
+from hpctune.wire.states import Decision, Mode
 
 # Event kinds in a segment's event file.
 EV_START = "start"

@@ -23,21 +23,21 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from hpctune.analysis.progress import LiveProgress
+from hpctune.analysis.summary import best_text, pareto_text, policy_lines, study_line, trials_table
 from hpctune.controller import Controller
 from hpctune.errors import AccessError, Interrupted, StudySpecError, UsageError
 from hpctune.executors import Executor
 from hpctune.executors.local import LocalExecutor
-from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.epochs import epoch_journal, point_link
 from hpctune.journal.store import JournalWriter
-from hpctune.layout import StudyPaths
-from hpctune.lease import LeaseHeld, rival
-from hpctune.permissions import check_loadable, check_study_dir, use_study_umask, use_umask_of
-from hpctune.progress import LiveProgress
-from hpctune.spec import StudySpec
-from hpctune.states import StudyState
-from hpctune.summary import best_text, pareto_text, policy_lines, study_line, trials_table
+from hpctune.study.spec import StudySpec
+from hpctune.wire.files import dumps
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import LeaseHeld, rival
+from hpctune.wire.permissions import check_loadable, check_study_dir, use_study_umask, use_umask_of
+from hpctune.wire.states import StudyState
 
 
 def check_entry_point(spec: StudySpec) -> None:
@@ -125,7 +125,7 @@ def create_study(spec: StudySpec) -> StudyPaths:
     """Create the study directory: the spec copy, the folders and a journal with the spec.
 
     Everything is created private (0700/0600, or 0750/0640 with ``share_with_group``),
-    whatever the umask was (:mod:`hpctune.permissions`).
+    whatever the umask was (:mod:`hpctune.wire.permissions`).
 
     Raises:
         UsageError: The directory exists already (naming its controller if one runs).

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpctune.best import peak_value
-from hpctune.formatting import format_duration, format_params, format_value
+from hpctune.analysis.best import peak_value
+from hpctune.analysis.formatting import format_duration, format_params, format_value
+from hpctune.analysis.summary import best_phrase, done_count, study_line, total_trials
 from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.states import StudyState, TrialStatus
-from hpctune.summary import best_phrase, done_count, study_line, total_trials
+from hpctune.wire.states import StudyState, TrialStatus
 
 LINE_WIDTH = 100  # a completion line fits this many columns
 FINAL_STATES = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)

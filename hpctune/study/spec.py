@@ -26,17 +26,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hpctune.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
+from hpctune.analysis.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
-from hpctune.metric_names import metric_name_problem
 from hpctune.policies import OptionError, make_policy
 from hpctune.policies.generators import make_generator
-from hpctune.seeding import component_seed
 from hpctune.slurm.options import SlurmSpec, parse_slurm
-from hpctune.space import NoGridError, SearchSpace, parse_space
 from hpctune.stagetree.options import StagesSpec, parse_stages
-from hpctune.states import Mode
+from hpctune.study.metric_names import metric_name_problem
+from hpctune.study.seeding import component_seed
+from hpctune.study.space import NoGridError, SearchSpace, parse_space
+from hpctune.wire.states import Mode
 
 SECTIONS = (
     "study",
@@ -246,7 +246,7 @@ class StudySpec:
         objectives: ``(metric, mode)`` of each objective of a multi-objective study (``[study]
             objectives``, two or more; ``metric`` is one of them); empty otherwise.
         best: What a trial's value is: ``"peak"`` (its best step) or ``"last"`` (its last
-            step); :mod:`hpctune.best`.
+            step); :mod:`hpctune.analysis.best`.
         keep_checkpoints: Which checkpoints of ended trials are kept: ``"last"``, ``"best"``
             or ``"best_and_last"``.
     """

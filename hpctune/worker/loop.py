@@ -4,12 +4,12 @@ The loop: read ``workers/<W>/assignment.json``; when it names a segment not run 
 segment up in the journal and run the user's function on it (events to the segment's own file,
 stdout/stderr to the trial's log files); when it is an exit order, exit. What runs comes from the
 journal, never from the file (:mod:`hpctune.journal.assignments`), and files of a controller
-epoch below the highest one are ignored (:mod:`hpctune.lease`). A background thread keeps
+epoch below the highest one are ignored (:mod:`hpctune.wire.lease`). A background thread keeps
 ``heartbeat.json`` fresh. A worker never waits on the controller for long: decisions are read at
 boundaries with a bounded wait, and a worker whose controller has been silent for
 ``controller_timeout`` seconds exits once idle.
 
-Run it as ``python -m hpctune.worker <study-dir> <worker-id>``; the local executor does.
+Run it as ``python -m hpctune.worker.loop <study-dir> <worker-id>``; the local executor does.
 """
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpctune.context import TrialContext, TrialStop, devices_from_environment
 from hpctune.errors import HpctuneError
-from hpctune.eventlog import EventWriter, read_events
-from hpctune.files import read_json, write_json_atomic
 from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
-from hpctune.layout import StudyPaths
-from hpctune.lease import highest_epoch
-from hpctune.permissions import check_loadable, check_study_dir, use_umask_of
-from hpctune.protocol import (
+from hpctune.wire.eventlog import EventWriter, read_events
+from hpctune.wire.files import read_json, write_json_atomic
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import highest_epoch
+from hpctune.wire.permissions import check_loadable, check_study_dir, use_umask_of
+from hpctune.wire.protocol import (
     EV_END,
     EV_START,
     Assignment,
@@ -44,10 +43,11 @@ from hpctune.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.states import Decision, SegmentStatus
-from hpctune.storage import describe, storage_error
+from hpctune.wire.states import Decision, SegmentStatus
+from hpctune.wire.storage import describe, storage_error
+from hpctune.worker.context import TrialContext, TrialStop, devices_from_environment
 
-logger = logging.getLogger("hpctune.worker")  # also when run as __main__
+logger = logging.getLogger("hpctune.worker.loop")  # also when run as __main__
 
 HEARTBEAT_INTERVAL = 2.0
 VERIFY_WAIT = 10.0  # seconds an assignment may wait for its commit to be visible here
@@ -316,7 +316,7 @@ class Worker:
         return time.time() - last > self.controller_timeout
 
     def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
-        from hpctune.spec import EntryPoint
+        from hpctune.study.spec import EntryPoint
 
         point = EntryPoint(
             file=Path(entry["file"]) if entry.get("file") else None,
@@ -338,7 +338,7 @@ class Worker:
         """Run one segment: call the user's function, then write the end record.
 
         Returns False (nothing run) when the segment's start could not be written because
-        storage failed (:mod:`hpctune.storage`); the worker tries again later.
+        storage failed (:mod:`hpctune.wire.storage`); the worker tries again later.
         """
         logger.info(
             "segment %d: trial %d from step %d to %d",
@@ -516,10 +516,10 @@ def setup_logging(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m hpctune.worker <study-dir> <worker-id>``."""
+    """Entry point of ``python -m hpctune.worker.loop <study-dir> <worker-id>``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m hpctune.worker <study-dir> <worker-id>", file=sys.stderr)
+        print("usage: python -m hpctune.worker.loop <study-dir> <worker-id>", file=sys.stderr)
         return 2
     study_dir, worker_id = args
     try:

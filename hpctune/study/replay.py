@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpctune.analysis.lineage import replay_plan
+from hpctune.controller.launch import create_study
 from hpctune.errors import UsageError
 from hpctune.journal.reader import open_study
-from hpctune.launch import create_study
-from hpctune.layout import StudyPaths
-from hpctune.lineage import replay_plan
 from hpctune.policies import make_policy
-from hpctune.spec import ComponentSpec, StudySpec
+from hpctune.study.spec import ComponentSpec, StudySpec
+from hpctune.wire.layout import StudyPaths
 
 
 def replay_spec(

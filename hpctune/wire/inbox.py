@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpctune.files import write_bytes_atomic, write_json_atomic
 from hpctune.journal.state import StudyRecord
 from hpctune.slurm.settings import read_command as read_slurm_command
-from hpctune.states import TrialStatus
+from hpctune.wire.files import write_bytes_atomic, write_json_atomic
+from hpctune.wire.states import TrialStatus
 
 INBOX_GRACE = 2.0  # seconds: an unparsable file younger than this may still be being written
 MAX_COMMAND_BYTES = 1 << 20
@@ -114,7 +114,7 @@ def check_command(
     command: Any, record: StudyRecord, validators: Mapping[str, Validator] = VALIDATORS
 ) -> str:
     """Why ``command`` cannot be carried out ("" when it can): its kind's validator in
-    ``validators`` decides (the controller adds :data:`hpctune.asktell.VALIDATORS`)."""
+    ``validators`` decides (the controller adds :data:`hpctune.wire.asktell.VALIDATORS`)."""
     if not isinstance(command, dict):
         return f"a command must be a JSON object, but the file holds {type(command).__name__}"
     kind = command.get("command")

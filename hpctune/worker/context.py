@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from hpctune.errors import CheckpointError, HpctuneError
-from hpctune.eventlog import EventWriter
-from hpctune.metric_names import MAX_METRIC_NAME, metric_name_problem
-from hpctune.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
-from hpctune.states import Decision
-from hpctune.storage import describe, storage_error
+from hpctune.study.metric_names import MAX_METRIC_NAME, metric_name_problem
+from hpctune.wire.eventlog import EventWriter
+from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
+from hpctune.wire.states import Decision
+from hpctune.wire.storage import describe, storage_error
 
 DEVICES_VARIABLE = "HPCTUNE_DEVICES"
 """The environment variable through which an executor tells its workers how many devices they
@@ -176,7 +176,7 @@ class TrialContext:
 
     def params_at(self, step: float) -> dict[str, Any]:
         """The hyperparameters in force at ``step`` (fractional steps allowed)."""
-        from hpctune.schedules import evaluate
+        from hpctune.study.schedules import evaluate
 
         return {name: evaluate(value, step) for name, value in self._a.params.items()}
 
@@ -193,7 +193,7 @@ class TrialContext:
         """A seed for the randomness of training ``step`` (data order, dropout, augmentation):
         it depends on :attr:`seed` and ``step`` only, so a run resumed from a checkpoint, or a
         stage trained once for several trials, draws exactly what an uninterrupted run would."""
-        from hpctune.seeding import step_seed
+        from hpctune.study.seeding import step_seed
 
         return step_seed(self.seed, step)
 
@@ -400,14 +400,14 @@ class TrialContext:
             return None
         import torch
 
-        from hpctune.permissions import check_loadable
+        from hpctune.wire.permissions import check_loadable
 
         path = self.study_dir / self._a.checkpoint
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} of trial {self.trial_id} is missing")
         check_loadable(path, "the checkpoint")
         if verify and self._a.checkpoint_sha256:
-            from hpctune.files import sha256_file
+            from hpctune.wire.files import sha256_file
 
             digest = sha256_file(path)
             if digest != self._a.checkpoint_sha256:

@@ -21,7 +21,7 @@
 
 ``hpctune profile study.toml`` may make ``profile.json`` and ``profile/`` before the study is
 launched; ``hpctune launch`` then creates the study around them
-(:func:`hpctune.launch.create_study`).
+(:func:`hpctune.controller.launch.create_study`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class StudyPaths:
 
     @property
     def epochs(self) -> Path:
-        """The controller epoch files (:mod:`hpctune.lease`)."""
+        """The controller epoch files (:mod:`hpctune.wire.lease`)."""
         return self.root / "controller"
 
     @property
@@ -81,7 +81,7 @@ class StudyPaths:
 
     @property
     def inbox(self) -> Path:
-        """User commands for the controller (:mod:`hpctune.inbox`)."""
+        """User commands for the controller (:mod:`hpctune.wire.inbox`)."""
         return self.root / "inbox"
 
     @property

@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.states import Mode
+from hpctune.wire.states import Mode
 
 FORMAT_VERSION = 1
 DATASETS = ("curves", "epoch_seconds", "hparams")

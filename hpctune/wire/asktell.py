@@ -30,10 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.files import read_json
-from hpctune.inbox import check_keys, send_command
 from hpctune.journal.state import StudyRecord
-from hpctune.space import (
+from hpctune.study.space import (
     CategoricalParam,
     FixedParam,
     FloatParam,
@@ -42,7 +40,9 @@ from hpctune.space import (
     ScheduleParam,
     SearchSpace,
 )
-from hpctune.states import StudyState
+from hpctune.wire.files import read_json
+from hpctune.wire.inbox import check_keys, send_command
+from hpctune.wire.states import StudyState
 
 ANSWERS_DIR = "asked"
 TELL_STATES = ("completed", "terminated", "failed", "running")
@@ -264,7 +264,7 @@ class AskTellClient:
         """Why an ask can no longer be answered ("" while it may be): the study's controller
         ended (or died) and the study is in a final state. Withdraws the request then."""
         from hpctune.journal.reader import open_study
-        from hpctune.lease import holder, rival
+        from hpctune.wire.lease import holder, rival
 
         if holder(self.directory) is None or rival(self.directory) is not None:
             return ""  # no controller has started yet, or one is running

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpctune.analysis.formatting import format_params, format_value
 from hpctune.errors import UsageError
-from hpctune.formatting import format_params, format_value
 from hpctune.journal.state import StudyRecord, TrialRecord
 
 
@@ -173,7 +173,7 @@ def plot_lineage(
 ) -> Path:
     """Plot the population tree (metric by step, each trial joined to its parent) and the
     ``param`` schedule of the lineage of ``highlight`` (default: the best last value)."""
-    from hpctune.plotting import metric_scale, pyplot
+    from hpctune.analysis.plotting import metric_scale, pyplot
 
     plt = pyplot()
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from hpctune.schedules import SHAPES, is_schedule_dict, schedule_from_dict
+from hpctune.study.schedules import SHAPES, is_schedule_dict, schedule_from_dict
 
 NUMBER_DIGITS = 4
 
