@@ -72,3 +72,13 @@ def test_the_restart_check_can_fail() -> None:
     result = sim.run(restart_at=[0.3 * reference.end_time, 0.6 * reference.end_time])
     decisions = [(d.trial, d.step, d.kind) for d in result.decisions]
     assert decisions != [(d.trial, d.step, d.kind) for d in reference.decisions]
+
+
+def test_the_controller_journals_only_registered_record_kinds() -> None:
+    """A record kind missing from the journal's registry is refused when written (readers of
+    the same format would refuse the journal), naming the place to register it."""
+    sim = Simulator(TRACE.subset(range(4)), make_policy("asha", {}), slots=2, seed=0)
+    with pytest.raises(ValueError, match="'bogus' is not registered: add it to LOG_KINDS"):
+        sim.controller._log("bogus", note="x")
+    sim.controller._log("warning", message="registered kinds are journaled")
+    assert sim.controller.state.warnings[-1].message == "registered kinds are journaled"

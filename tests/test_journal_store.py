@@ -644,3 +644,52 @@ def test_valid_rows_example() -> None:
         True,
     ]
     assert valid_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}).shape == (0,)
+
+
+def _journal_with_kinds(path: Path, kinds: list[str], minor: int | None) -> JournalReader:
+    """A journal whose log holds a study record then records of ``kinds``; its commit record
+    says minor version ``minor`` (``None``: as written)."""
+    writer = JournalWriter(path, create=True)
+    writer.append("log", kind="study", data='{"state": "running"}')
+    for kind in kinds:
+        writer.append("log", kind=kind, data="{}")
+    writer.commit()
+    if minor is not None:
+        group = zarr.open_group(str(path), mode="r+")
+        state: dict[str, Any] = dict(group.attrs[ATTR])  # type: ignore[arg-type]
+        state["minor"] = minor
+        group.attrs[ATTR] = state
+    return JournalReader(path)
+
+
+def test_a_record_of_an_unknown_kind_is_refused_unless_the_journal_is_newer(
+    tmp_path: Path,
+) -> None:
+    """A kind nobody registered is damage, named by its row; a journal of a newer minor version
+    may hold kinds added since, skipped; one of before registration is read as it always was."""
+    from hpctune.journal.reader import load_state
+    from hpctune.journal.store import FORMAT_MINOR
+
+    known = ["warning", "corrupt_lines"]
+    reader = _journal_with_kinds(tmp_path / "a.zarr", [*known, "bogus"], None)
+    assert reader.format_minor == FORMAT_MINOR
+    with pytest.raises(JournalError, match=r"log row 3 has kind 'bogus'") as info:
+        load_state(reader)
+    assert str(tmp_path / "a.zarr") in str(info.value)
+    newer = _journal_with_kinds(tmp_path / "b.zarr", ["bogus"], FORMAT_MINOR + 1)
+    assert load_state(newer).state.value == "running"
+    older = _journal_with_kinds(tmp_path / "c.zarr", ["bogus"], 0)
+    assert load_state(older).state.value == "running"
+    fine = _journal_with_kinds(tmp_path / "d.zarr", known, None)
+    assert load_state(fine).state.value == "running"
+
+
+def test_a_resumed_older_journal_takes_the_writers_minor_version(tmp_path: Path) -> None:
+    from hpctune.journal.store import FORMAT_MINOR
+
+    reader = _journal_with_kinds(tmp_path / "j.zarr", [], 0)
+    assert reader.format_minor == 0
+    writer = JournalWriter(tmp_path / "j.zarr")
+    writer.append("log", kind="warning", data="{}")
+    writer.commit()
+    assert JournalReader(tmp_path / "j.zarr").format_minor == FORMAT_MINOR

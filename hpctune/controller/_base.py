@@ -295,6 +295,11 @@ class ControllerBase:
 
     def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would."""
+        if kind not in st.LOG_KINDS:
+            raise ValueError(
+                f"journal record kind {kind!r} is not registered: add it to LOG_KINDS in "
+                "hpctune/journal/state.py and raise FORMAT_MINOR in hpctune/journal/store.py"
+            )
         now = self.clock.now()
         text = dumps(data)
         self.writer.append("log", kind=kind, trial=trial, segment=segment, time=now, data=text)

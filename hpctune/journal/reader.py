@@ -23,13 +23,14 @@ from hpctune.journal.checkpoints import ReadRows
 from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
+    LOG_KINDS,
     StudyRecord,
     TrialRecord,
     decode_data,
     inherit_prefix_curves,
     valid_rows,
 )
-from hpctune.journal.store import DAMAGED_HINT, JournalReader
+from hpctune.journal.store import DAMAGED_HINT, FORMAT_MINOR, FORMAT_VERSION, JournalReader
 from hpctune.wire.states import Mode, as_mode
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
         log[c].tolist() for c in ("kind", "trial", "segment", "time")
     )
     texts = log["data"].tolist()
+    _check_kinds(reader, kinds)
     # a run of checkpoint deletions (a study with a checkpoint per step journals one a step)
     # is applied as one deletion of all its rows: the same state, without a record each
     batched = (log["kind"] == CHECKPOINT_DELETED) & (log["trial"] < 0)
@@ -209,6 +211,27 @@ def _load(reader: JournalTables) -> tuple[StudyRecord, MetricRows]:
             if tr is not None:
                 tr.last_metrics[name] = value
     return record, metrics
+
+
+def _check_kinds(reader: JournalTables, kinds: list[Any]) -> None:
+    """Refuse a log record of a kind no hpctune of the journal's format writes.
+
+    Only a journal whose minor version registers its kinds (1 on) and is not newer than this
+    hpctune's is checked: a newer one may hold kinds added since (replay skips them).
+
+    Raises:
+        JournalError: Naming the first such row and its kind.
+    """
+    minor = getattr(reader, "format_minor", 0)
+    if not 1 <= minor <= FORMAT_MINOR:
+        return
+    unknown = set(kinds) - set(LOG_KINDS)
+    if unknown:
+        row = next(i for i, kind in enumerate(kinds) if kind in unknown)
+        raise JournalError(
+            f"{reader.path}: log row {row} has kind {kinds[row]!r}, which no hpctune of this "
+            f"journal's format ({FORMAT_VERSION}.{minor}) writes: {DAMAGED_HINT}"
+        )
 
 
 def _checkpoint_rows(reader: JournalTables) -> ReadRows:

@@ -28,6 +28,10 @@ from hpctune.errors import JournalError
 from hpctune.study.metric_names import metric_key, metric_name_problem
 
 FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
+# Additions within a format (new record kinds) raise the minor version: a reader refuses a log
+# record of a kind it does not know (journal/state.py LOG_KINDS) unless the journal's minor
+# version is newer than its own (then the record is from a newer hpctune and is skipped).
+FORMAT_MINOR = 1  # 1: every kind written is registered
 ATTR = "hpctune"
 NO_ID = -1
 
@@ -117,6 +121,7 @@ class JournalWriter:
                     )
             self.state: dict[str, Any] = {
                 "format": FORMAT_VERSION,
+                "minor": FORMAT_MINOR,
                 "lengths": dict.fromkeys(TABLES, 0),
                 "metric_names": [],
                 "metric_keys": {},
@@ -217,6 +222,7 @@ class JournalWriter:
         if self.epoch is not None:
             state["epoch"] = self.epoch
         state["commit"] = int(state["commit"]) + 1
+        state["minor"] = max(int(state.get("minor", 0)), FORMAT_MINOR)  # what this writer may add
         if self.before_publish is not None:
             self.before_publish()
         state["time"] = time.time()
@@ -345,6 +351,11 @@ class JournalReader:
     def cursors(self) -> dict[str, int]:
         """Event-file offsets as of this snapshot."""
         return dict(self.state["cursors"])
+
+    @property
+    def format_minor(self) -> int:
+        """The journal's minor format version (0: written before kinds were registered)."""
+        return int(self.state.get("minor", 0))
 
     def column(
         self, table: str, column: str, start: int = 0, end: int | None = None
