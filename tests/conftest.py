@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from hpctune.analysis.formatting import toml_value
+from hpctune.wire.protocol import Heartbeat
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -129,17 +130,24 @@ def count_reports(study_dir: Path) -> int:
     return sum(p.read_bytes().count(b'"report"') for p in files)
 
 
+def _running_heartbeats(study_dir: Path) -> list[Heartbeat]:
+    """The heartbeats of a study's workers that say they run a segment."""
+    beats = (Heartbeat.read(p) for p in study_dir.glob("workers/*/heartbeat.json"))
+    return [b for b in beats if b is not None and b.state == "running"]
+
+
 def kill_workers(study_dir: Path) -> None:
-    """SIGKILL every worker process of a study still alive (test cleanup)."""
+    """SIGKILL every worker process of a study still alive: those the journal knows and those
+    whose heartbeat says they run (started by a controller that had not committed them yet)."""
     from hpctune.journal import open_study
 
-    if not (study_dir / "journal.zarr").exists():
-        return
-    for worker in open_study(study_dir).record.workers.values():
-        pid = worker.info.get("pid")
-        if pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pid), signal.SIGKILL)
+    pids = {b.pid for b in _running_heartbeats(study_dir)}
+    if (study_dir / "journal.zarr").exists():
+        workers = open_study(study_dir).record.workers.values()
+        pids |= {int(w.info["pid"]) for w in workers if w.info.get("pid")}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -183,8 +191,9 @@ def kill_and_resume(
         os.kill(process.pid, signal.SIGKILL)  # the controller only; its workers keep running
         process.wait()
         kills += 1
-        if round_ % 2 == 1:
-            kill_workers(study_dir)  # and now and then the workers too (a node failure)
+        if round_ % 2 == 1:  # and now and then the workers too (a node failure), mid-segment
+            wait_for(lambda: bool(_running_heartbeats(study_dir)), 30, interval=0.02)
+            kill_workers(study_dir)
         process = start_hpctune("resume", str(study_dir), "--local")
     return process, kills
 

@@ -29,12 +29,15 @@ pytestmark = pytest.mark.timeout(120)
 
 # a = 0 reports a constant: a degenerate curve whose prediction is unknown
 TRAIN = """
+import os
 import time
 
 def train(ctx):
     a = ctx.params["a"]
     for step in range(ctx.start_step + 1, ctx.max_steps + 1):
         time.sleep(ctx.params["sleep"])
+        while os.path.exists(ctx.params["gate"]):  # the test holds the trials here
+            time.sleep(0.05)
         value = 0.3 if a == 0 else 0.9 - 0.6 * step ** -a
         start = time.monotonic()
         ctx.report(step=step, score=value)
@@ -71,10 +74,11 @@ class PredictingPolicy(DefaultPolicy):
 def _study(
     tmp_path: Path, a: list[float], max_steps: int, sleep: float, model: str = "domhan"
 ) -> StudyPaths:
+    """A study of ``TRAIN``; its trials wait before each step while ``tmp_path/gate`` exists."""
     spec = write_study(
         tmp_path,
         train=TRAIN,
-        space={"a": a, "sleep": sleep},
+        space={"a": a, "sleep": sleep, "gate": str(tmp_path / "gate")},
         generator={"name": "grid"},
         resources={"slots": 2},
         max_steps=max_steps,
@@ -89,6 +93,11 @@ def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
     controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
     controller.policy = PredictingPolicy()
     return controller
+
+
+def _key(record: tuple[int, dict[str, Any]]) -> tuple[int, int]:
+    """A prediction record's trial and number of points."""
+    return record[0], int(record[1]["n"])
 
 
 def _prediction_records(paths: StudyPaths) -> list[tuple[int, dict[str, Any]]]:
@@ -204,8 +213,10 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     first.start()
     service = first.curve_service
     assert service is not None
+    gate = tmp_path / "gate"
     try:
         _drive(first, lambda: bool(_prediction_records(paths)) and bool(service.running), 60)
+        gate.touch()  # the trials wait until the fits asked again are journaled, however slow
     finally:  # "kill" it: its fits in flight never reach the journal
         service.close()
         first.executor.close()
@@ -235,6 +246,15 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
         asked = {**second.curve_service.pending, **second.curve_service.running}
         assert {t: job.n for t, job in asked.items()} == expected
         assert expected  # the first controller was stopped with a fit in flight
+
+        def fitted_again() -> bool:
+            """Each trial asked again has a new prediction (of a later step if a report that
+            was on its way when the first controller stopped came in since)."""
+            new = set(map(_key, _prediction_records(paths))) - journaled
+            return all(any(t == trial and m >= n for trial, m in new) for t, n in expected.items())
+
+        _drive(second, fitted_again, 90)
+        gate.unlink()
         _drive(second, lambda: False, 90)
     finally:
         second._close_curves()
