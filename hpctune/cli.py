@@ -612,6 +612,12 @@ def status(
         click.echo(f"reason: {study.record.reason}")
     for line in [*policy_lines(study.record), *notices(study.record)]:
         click.echo(line)
+    plan = study.elastic_plan()
+    if plan is not None:
+        from hpctune.elastic.follow import format_plan_status
+
+        for line in format_plan_status(plan):
+            click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=limit))
     click.echo("")

@@ -119,6 +119,21 @@ class ElasticController(WorkerManagingController):
             return self.spec.resources.slots
         return self._pool_target
 
+    def _idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
+        """The idle workers the policy has no work for that may go: all of them without a plan;
+        with one, those beyond the next stage's workers less the workers still busy (the last
+        to finish a stage wait for the next, as the plan's DAG holds them to the rung's SYNC)."""
+        result = self._elastic_plan()
+        known = self.state.elastic_stages
+        if result is None or not known:
+            return idle
+        following = known[-1][0] + 1
+        if following >= result.spec.num_stages():
+            return idle
+        busy = len([w for w in self._live_workers() if w.state == "started"]) - len(idle)
+        keep = max(stage_workers(result, following) - busy, 0)
+        return idle[keep:]
+
     def _shrink_pool(self) -> None:
         """Tell idle workers above the plan's pool to exit (busy ones finish their segment)."""
         if self._pool_target is None or self.state.state is not StudyState.RUNNING:

@@ -493,7 +493,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             placed += 1
         if idle and active and self.policy.holds_idle_workers(view):
             return  # work will come when a running trial ends: keep the allocations
-        for worker in idle:  # the policy has nothing for them
+        for worker in self._idle_to_release(idle):  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
         if not placed and not active and not self._external_running():
             self._set_study(StudyState.FINISHED, "no trial left to run")

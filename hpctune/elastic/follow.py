@@ -303,6 +303,30 @@ def plan_status(
     )
 
 
+def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | None:
+    """The followed plan of a study record (:class:`~hpctune.journal.state.StudyRecord`) as
+    of ``now`` (default: the time; the end of a study that ended), or ``None`` without one."""
+    import time
+
+    from hpctune.accounting import study_usage
+
+    data = record.elastic_plan
+    if data is None:
+        return None
+    now = time.time() if now is None else now
+    started = record.started_time or record.created_time
+    usage = study_usage(record, now)
+    return plan_status(
+        data,
+        record.elastic_stages,
+        plans=len(record.elastic_plans),
+        started=started,
+        now=record.ended_time or now,
+        held_seconds=usage.allocated_s,
+        used_seconds=usage.training_s,
+    )
+
+
 def format_plan_status(status: PlanStatus) -> list[str]:
     """``hpctune status`` lines of a followed plan."""
     from hpctune.formatting import format_duration
@@ -312,7 +336,7 @@ def format_plan_status(status: PlanStatus) -> list[str]:
     meets = "meets the deadline" if result.feasible else "no plan meets the deadline"
     lines = [
         f"elastic plan ({result.plan.kind}, {meets}): deadline {format_duration(result.deadline)}"
-        f", {status.reason} at {format_duration(status.planned_at)}"
+        f", {status.reason} ({format_duration(status.planned_at)} after it)"
         + (f" ({status.plans} plans)" if status.plans > 1 else ""),
         f"  predicted {format_duration(status.predicted_time)}, "
         f"{cost.format(status.predicted_cost)}; so far {format_duration(status.elapsed)}, "
@@ -346,4 +370,5 @@ __all__ = [
     "profile_path",
     "stage_done",
     "stage_workers",
+    "study_plan_status",
 ]
