@@ -12,16 +12,22 @@ exit when it is smaller (a running segment is never cut short: its worker leaves
 from __future__ import annotations
 
 import logging
+import math
+import os
 
+from hpctune.accounting import study_usage
 from hpctune.controller._workers import WorkerManagingController
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
+    REPLAN_DRIFT,
     TrialProgress,
     current_stage,
+    drift_reason,
     load_study_profile,
     plan_record,
     plan_study,
+    replan,
     stage_workers,
 )
 from hpctune.elastic.planner import PlanResult
@@ -30,6 +36,16 @@ from hpctune.journal.state import TrialRecord
 from hpctune.states import StudyState, TrialStatus
 
 logger = logging.getLogger(__name__)
+
+
+def replan_drift() -> float:
+    """The drift that makes the controller re-plan: ``HPCTUNE_REPLAN_DRIFT`` (a share of the
+    predicted time, ``inf`` for never), else :data:`REPLAN_DRIFT`."""
+    try:
+        value = float(os.environ.get("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT))
+    except ValueError:
+        return REPLAN_DRIFT
+    return value if value >= 0 and not math.isnan(value) else REPLAN_DRIFT
 
 
 class ElasticController(WorkerManagingController):
@@ -88,12 +104,41 @@ class ElasticController(WorkerManagingController):
         known = self.state.elastic_stages
         stage = current_stage(result.spec, trials, known[-1][0] if known else 0)
         if not known or known[-1][0] != stage:
+            last = result.spec.num_stages()
             self._log(
                 st.ELASTIC_STAGE,
                 stage=stage,
-                workers=stage_workers(result, stage) if stage < result.spec.num_stages() else 0,
+                workers=stage_workers(result, stage) if stage < last else 0,
             )
+            if known and 0 < stage < last:
+                self._check_drift(stage - 1)
         return stage
+
+    def _check_drift(self, ended: int) -> None:
+        """Re-plan the stages after ``ended`` (journaled with the reason) when it ended later
+        than the plan in force predicted by more than ``HPCTUNE_REPLAN_DRIFT`` (default
+        :data:`~hpctune.elastic.follow.REPLAN_DRIFT`)."""
+        record = self.state.elastic_plan
+        started = self.state.started_time or self.state.created_time
+        if record is None or "profile_data" not in record:
+            return
+        now = self.clock.now()
+        reason = drift_reason(record, ended, now - started, replan_drift())
+        if not reason:
+            return
+        usage = study_usage(self.state, now)
+        cost = PlanResult.from_dict(record["plan"]).cost
+        try:
+            result, profile = replan(record, ended, now - started, cost.of(usage.allocated_s))
+        except PlanningError as exc:
+            self._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
+            return
+        self._log(st.ELASTIC_PLAN, **plan_record(result, profile, reason, record["stage_ends"]))
+        logger.info(
+            "elastic re-plan: %s; workers per stage now %s",
+            reason,
+            [s.workers for s in result.plan.allocation.shapes],
+        )
 
     def _follow_plan(self) -> None:
         """Find the stage the study is in and the workers its plan keeps busy (every

@@ -12,6 +12,8 @@ controller does not resize trials between rungs).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,12 @@ from typing import Any
 
 from hpctune.elastic.cost import CostModel
 from hpctune.elastic.dag import finish_times, to_dag
-from hpctune.elastic.experiment import ExperimentSpec, PlanningError, experiment_from_study
+from hpctune.elastic.experiment import (
+    ExperimentSpec,
+    PlanningError,
+    Progress,
+    experiment_from_study,
+)
 from hpctune.elastic.planner import PlanOptions, PlanResult, plan_elastic
 from hpctune.elastic.profile import PROFILE_FILE, Profile
 from hpctune.elastic.simulate import mean_latencies
@@ -78,26 +85,86 @@ def plan_study(spec: Any, *, samples: int = 64) -> PlanResult:
     return plan_elastic(experiment, profile, deadline, cost, options=options)
 
 
-def predicted_stage_ends(result: PlanResult, profile: Profile) -> list[float]:
+def predicted_stage_ends(
+    result: PlanResult, profile: Profile, before: Sequence[float] = ()
+) -> list[float]:
     """Seconds from the study's start at which each stage of the plan is predicted to end
-    (judged: its SYNC), at the profile's mean latencies."""
+    (judged: its SYNC), at the profile's mean latencies; the stages a re-plan starts after (its
+    progress' stage when its trials are at the rung, and those before) keep the ends ``before``
+    gave them."""
     dag = to_dag(result.spec, result.plan.allocation, result.progress)
     finish = finish_times(dag, mean_latencies(dag, profile)[None, :])[0]
+    elapsed = result.progress.elapsed if result.progress is not None else 0.0
     ends = [0.0] * result.spec.num_stages()
     for v, node in enumerate(dag.nodes):
-        ends[node.stage] = max(ends[node.stage], float(finish[v]))
-    elapsed = result.progress.elapsed if result.progress is not None else 0.0
-    return [e + elapsed for e in ends]
+        ends[node.stage] = max(ends[node.stage], float(finish[v]) + elapsed)
+    progress = result.progress
+    done = 0  # the stages that ran before the re-plan (its progress stage, if at its rung)
+    if progress is not None:
+        done = progress.stage + (1 if not any(progress.steps_left) else 0)
+    for i in range(min(done, len(before))):
+        ends[i] = float(before[i])
+    return ends
 
 
-def plan_record(result: PlanResult, profile: Profile, reason: str) -> dict[str, Any]:
-    """The data of an ``elastic_plan`` journal record."""
+def plan_record(
+    result: PlanResult, profile: Profile, reason: str, before: Sequence[float] = ()
+) -> dict[str, Any]:
+    """The data of an ``elastic_plan`` journal record (with the profile, so that a re-plan
+    needs no file)."""
     return {
         "reason": reason,
         "plan": result.to_dict(),
-        "stage_ends": predicted_stage_ends(result, profile),
+        "stage_ends": predicted_stage_ends(result, profile, before),
         "profile": profile.source,
+        "profile_data": profile.to_dict(),
     }
+
+
+#: A stage that ends later than predicted by more than this share of the predicted time
+#: (from the study's start) makes the controller re-plan (``HPCTUNE_REPLAN_DRIFT``; ``inf``:
+#: never).
+REPLAN_DRIFT = 0.15
+
+
+def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: float) -> str:
+    """Why the plan of ``record`` (an ``elastic_plan`` record's data) must be made again now
+    that ``stage`` ended ``measured`` seconds after the study's start, or ``""``."""
+    predicted = float(record["stage_ends"][stage])
+    if not measured > predicted * (1.0 + drift):
+        return ""
+    late = 100.0 * (measured / predicted - 1.0) if predicted > 0 else math.inf
+    return (
+        f"stage {stage} ended {measured:.1f} s after the start, {late:.0f} % later than the "
+        f"{predicted:.1f} s predicted (more than {100 * drift:.0f} %)"
+    )
+
+
+def replan(
+    record: Mapping[str, Any], stage: int, elapsed: float, spent: float
+) -> tuple[PlanResult, Profile]:
+    """The plan of the stages after ``stage`` (just ended: its trials at the rung) from the
+    plan of ``record``: the same experiment, profile, deadline, cost model and options, from
+    ``elapsed`` seconds and ``spent`` cost. The stages up to ``stage`` keep the shapes they ran
+    with in the result (they are history; the prediction starts after them)."""
+    old = PlanResult.from_dict(record["plan"])
+    profile = Profile.from_dict(record["profile_data"], str(record.get("profile", "")))
+    spec = old.spec
+    progress = Progress(
+        stage=stage,
+        steps_left=(0,) * spec.stages[stage].trials,
+        elapsed=elapsed,
+        spent=spent,
+        devices=old.plan.allocation.shapes[stage].devices,
+        workers=old.plan.allocation.shapes[stage].workers,
+    )
+    new = plan_elastic(
+        spec, profile, old.deadline, old.cost, progress=progress, options=old.options
+    )
+    shapes = (*old.plan.allocation.shapes[: stage + 1], *new.plan.allocation.shapes[stage + 1 :])
+    allocation = dataclasses.replace(new.plan.allocation, shapes=shapes)
+    plan = dataclasses.replace(new.plan, allocation=allocation)
+    return dataclasses.replace(new, plan=plan), profile
 
 
 def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
@@ -334,10 +401,15 @@ def format_plan_status(status: PlanStatus) -> list[str]:
     result = status.result
     cost = result.cost
     meets = "meets the deadline" if result.feasible else "no plan meets the deadline"
+    made = (
+        status.reason
+        if status.plans == 1
+        else f"re-planned {format_duration(status.planned_at)} after the start (plan "
+        f"{status.plans}): {status.reason}"
+    )
     lines = [
-        f"elastic plan ({result.plan.kind}, {meets}): deadline {format_duration(result.deadline)}"
-        f", {status.reason} ({format_duration(status.planned_at)} after it)"
-        + (f" ({status.plans} plans)" if status.plans > 1 else ""),
+        f"elastic plan ({result.plan.kind}, {meets}): deadline "
+        f"{format_duration(result.deadline)}, {made}",
         f"  predicted {format_duration(status.predicted_time)}, "
         f"{cost.format(status.predicted_cost)}; so far {format_duration(status.elapsed)}, "
         f"{cost.format(status.spent)} ({cost.basis})",
@@ -356,11 +428,13 @@ def format_plan_status(status: PlanStatus) -> list[str]:
 
 __all__ = [
     "PLAN_REASON_LAUNCH",
+    "REPLAN_DRIFT",
     "PlanStatus",
     "StageStatus",
     "TrialProgress",
     "bracket_trials",
     "current_stage",
+    "drift_reason",
     "format_plan_status",
     "load_study_profile",
     "plan_record",
@@ -368,6 +442,7 @@ __all__ = [
     "plan_study",
     "predicted_stage_ends",
     "profile_path",
+    "replan",
     "stage_done",
     "stage_workers",
     "study_plan_status",

@@ -7,6 +7,7 @@ SIGKILLed mid-plan that resumes the same plan.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -22,8 +23,12 @@ from hpctune.elastic.follow import (
     TrialProgress,
     bracket_trials,
     current_stage,
+    drift_reason,
+    load_study_profile,
+    plan_record,
     plan_status,
     plan_study,
+    replan,
 )
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
@@ -212,6 +217,28 @@ def test_plan_status_sets_predicted_against_measured(tmp_path: Path) -> None:
     assert status.to_dict()["stages"][1]["trials"] == 4
 
 
+def test_drift_and_replan(tmp_path: Path) -> None:
+    spec = load_spec(_study(tmp_path))
+    result = plan_study(spec)
+    record = plan_record(result, load_study_profile(spec), "r")
+    predicted = record["stage_ends"][0]
+    assert drift_reason(record, 0, predicted * 1.1, 0.15) == ""
+    reason = drift_reason(record, 0, predicted * 2, 0.15)
+    assert reason.startswith("stage 0 ended")
+    assert "100 % later" in reason
+
+    new, _ = replan(record, 0, elapsed=100.0, spent=0.5)
+    assert new.progress is not None
+    assert new.progress.stage == 0
+    assert new.plan.allocation.shapes[0] == result.plan.allocation.shapes[0]  # it ran so
+    assert new.plan.prediction.time.mean > 100.0  # from the elapsed time on
+    assert new.plan.prediction.cost.mean > 0.5
+    again = plan_record(new, load_study_profile(spec), reason, record["stage_ends"])
+    assert again["stage_ends"][0] == predicted  # the stage that ran keeps its prediction
+    assert again["stage_ends"][1] > 100.0
+    assert not new.feasible  # 100 s in, an 8 s deadline cannot be met: the fastest plan
+
+
 def test_plan_study_refuses_without_a_profile(tmp_path: Path) -> None:
     spec = load_spec(_study(tmp_path, resources={"profile": "missing.json"}))
     with pytest.raises(PlanningError, match=r"missing\.json"):
@@ -239,8 +266,9 @@ def _stages_entered(record: StudyRecord) -> list[int]:
 
 
 def test_local_study_follows_the_plan_and_shrinks_its_pool(
-    tmp_path: Path, cleanup_studies: list[Path]
+    tmp_path: Path, cleanup_studies: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # this machine is slower than PROFILE
     path = _study(tmp_path)
     cleanup_studies.append(tmp_path / "study")
     done = run_hpctune("launch", str(path), "--local", check=True)
@@ -280,8 +308,9 @@ def _stage_reached(study_dir: Path, stage: int) -> bool:
 
 
 def test_controller_killed_mid_plan_resumes_the_same_plan(
-    tmp_path: Path, cleanup_studies: list[Path]
+    tmp_path: Path, cleanup_studies: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # no re-plan: the plan must stay
     path = _study(tmp_path)
     study_dir = tmp_path / "study"
     cleanup_studies.append(study_dir)
@@ -313,3 +342,35 @@ def test_controller_killed_mid_plan_resumes_the_same_plan(
     assert all(b <= w for b, w in zip(busy, PLANNED_WORKERS, strict=True)), busy
     assert busy[0] == PLANNED_WORKERS[0]
     assert len(record.workers) <= 4
+
+
+def test_a_late_stage_is_replanned_and_the_new_plan_followed(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    path = _study(tmp_path, deadline="20s")
+    fast = dict(PROFILE, step_seconds={"1": [0.01]}, segment_start=[0.01], startup=[0.01])
+    (tmp_path / "profile.json").write_text(json.dumps(fast))  # 30x too optimistic
+    cleanup_studies.append(tmp_path / "study")
+    run_hpctune("launch", str(path), "--local", check=True)
+
+    record = open_study(tmp_path / "study").record
+    assert record.state is StudyState.FINISHED
+    plans = record.elastic_plans
+    assert len(plans) >= 2
+    assert plans[0]["reason"] == "planned at the study's start"
+    assert plans[1]["reason"].startswith("stage 0 ended")
+    assert plans[1]["plan"]["progress"]["stage"] == 0
+    assert plans[1]["stage_ends"][0] == plans[0]["stage_ends"][0]
+    assert not any(w.code == "elastic-replan" for w in record.warnings)
+    # each stage ran with at most the workers of the plan in force (re-plans come only as a
+    # stage is entered: the last one before the next stage was entered)
+    spec = ExperimentSpec.from_dict(plans[0]["plan"]["spec"])
+    busy = _busy_per_stage(record, spec)
+    stages = record.elastic_stages
+    for (stage, _), (_, left) in itertools.pairwise(stages):
+        in_force = [p for p in plans if p["time"] < left][-1]
+        workers = in_force["plan"]["plan"]["allocation"]["shapes"][stage][1]
+        assert busy[stage] <= workers, (stage, busy, workers)
+    status = open_study(tmp_path / "study").elastic_plan()
+    assert status is not None
+    assert status.plans == len(plans)
