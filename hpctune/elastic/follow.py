@@ -98,13 +98,18 @@ def predicted_stage_ends(
     ends = [0.0] * result.spec.num_stages()
     for v, node in enumerate(dag.nodes):
         ends[node.stage] = max(ends[node.stage], float(finish[v]) + elapsed)
-    progress = result.progress
-    done = 0  # the stages that ran before the re-plan (its progress stage, if at its rung)
-    if progress is not None:
-        done = progress.stage + (1 if not any(progress.steps_left) else 0)
-    for i in range(min(done, len(before))):
+    for i in range(min(replanned_after(result), len(before))):
         ends[i] = float(before[i])
     return ends
+
+
+def replanned_after(result: PlanResult) -> int:
+    """How many stages ran before ``result`` was planned: those before its progress' stage,
+    and that one too when its trials are at the rung (0 for a plan made at the start)."""
+    progress = result.progress
+    if progress is None:
+        return 0
+    return progress.stage + (0 if any(progress.steps_left) else 1)
 
 
 def plan_record(
@@ -339,6 +344,9 @@ def plan_status(
         for done in range(stage):
             measured.setdefault(done, at - started)
     rows = result.plan.rows(result.spec)
+    ran = replanned_after(result)
+    for row in rows[:ran]:  # the stages a re-plan started after ran with their own workers
+        row["pool"] = row["devices_per_trial"] * row["workers"]
     stages = tuple(
         StageStatus(
             stage=row["stage"],

@@ -237,6 +237,22 @@ def test_drift_and_replan(tmp_path: Path) -> None:
     assert again["stage_ends"][0] == predicted  # the stage that ran keeps its prediction
     assert again["stage_ends"][1] > 100.0
     assert not new.feasible  # 100 s in, an 8 s deadline cannot be met: the fastest plan
+    # after stage 1 the fastest plan is static (a pool of 2): the stages that ran
+    # show the workers and pool they ran with
+    later, profile = replan(record, 1, elapsed=100.0, spent=0.5)
+    assert later.plan.allocation.static_pool == 2
+    status = plan_status(
+        {**plan_record(later, profile, reason, record["stage_ends"]), "time": 100.0},
+        [(0, 0.0), (1, 50.0), (2, 100.0)],
+        plans=2,
+        started=0.0,
+        now=100.0,
+        held_seconds=1800.0,
+        used_seconds=900.0,
+    )
+    assert [(s.workers, s.pool) for s in status.stages[:2]] == [(4, 4), (2, 2)]
+    assert status.planned_at == 100.0
+    assert status.plans == 2
 
 
 def test_plan_study_refuses_without_a_profile(tmp_path: Path) -> None:
