@@ -2,11 +2,14 @@
 
 At its first start the controller plans the study (:func:`hpctune.elastic.follow.plan_study`)
 and journals the plan (``elastic_plan``); a restarted controller follows the journaled plan and
-never plans again. At every iteration it finds the stage the study is in from the trials' steps
-(:func:`~hpctune.elastic.follow.current_stage`), journals each stage it enters
+does not plan again. At every iteration it finds the stage the study is in from the trials'
+steps (:func:`~hpctune.elastic.follow.current_stage`), journals each stage it enters
 (``elastic_stage``), and keeps as many workers busy as the plan gives that stage: more slots are
 offered to the policy when the stage's pool is larger, and idle workers above it are told to
 exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
+When a stage ended later than the plan predicted by more than ``HPCTUNE_REPLAN_DRIFT``, the
+stages after it are planned again from the measured time and cost (a new ``elastic_plan`` with
+its reason, in the same commit as the stage record).
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ class ElasticController(WorkerManagingController):
         if self.state.state is not StudyState.RUNNING:
             return
         try:
-            result = plan_study(self.spec)
             profile = load_study_profile(self.spec)
+            result = plan_study(self.spec, profile=profile)
         except PlanningError as exc:
             self._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return

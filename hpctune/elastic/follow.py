@@ -1,9 +1,11 @@
 """Following an elastic plan in a running study: the plan of a study spec, the stage a study
 is in, and what was predicted against what was measured (issue 18, items 5 and 6).
 
-Everything here is pure but :func:`plan_study`, which reads the profile. The controller
-(:mod:`hpctune.controller._elastic`) journals the plan (an ``elastic_plan`` record) and each
-stage it moves to (``elastic_stage``); ``hpctune status`` and :func:`plan_status` read them.
+Everything here is pure but :func:`load_study_profile` and :func:`plan_study` (they read the
+profile) and :func:`study_plan_status` (the clock). The controller
+(:mod:`hpctune.controller._elastic`) journals the plan (an ``elastic_plan`` record, again at each
+re-plan: :func:`drift_reason`, :func:`replan`) and each stage it moves to (``elastic_stage``);
+``hpctune status`` and :func:`plan_status` read them.
 
 A study follows a plan by the number of workers it keeps busy in each stage; every worker holds
 one device and runs one trial at a time (the planner is asked for one device per trial: the
@@ -67,10 +69,10 @@ def load_study_profile(spec: Any) -> Profile:
         raise PlanningError(f"{spec.source}: [resources] deadline: {exc}") from None
 
 
-def plan_study(spec: Any, *, samples: int = 64) -> PlanResult:
+def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
     """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
     profile, one device per trial (every worker holds one), at most ``slots`` workers at once;
-    the cost in device-hours held.
+    the cost in device-hours held. ``profile``: default :func:`load_study_profile`.
 
     Raises:
         PlanningError: No deadline, a policy the planner does not know, or no profile.
@@ -79,7 +81,7 @@ def plan_study(spec: Any, *, samples: int = 64) -> PlanResult:
     if deadline is None:
         raise PlanningError(f"{spec.source}: [resources] deadline is not set; nothing to plan")
     experiment = experiment_from_study(spec)
-    profile = load_study_profile(spec)
+    profile = profile or load_study_profile(spec)
     cost = CostModel(device="CPU" if spec.resources.gpus_per_worker == 0 else "GPU")
     options = PlanOptions(samples=samples, max_pool=spec.resources.slots, max_devices=1)
     return plan_elastic(experiment, profile, deadline, cost, options=options)
