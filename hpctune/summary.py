@@ -236,6 +236,8 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
 
 def _elastic_json(record: StudyRecord, now: float | None) -> dict[str, Any] | None:
     """The plan a study with a deadline follows, predicted against measured (or null)."""
+    if record.elastic_plan is None:
+        return None  # (the planner's modules are not imported for other studies)
     from hpctune.elastic.follow import study_plan_status
 
     status = study_plan_status(record, now)

@@ -423,6 +423,8 @@ class Study:
         """The elastic plan a study with ``[resources] deadline`` follows: per stage its
         trials, devices per trial and workers, predicted against measured stage ends, and the
         predicted completion time and cost against those so far; ``None`` without a plan."""
+        if self.record.elastic_plan is None:
+            return None  # (the planner's modules are not imported for other studies)
         from hpctune.elastic.follow import study_plan_status
 
         return study_plan_status(self.record, now)
