@@ -390,3 +390,22 @@ def test_a_late_stage_is_replanned_and_the_new_plan_followed(
     status = open_study(tmp_path / "study").elastic_plan()
     assert status is not None
     assert status.plans == len(plans)
+
+
+def test_a_study_whose_profile_went_missing_fails_with_the_reason(
+    tmp_path: Path, cleanup_studies: list[Path]
+) -> None:
+    from hpctune.launch import create_study
+
+    path = _study(tmp_path)
+    paths = create_study(load_spec(path))
+    cleanup_studies.append(paths.root)
+    (tmp_path / "profile.json").unlink()  # after the launch's check, before the controller
+    result = run_hpctune("resume", str(paths.root), "--local")
+    assert result.returncode == 1, result.stdout + result.stderr
+    record = open_study(paths.root).record
+    assert record.state is StudyState.FAILED
+    assert "cannot plan the deadline" in record.reason
+    assert str(tmp_path / "profile.json") in record.reason
+    assert not record.elastic_plans
+    assert not record.trials  # nothing ran
