@@ -132,7 +132,9 @@ class ElasticController(WorkerManagingController):
         usage = study_usage(self.state, now)
         cost = PlanResult.from_dict(record["plan"]).cost
         try:
-            result, profile = replan(record, ended, now - started, cost.of(usage.allocated_s))
+            result, profile = replan(
+                record, ended, now - started, cost.of(usage.allocated_s), self.state
+            )
         except PlanningError as exc:
             self._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
             return

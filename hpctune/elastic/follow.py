@@ -147,15 +147,54 @@ def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: 
     )
 
 
+def measured_profile(profile: Profile, study: Any) -> Profile:
+    """``profile`` with the latencies the running study measured (a
+    :class:`~hpctune.journal.state.StudyRecord`) in place of the profile's, where it has any:
+    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`), and as
+    segment start the gaps between two segments of one worker (the previous one's end to the
+    next one's start: the controller seeing the end, the assignment, the checkpoint load). The
+    seconds per step stay the profile's."""
+    from hpctune.elastic.profiling import study_latencies
+
+    queue, startup = study_latencies(study)
+    gaps: list[float] = []
+    last_end: dict[str, float] = {}
+    for seg in sorted(study.segments.values(), key=lambda s: s.assigned_time):
+        previous = last_end.get(seg.worker_id)
+        if previous is not None and seg.started_time is not None:
+            gaps.append(max(seg.started_time - previous, 0.0))
+        if seg.ended_time is not None:
+            last_end[seg.worker_id] = seg.ended_time
+    changes: dict[str, Any] = {}
+    if queue:
+        changes["queue_wait"] = {size: queue for size in profile.queue_wait}
+    if startup:
+        changes["startup"] = startup
+    if gaps:
+        changes["segment_start"] = tuple(gaps)
+    if not changes:
+        return profile
+    source = f"{profile.source}; latencies measured in the study"
+    return dataclasses.replace(profile, source=source, **changes)
+
+
 def replan(
-    record: Mapping[str, Any], stage: int, elapsed: float, spent: float
+    record: Mapping[str, Any],
+    stage: int,
+    elapsed: float,
+    spent: float,
+    study: Any | None = None,
 ) -> tuple[PlanResult, Profile]:
     """The plan of the stages after ``stage`` (just ended: its trials at the rung) from the
     plan of ``record``: the same experiment, profile, deadline, cost model and options, from
-    ``elapsed`` seconds and ``spent`` cost. The stages up to ``stage`` keep the shapes they ran
-    with in the result (they are history; the prediction starts after them)."""
+    ``elapsed`` seconds and ``spent`` cost; with ``study`` (its record), the profile takes the
+    latencies the study measured (:func:`measured_profile`). The stages up to ``stage`` keep
+    the shapes they ran with in the result (they are history; the prediction starts after
+    them)."""
     old = PlanResult.from_dict(record["plan"])
     profile = Profile.from_dict(record["profile_data"], str(record.get("profile", "")))
+    if study is not None:
+        profile = measured_profile(profile, study)
     spec = old.spec
     progress = Progress(
         stage=stage,
@@ -447,6 +486,7 @@ __all__ = [
     "drift_reason",
     "format_plan_status",
     "load_study_profile",
+    "measured_profile",
     "plan_record",
     "plan_status",
     "plan_study",

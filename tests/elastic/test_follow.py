@@ -25,11 +25,14 @@ from hpctune.elastic.follow import (
     current_stage,
     drift_reason,
     load_study_profile,
+    measured_profile,
     plan_record,
     plan_status,
     plan_study,
     replan,
 )
+from hpctune.elastic.profile import Profile
+from hpctune.elastic.profiling import study_latencies
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
 from hpctune.journal.state import StudyRecord
@@ -378,6 +381,13 @@ def test_a_late_stage_is_replanned_and_the_new_plan_followed(
     assert plans[1]["plan"]["progress"]["stage"] == 0
     assert plans[1]["stage_ends"][0] == plans[0]["stage_ends"][0]
     assert not any(w.code == "elastic-replan" for w in record.warnings)
+    # the re-plan took the latencies the study measured, not the profile's 0.01 s
+    assert "latencies measured in the study" in plans[1]["profile"]
+    assert min(plans[1]["profile_data"]["startup"]) > 0.01
+    assert min(plans[1]["profile_data"]["segment_start"]) > 0.01
+    measured = measured_profile(Profile.from_dict(fast), record)
+    assert measured.startup == study_latencies(record)[1]
+    assert measured.step_seconds == Profile.from_dict(fast).step_seconds
     # each stage ran with at most the workers of the plan in force (re-plans come only as a
     # stage is entered: the last one before the next stage was entered)
     spec = ExperimentSpec.from_dict(plans[0]["plan"]["spec"])
