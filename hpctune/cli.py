@@ -114,8 +114,19 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
 @click.option(
     "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
 )
+@click.option(
+    "--deadline",
+    default=None,
+    help="Finish by this long after the start (2h, 1h30m, 90m): sets [resources] deadline; "
+    "the controller follows the elastic plan (docs/elastic.md).",
+)
 def launch(
-    study_toml: Path, local: bool, study_dir: Path | None, dry_run: bool, show_params: bool
+    study_toml: Path,
+    local: bool,
+    study_dir: Path | None,
+    dry_run: bool,
+    show_params: bool,
+    deadline: str | None,
 ) -> int:
     """Validate STUDY_TOML, create the study directory and run the study.
 
@@ -123,10 +134,14 @@ def launch(
     best configuration; Ctrl-C stops it cleanly (resume it with `hpctune resume`).
     """
     from hpctune.controller.launch import check_entry_point, create_study, run_local
-    from hpctune.study.spec import load_spec
+    from hpctune.study.spec import load_spec, with_deadline
 
     spec = load_spec(study_toml, directory=study_dir)
+    if deadline is not None:
+        spec = with_deadline(spec, deadline)
     check_entry_point(spec)
+    if spec.resources.deadline is not None:  # before anything is created: can it be planned?
+        _print_elastic_plan(spec)
     slurm = not local and shutil.which("sbatch") is not None
     if slurm:  # before anything is created: would Slurm take the controller and the workers?
         from hpctune.errors import SubmissionError
@@ -155,6 +170,22 @@ def launch(
     click.echo(f"study directory: {paths.root}")
     click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
     return _exit_code(run_local(paths, show_params=show_params))
+
+
+def _print_elastic_plan(spec: Any) -> None:
+    """Plan a study with a deadline as its controller will (refusing one that cannot be)."""
+    from hpctune.analysis.formatting import format_duration
+    from hpctune.elastic.follow import plan_study
+
+    result = plan_study(spec)
+    workers = ", ".join(str(s.workers) for s in result.plan.allocation.shapes)
+    meets = "meets the deadline" if result.feasible else "NO plan is predicted to meet it"
+    click.echo(
+        f"elastic plan ({result.plan.kind}): workers per stage {workers}; predicted "
+        f"{format_duration(result.plan.prediction.time.mean)} for a deadline of "
+        f"{format_duration(result.deadline)} ({meets}), "
+        f"{result.cost.format(result.plan.prediction.cost.mean)}"
+    )
 
 
 def _submit_controller(paths: StudyPaths, spec: Any) -> int:
@@ -590,6 +621,12 @@ def status(
         click.echo(f"reason: {study.record.reason}")
     for line in [*policy_lines(study.record), *notices(study.record)]:
         click.echo(line)
+    plan = study.elastic_plan()
+    if plan is not None:
+        from hpctune.elastic.follow import format_plan_status
+
+        for line in format_plan_status(plan):
+            click.echo(line)
     click.echo("")
     click.echo(trials_table(study.record, limit=None if show_all else limit))
     hidden = 0 if show_all else len(study.record.trials) - limit

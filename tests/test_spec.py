@@ -23,6 +23,7 @@ from hpctune.errors import StudySpecError
 from hpctune.policies.generators import GENERATORS
 from hpctune.study.space import parse_space
 from hpctune.study.spec import (
+    RESOURCE_COUNTS,
     RESOURCE_KEYS,
     SECTIONS,
     STUDY_KEYS,
@@ -514,7 +515,7 @@ def mutations(draw: st.DrawFn) -> Mutation:
     if kind == "space":
         return draw(_space_mutation(doc))
     if kind == "resources":
-        key = draw(st.sampled_from(RESOURCE_KEYS))
+        key = draw(st.sampled_from(RESOURCE_COUNTS))
         low = 0 if key in ("gpus_per_worker", "slots") else 1  # slots = 0: ask/tell only
         doc["resources"][key] = draw(
             st.one_of(_NOT_INT, st.just(low - 1), st.integers(-(2**63), low - 1))
@@ -608,7 +609,7 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     study["directory"] = draw(st.sampled_from(["runs/{name}-{timestamp}", "out", "../{name}"]))
     doc["resources"] = {
         k: draw(st.integers(1 if k != "gpus_per_worker" else 0, 64))
-        for k in draw(st.sets(st.sampled_from(RESOURCE_KEYS)))
+        for k in draw(st.sets(st.sampled_from(RESOURCE_COUNTS)))
     }
     if draw(st.booleans()):
         doc["generator"] = {"name": "grid", "shuffle": draw(st.booleans())}

@@ -235,7 +235,18 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
         "trials": trials,
         "best": best_entry,
         "pareto_front": _front_json(record),
+        "elastic": _elastic_json(record, now),
     }
+
+
+def _elastic_json(record: StudyRecord, now: float | None) -> dict[str, Any] | None:
+    """The plan a study with a deadline follows, predicted against measured (or null)."""
+    if record.elastic_plan is None:
+        return None  # (the planner's modules are not imported for other studies)
+    from hpctune.elastic.follow import study_plan_status
+
+    status = study_plan_status(record, now)
+    return None if status is None else status.to_dict()
 
 
 def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:

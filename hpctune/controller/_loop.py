@@ -37,6 +37,7 @@ import numpy as np
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommandsController
+from hpctune.controller._elastic import ElasticController
 from hpctune.controller._stages import StageTreeController, StageWork
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
@@ -62,7 +63,7 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(TrialCommandsController, StageTreeController):
+class Controller(TrialCommandsController, ElasticController, StageTreeController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -102,6 +103,7 @@ class Controller(TrialCommandsController, StageTreeController):
         )
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
+        self._start_elastic()
         rejected = {c.file: c.reason for c in self.state.rejected_commands}
         for name in self.state.commands_done:  # files a killed controller left behind
             if name in rejected:
@@ -159,12 +161,14 @@ class Controller(TrialCommandsController, StageTreeController):
         self._enforce_grace()
         self._watch_segments()
         self._update_curves()
+        self._follow_plan()
         self._schedule(writable)
         changes = self.state.checkpoint_changes
         if changes != self._collected_at and not self.stages_enabled:  # stages: in _schedule
             self._collected_at = changes
             self._collect_checkpoints()
         if writable:
+            self._shrink_pool()
             self._manage_pool()
         self._commit()
         self._beat()
@@ -341,7 +345,7 @@ class Controller(TrialCommandsController, StageTreeController):
             now=self.clock.now() - t0,
             trials=trials,
             free_slots=free_slots,
-            total_slots=self.spec.resources.slots,
+            total_slots=self._pool_size(),
             trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
             bounds=self.spec.metric_bounds,
             random_level=self.spec.random_level,
@@ -458,7 +462,7 @@ class Controller(TrialCommandsController, StageTreeController):
             not w.info or self._worker_states.get(w.worker_id) is WorkerState.PENDING for w in live
         )
         can_submit = max(self.spec.slurm.max_pending - pending, 0)
-        free_slots = min(self.spec.resources.slots - len(busy), len(idle) + can_submit)
+        free_slots = min(self._pool_size() - len(busy), len(idle) + can_submit)
         return idle, free_slots
 
     def _fill_slots(self) -> None:
@@ -492,7 +496,7 @@ class Controller(TrialCommandsController, StageTreeController):
             placed += 1
         if idle and active and self.policy.holds_idle_workers(view):
             return  # work will come when a running trial ends: keep the allocations
-        for worker in idle:  # the policy has nothing for them
+        for worker in self._idle_to_release(idle):  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
         if not placed and not active and not self._external_running():
             self._set_study(StudyState.FINISHED, "no trial left to run")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from hpctune.analysis.best import BestTrial
     from hpctune.analysis.pareto import FrontTrial
+    from hpctune.elastic.follow import PlanStatus
     from hpctune.export.hdf5 import Hdf5Journal
     from hpctune.wire.asktell import AskedTrial, AskTellClient
 
@@ -443,6 +444,16 @@ class Study:
             np.concatenate([parent.values[keep], own.values[mine]]),
             np.concatenate([parent.times[keep], own.times[mine]]),
         )
+
+    def elastic_plan(self, now: float | None = None) -> PlanStatus | None:
+        """The elastic plan a study with ``[resources] deadline`` follows: per stage its
+        trials, devices per trial and workers, predicted against measured stage ends, and the
+        predicted completion time and cost against those so far; ``None`` without a plan."""
+        if self.record.elastic_plan is None:
+            return None  # (the planner's modules are not imported for other studies)
+        from hpctune.elastic.follow import study_plan_status
+
+        return study_plan_status(self.record, now)
 
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached at any step (NaN if none)."""

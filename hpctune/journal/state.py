@@ -40,6 +40,8 @@ WARNING = "warning"
 CORRUPT_LINES = "corrupt_lines"
 SUBMISSION = "submission"
 SLURM_CHANGED = "slurm_changed"
+ELASTIC_PLAN = "elastic_plan"  # the plan a study with a deadline follows (hpctune.elastic.follow)
+ELASTIC_STAGE = "elastic_stage"  # the controller moved to a stage of that plan
 
 # the kinds that can change which checkpoints a study still needs
 _CHECKPOINT_KINDS = frozenset(
@@ -67,6 +69,8 @@ LOG_KINDS = (
     CORRUPT_LINES,
     SUBMISSION,
     SLURM_CHANGED,
+    ELASTIC_PLAN,
+    ELASTIC_STAGE,
 )
 
 
@@ -248,6 +252,10 @@ class StudyRecord:
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
     warnings: list[StudyWarning] = field(default_factory=list)
+    # a deadline's plans (each ``elastic_plan`` record's data and ``time``; the last is in force)
+    elastic_plans: list[dict[str, Any]] = field(default_factory=list)
+    # ``(stage, time)`` of each ``elastic_stage`` record: the controller entered that stage
+    elastic_stages: list[tuple[int, float]] = field(default_factory=list)
     # checkpoint rows not deleted, by trial (built on first use from ``checkpoints``)
     _live_rows: dict[int, set[int]] | None = field(default=None, repr=False, compare=False)
     # segments assigned or running, by id (kept as segments are assigned and end)
@@ -434,6 +442,21 @@ class StudyRecord:
         self.warnings.append(
             StudyWarning(str(data.get("code", "")), str(data.get("message", "")), time, trial)
         )
+
+    def _on_elastic_plan(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        self.elastic_plans.append({**data, "time": time})
+
+    def _on_elastic_stage(
+        self, trial: int, segment: int, time: float, data: dict[str, Any]
+    ) -> None:
+        self.elastic_stages.append((int(data["stage"]), time))
+
+    @property
+    def elastic_plan(self) -> dict[str, Any] | None:
+        """The data of the plan in force (the last ``elastic_plan`` record), or ``None``."""
+        return self.elastic_plans[-1] if self.elastic_plans else None
 
     def _on_corrupt_lines(
         self, trial: int, segment: int, time: float, data: dict[str, Any]

@@ -11,6 +11,7 @@ user's code (the CLI calls :meth:`EntryPoint.load` for that).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import hashlib
 import importlib
@@ -69,7 +70,8 @@ STUDY_KEYS = (
     "best",
     "keep_checkpoints",
 )
-RESOURCE_KEYS = ("slots", "cpus_per_worker", "gpus_per_worker")
+RESOURCE_COUNTS = ("slots", "cpus_per_worker", "gpus_per_worker")  # the integer keys
+RESOURCE_KEYS = (*RESOURCE_COUNTS, "deadline", "profile")
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
 # Upper bounds of counts (a typo like 1e23 or 2**63-1 is refused, not run).
 MAX_STEPS = 10**9
@@ -201,14 +203,44 @@ class ResourcesSpec:
     """What the study may hold.
 
     Attributes:
-        slots: How many workers run at once; 0: none (trials come from ask/tell only).
+        slots: How many workers run at once; 0: none (trials come from ask/tell only). With
+            a ``deadline``: the most workers the plan may hold at once.
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
+        deadline: Seconds from the study's start by which it should end: the controller
+            follows the elastic plan (:mod:`hpctune.controller._elastic`); ``None``: a fixed
+            pool of ``slots`` workers.
+        profile: The elastic planner's profile (absolute); ``None``: ``profile.json`` in the
+            study directory.
     """
 
     slots: int = 2
     cpus_per_worker: int = 1
     gpus_per_worker: int = 0
+    deadline: float | None = None
+    profile: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the keys of an older journal's spec are the first three)."""
+        return {
+            "slots": self.slots,
+            "cpus_per_worker": self.cpus_per_worker,
+            "gpus_per_worker": self.gpus_per_worker,
+            "deadline": self.deadline,
+            "profile": None if self.profile is None else str(self.profile),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResourcesSpec:
+        """Rebuild from :meth:`to_dict`."""
+        deadline, profile = data.get("deadline"), data.get("profile")
+        return cls(
+            slots=int(data["slots"]),
+            cpus_per_worker=int(data["cpus_per_worker"]),
+            gpus_per_worker=int(data["gpus_per_worker"]),
+            deadline=None if deadline is None else float(deadline),
+            profile=None if profile is None else Path(profile),
+        )
 
 
 @dataclass(frozen=True)
@@ -302,11 +334,7 @@ class StudySpec:
             "space": self.space.to_dict(),
             "generator": {"name": self.generator.name, "options": dict(self.generator.options)},
             "policy": {"name": self.policy.name, "options": dict(self.policy.options)},
-            "resources": {
-                "slots": self.resources.slots,
-                "cpus_per_worker": self.resources.cpus_per_worker,
-                "gpus_per_worker": self.resources.gpus_per_worker,
-            },
+            "resources": self.resources.to_dict(),
             "slurm": self.slurm.to_dict(),
             "metric_bounds": list(self.metric_bounds),
             "random_level": self.random_level,
@@ -353,7 +381,7 @@ class StudySpec:
                 policy=ComponentSpec(
                     d["policy"]["name"], copy.deepcopy(dict(d["policy"]["options"]))
                 ),
-                resources=ResourcesSpec(**d["resources"]),
+                resources=ResourcesSpec.from_dict(d["resources"]),
                 slurm=SlurmSpec.from_dict(d["slurm"]) if "slurm" in d else SlurmSpec(),
                 metric_bounds=tuple(d.get("metric_bounds", (0.0, 1.0))),  # type: ignore[arg-type]
                 random_level=d.get("random_level"),
@@ -621,12 +649,16 @@ def parse_spec(
         gpus_per_worker=res.integer(
             "gpus_per_worker", ResourcesSpec.gpus_per_worker, low=0, limit=MAX_GPUS
         ),
+        deadline=_deadline(res),
+        profile=_profile_path(res, source),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
     stages = parse_stages(
         _table(data, "stages", source, False), source, policy.name, entry.code(), metric
     )
+    if resources.deadline is not None:
+        _check_deadline(source, resources, policy.name, stages.enabled)
     if stages.enabled and policy.name == "median" and policy.options.get("hard_stop") is False:
         raise StudySpecError(
             source,
@@ -699,6 +731,86 @@ def _report_timeout(study: _Section) -> float:
             "set it above your longest step plus its checkpoint, e.g. report_timeout = 7200",
         )
     return float(value)
+
+
+def with_deadline(spec: StudySpec, text: str) -> StudySpec:
+    """``spec`` with ``[resources] deadline`` set to ``text`` (``hpctune launch --deadline``),
+    checked as in the file.
+
+    Raises:
+        StudySpecError: ``text`` is not a duration, or the spec cannot follow a deadline.
+    """
+    res = _Section(spec.source, "resources", {"deadline": text})
+    resources = dataclasses.replace(spec.resources, deadline=_deadline(res))
+    _check_deadline(spec.source, resources, spec.policy.name, spec.stages.enabled)
+    return dataclasses.replace(spec, resources=resources)
+
+
+def _deadline(res: _Section) -> float | None:
+    """``[resources] deadline``: a duration (``"2h"``, ``"1h30m"``, ``"90m"``) or seconds."""
+    from hpctune.elastic.experiment import PlanningError
+    from hpctune.elastic.report import parse_duration
+
+    value = res.get("deadline", None, "")
+    if value is None:
+        return None
+    rule = 'a duration from the study\'s start such as "2h", "1h30m", "90m", "45s", or seconds'
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise res.must("deadline", rule, value)
+    try:
+        seconds = parse_duration(str(value), "`resources.deadline`")
+    except PlanningError:
+        raise res.must("deadline", rule, value) from None
+    if not math.isfinite(seconds):
+        raise res.must("deadline", rule, value)
+    return seconds
+
+
+def _profile_path(res: _Section, source: Path) -> Path | None:
+    """``[resources] profile``: the planner's profile, relative to the study.toml's folder."""
+    if "profile" not in res.table:
+        return None
+    text = res.string("profile")
+    return Path(os.path.abspath(source.parent / Path(text).expanduser()))
+
+
+def _check_deadline(source: Path, resources: ResourcesSpec, policy: str, stages: bool) -> None:
+    """Refuse a deadline the controller cannot follow (its policy, stage trees, worker size)."""
+    from hpctune.elastic.experiment import POLICIES_PLANNED
+
+    if policy not in POLICIES_PLANNED:
+        raise StudySpecError(
+            source,
+            "policy.name",
+            f"`resources.deadline` needs a policy whose rungs are known in advance "
+            f"({', '.join(POLICIES_PLANNED)}), but [policy] name is {policy!r}; set "
+            '[policy] name = "sha" (or "hyperband", "asha"), or remove resources.deadline',
+        )
+    if stages:
+        raise StudySpecError(
+            source,
+            "resources.deadline",
+            "`resources.deadline` is not followed over a stage tree yet; remove it or set "
+            "stages.enabled = false",
+        )
+    if resources.slots < 1:
+        raise StudySpecError(
+            source,
+            "resources.slots",
+            "with `resources.deadline`, `resources.slots` is the most workers the plan may hold "
+            "at once and must be >= 1",
+        )
+    devices = resources.gpus_per_worker or resources.cpus_per_worker
+    if devices != 1:
+        key = "gpus_per_worker" if resources.gpus_per_worker else "cpus_per_worker"
+        raise StudySpecError(
+            source,
+            f"resources.{key}",
+            f"with `resources.deadline` every worker holds one device (one GPU, or one CPU when "
+            f"gpus_per_worker = 0), but `resources.{key}` is {devices}: the controller follows "
+            "the plan's workers per rung and does not resize trials yet; set "
+            f"resources.{key} = 1, or remove resources.deadline",
+        )
 
 
 def _choice(section: _Section, key: str, default: str, choices: tuple[str, ...]) -> str:

@@ -1,6 +1,6 @@
 """`hpctune plan-elastic --partition`: the billing weight from a real partition's
 TRESBillingWeights, as `scontrol show partition` gives it; `hpctune profile STUDY_TOML` with
-its workers as Slurm jobs."""
+its workers as Slurm jobs; a study with a deadline following its plan with worker jobs."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ import pytest
 
 from hpctune.cli import main
 from hpctune.elastic import Profile
+from hpctune.elastic.experiment import ExperimentSpec
 from hpctune.journal import open_study
-from tests.conftest import DIGITS, run_hpctune, write_study
+from hpctune.wire.states import StudyState
+from tests.conftest import DIGITS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
+
+FINAL = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
 
 
 def test_plan_elastic_bills_by_the_partitions_weights(
@@ -105,3 +109,57 @@ def test_profile_runs_its_short_studies_as_slurm_jobs(
                 timeout=30,
             )
         shutil.rmtree(tmp_path / "study", ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_study_with_a_deadline_sizes_its_worker_jobs_per_rung(
+    tmp_path: Path,
+    slurm_cluster: SlurmCluster,
+    study_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`[resources] deadline` on Slurm: the controller job follows the plan's 4, 2, 1 workers
+    (worker jobs of one fake GPU each) over the rungs of SHA; the workers it lets go exit."""
+    from tests.elastic.test_follow import PLANNED_WORKERS, PROFILE, TRAIN, _busy_per_stage
+
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # Slurm is slower than the profile
+    spec = write_study(
+        tmp_path,
+        train=TRAIN,
+        name=study_name,
+        space={"x": [0.3, 0.8, 0.45, 0.9, 0.2, 0.7, 0.5, 0.6]},
+        policy={"name": "sha", "reduction_factor": 2, "bracket_size": 8},
+        resources={"slots": 4, "gpus_per_worker": 1, "deadline": "8s", "profile": "profile.json"},
+        slurm={"partition": "debug", "time": 10, "mem": "1G"},
+        max_steps=4,
+        num_trials=8,
+    )
+    (tmp_path / "profile.json").write_text(json.dumps(PROFILE))
+    study_dir = tmp_path / "study"
+    try:
+        result = run_hpctune("launch", str(spec), check=True)
+        assert "workers per stage 4, 2, 1" in result.stdout
+
+        def ended() -> bool:  # and its controller journaled every worker's end
+            try:
+                record = open_study(study_dir).record
+            except Exception:  # not created yet
+                return False
+            live = [w for w in record.workers.values() if w.state in ("started", "stopping")]
+            return record.state in FINAL and not live
+
+        assert wait_for(ended, 240, interval=1.0), "the study did not end in 240 s"
+        record = open_study(study_dir).record
+        assert record.state is StudyState.FINISHED
+        assert len(record.elastic_plans) == 1
+        experiment = ExperimentSpec.from_dict(record.elastic_plans[0]["plan"]["spec"])
+        assert _busy_per_stage(record, experiment) == PLANNED_WORKERS
+        assert len(record.workers) == 4
+        assert all(w.info.get("executor") == "slurm" for w in record.workers.values())
+        # the workers the plan let go left when told (their jobs ended by themselves)
+        assert [w.state for w in record.workers.values()] == ["exited"] * 4
+    finally:
+        subprocess.run(
+            ["scancel", "--name", f"hpctune-{study_name}"], capture_output=True, timeout=30
+        )
+        shutil.rmtree(study_dir, ignore_errors=True)

@@ -1,0 +1,200 @@
+"""A study with ``[resources] deadline`` follows an elastic plan (RubberBand §4.4).
+
+At its first start the controller plans the study (:func:`hpctune.elastic.follow.plan_study`)
+and journals the plan (``elastic_plan``); a restarted controller follows the journaled plan and
+does not plan again. At every iteration it finds the stage the study is in from the trials'
+steps (:func:`~hpctune.elastic.follow.current_stage`), journals each stage it enters
+(``elastic_stage``), and keeps as many workers busy as the plan gives that stage: more slots are
+offered to the policy when the stage's pool is larger, and idle workers above it are told to
+exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
+When a stage ended later than the plan predicted by more than ``HPCTUNE_REPLAN_DRIFT``, the
+stages after it are planned again from the measured time and cost (a new ``elastic_plan`` with
+its reason, in the same commit as the stage record).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+from hpctune.analysis.usage import study_usage
+from hpctune.controller._workers import WorkerManagingController
+from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.follow import (
+    PLAN_REASON_LAUNCH,
+    REPLAN_DRIFT,
+    TrialProgress,
+    current_stage,
+    drift_reason,
+    load_study_profile,
+    plan_record,
+    plan_study,
+    replan,
+    stage_workers,
+)
+from hpctune.elastic.planner import PlanResult
+from hpctune.journal import state as st
+from hpctune.journal.state import TrialRecord
+from hpctune.wire.states import StudyState, TrialStatus
+
+logger = logging.getLogger(__name__)
+
+
+def replan_drift() -> float:
+    """The drift that makes the controller re-plan: ``HPCTUNE_REPLAN_DRIFT`` (a share of the
+    predicted time, ``inf`` for never), else :data:`REPLAN_DRIFT`."""
+    try:
+        value = float(os.environ.get("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT))
+    except ValueError:
+        return REPLAN_DRIFT
+    return value if value >= 0 and not math.isnan(value) else REPLAN_DRIFT
+
+
+class ElasticController(WorkerManagingController):
+    """The plan-following part of the controller."""
+
+    _elastic_result: PlanResult | None = None
+    _elastic_from: int = -1  # the elastic_plan records _elastic_result was read from
+    _pool_target: int | None = None  # workers to keep busy, set by _follow_plan
+
+    def _elastic_plan(self) -> PlanResult | None:
+        """The plan in force (journaled), or ``None`` for a study without a deadline."""
+        plans = self.state.elastic_plans
+        if not plans:
+            return None
+        if self._elastic_from != len(plans):
+            self._elastic_result = PlanResult.from_dict(plans[-1]["plan"])
+            self._elastic_from = len(plans)
+        return self._elastic_result
+
+    def _start_elastic(self) -> None:
+        """Plan a study with a deadline once, at its first start (the journal keeps the plan
+        for every later controller); a study that cannot be planned fails with the reason."""
+        if self.spec.resources.deadline is None or self.state.elastic_plans:
+            return
+        if self.state.state is not StudyState.RUNNING:
+            return
+        try:
+            profile = load_study_profile(self.spec)
+            result = plan_study(self.spec, profile=profile)
+        except PlanningError as exc:
+            self._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
+            return
+        self._log(st.ELASTIC_PLAN, **plan_record(result, profile, PLAN_REASON_LAUNCH))
+        shapes = [s.workers for s in result.plan.allocation.shapes]
+        logger.info(
+            "elastic plan (%s): workers per stage %s, predicted %.0f s, deadline %.0f s",
+            result.plan.kind,
+            shapes,
+            result.plan.prediction.time.mean,
+            result.deadline,
+        )
+        if not result.feasible:
+            self._warn(
+                "elastic-infeasible",
+                f"no plan is predicted to meet the deadline of {result.deadline:.0f} s; "
+                f"following the fastest static plan ({result.plan.prediction.time.mean:.0f} s "
+                "predicted)",
+            )
+
+    def _elastic_stage(self) -> int | None:
+        """The stage the study is in (journaled when it changes), or ``None`` without a plan."""
+        result = self._elastic_plan()
+        if result is None:
+            return None
+        trials = {t.trial_id: self._trial_progress(t) for t in self.state.trials.values()}
+        known = self.state.elastic_stages
+        stage = current_stage(result.spec, trials, known[-1][0] if known else 0)
+        if not known or known[-1][0] != stage:
+            last = result.spec.num_stages()
+            self._log(
+                st.ELASTIC_STAGE,
+                stage=stage,
+                workers=stage_workers(result, stage) if stage < last else 0,
+            )
+            if known and 0 < stage < last:
+                self._check_drift(stage - 1)
+        return stage
+
+    def _check_drift(self, ended: int) -> None:
+        """Re-plan the stages after ``ended`` (journaled with the reason) when it ended later
+        than the plan in force predicted by more than ``HPCTUNE_REPLAN_DRIFT`` (default
+        :data:`~hpctune.elastic.follow.REPLAN_DRIFT`)."""
+        record = self.state.elastic_plan
+        started = self.state.started_time or self.state.created_time
+        if record is None or "profile_data" not in record:
+            return
+        now = self.clock.now()
+        reason = drift_reason(record, ended, now - started, replan_drift())
+        if not reason:
+            return
+        usage = study_usage(self.state, now)
+        cost = PlanResult.from_dict(record["plan"]).cost
+        try:
+            result, profile = replan(
+                record, ended, now - started, cost.of(usage.allocated_s), self.state
+            )
+        except PlanningError as exc:
+            self._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
+            return
+        self._log(st.ELASTIC_PLAN, **plan_record(result, profile, reason, record["stage_ends"]))
+        logger.info(
+            "elastic re-plan: %s; workers per stage now %s",
+            reason,
+            [s.workers for s in result.plan.allocation.shapes],
+        )
+
+    def _follow_plan(self) -> None:
+        """Find the stage the study is in and the workers its plan keeps busy (every
+        iteration, before the scheduler offers slots)."""
+        stage = self._elastic_stage()
+        result = self._elastic_plan()
+        self._pool_target = (
+            None if stage is None or result is None else stage_workers(result, stage)
+        )
+
+    def _trial_progress(self, trial: TrialRecord) -> TrialProgress:
+        """What the stage tracker needs of ``trial``."""
+        running_from = None
+        if trial.status is TrialStatus.RUNNING and trial.segments:
+            seg = self.state.segments[trial.segments[-1]]
+            if not seg.status.is_final:
+                running_from = seg.start_step
+        return TrialProgress(trial.step, running_from, trial.status.is_final)
+
+    def _pool_size(self) -> int:
+        """The workers to keep busy now: the plan's for the current stage, else ``slots``."""
+        if self._pool_target is None:
+            return self.spec.resources.slots
+        return self._pool_target
+
+    def _idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
+        """The idle workers the policy has no work for that may go: all of them without a plan;
+        with one, those beyond the next stage's workers less the workers still busy (the last
+        to finish a stage wait for the next, as the plan's DAG holds them to the rung's SYNC)."""
+        result = self._elastic_plan()
+        known = self.state.elastic_stages
+        if result is None or not known:
+            return idle
+        following = known[-1][0] + 1
+        if following >= result.spec.num_stages():
+            return idle
+        busy = len([w for w in self._live_workers() if w.state == "started"]) - len(idle)
+        keep = max(stage_workers(result, following) - busy, 0)
+        return idle[keep:]
+
+    def _shrink_pool(self) -> None:
+        """Tell idle workers above the plan's pool to exit (busy ones finish their segment)."""
+        if self._pool_target is None or self.state.state is not StudyState.RUNNING:
+            return
+        target = self._pool_target
+        live = [w for w in self._live_workers() if w.state == "started"]
+        busy = {s.worker_id for s in self.state.active_segments()}
+        extra = len(live) - target
+        for worker in live:
+            if extra <= 0:
+                break
+            if worker.worker_id not in busy:
+                self._order_exit(worker, f"the elastic plan holds {target} worker(s) now")
+                extra -= 1

@@ -1,0 +1,499 @@
+"""Following an elastic plan in a running study: the plan of a study spec, the stage a study
+is in, and what was predicted against what was measured (issue 18, items 5 and 6).
+
+Everything here is pure but :func:`load_study_profile` and :func:`plan_study` (they read the
+profile) and :func:`study_plan_status` (the clock). The controller
+(:mod:`hpctune.controller._elastic`) journals the plan (an ``elastic_plan`` record, again at each
+re-plan: :func:`drift_reason`, :func:`replan`) and each stage it moves to (``elastic_stage``);
+``hpctune status`` and :func:`plan_status` read them.
+
+A study follows a plan by the number of workers it keeps busy in each stage; every worker holds
+one device and runs one trial at a time (the planner is asked for one device per trial: the
+controller does not resize trials between rungs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpctune.elastic.cost import CostModel
+from hpctune.elastic.dag import finish_times, to_dag
+from hpctune.elastic.experiment import (
+    ExperimentSpec,
+    PlanningError,
+    Progress,
+    experiment_from_study,
+)
+from hpctune.elastic.planner import PlanOptions, PlanResult, plan_elastic
+from hpctune.elastic.profile import PROFILE_FILE, Profile
+from hpctune.elastic.simulate import mean_latencies
+
+PLAN_REASON_LAUNCH = "planned at the study's start"
+
+
+def profile_path(spec: Any) -> Path:
+    """The profile a study with a deadline plans from: ``[resources] profile``, else
+    ``profile.json`` in the study directory (where ``hpctune profile study.toml`` writes it)."""
+    given = spec.resources.profile
+    return Path(given) if given is not None else Path(spec.directory) / PROFILE_FILE
+
+
+def load_study_profile(spec: Any) -> Profile:
+    """The profile of a study with a deadline.
+
+    Raises:
+        PlanningError: It is missing or unreadable (the message names the file, the field and
+            the fix).
+    """
+    path = profile_path(spec)
+    field = (
+        "[resources] profile"
+        if spec.resources.profile is not None
+        else "no [resources] profile, so the study directory's"
+    )
+    if not path.exists():
+        raise PlanningError(
+            f"{spec.source}: [resources] deadline needs the workload's profile, but {path} "
+            f"({field} profile.json) does not exist; measure it with `hpctune profile "
+            f"{spec.source}` before launching, or name one with [resources] profile = "
+            '"profile.json" (made by `hpctune profile --steps 1=TRACE --out profile.json`)'
+        )
+    try:
+        return Profile.load(path)
+    except PlanningError as exc:
+        raise PlanningError(f"{spec.source}: [resources] deadline: {exc}") from None
+
+
+def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
+    """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
+    profile, one device per trial (every worker holds one), at most ``slots`` workers at once;
+    the cost in device-hours held. ``profile``: default :func:`load_study_profile`.
+
+    Raises:
+        PlanningError: No deadline, a policy the planner does not know, or no profile.
+    """
+    deadline = spec.resources.deadline
+    if deadline is None:
+        raise PlanningError(f"{spec.source}: [resources] deadline is not set; nothing to plan")
+    experiment = experiment_from_study(spec)
+    profile = profile or load_study_profile(spec)
+    cost = CostModel(device="CPU" if spec.resources.gpus_per_worker == 0 else "GPU")
+    options = PlanOptions(samples=samples, max_pool=spec.resources.slots, max_devices=1)
+    return plan_elastic(experiment, profile, deadline, cost, options=options)
+
+
+def predicted_stage_ends(
+    result: PlanResult, profile: Profile, before: Sequence[float] = ()
+) -> list[float]:
+    """Seconds from the study's start at which each stage of the plan is predicted to end
+    (judged: its SYNC), at the profile's mean latencies; the stages a re-plan starts after (its
+    progress' stage when its trials are at the rung, and those before) keep the ends ``before``
+    gave them."""
+    dag = to_dag(result.spec, result.plan.allocation, result.progress)
+    finish = finish_times(dag, mean_latencies(dag, profile)[None, :])[0]
+    elapsed = result.progress.elapsed if result.progress is not None else 0.0
+    ends = [0.0] * result.spec.num_stages()
+    for v, node in enumerate(dag.nodes):
+        ends[node.stage] = max(ends[node.stage], float(finish[v]) + elapsed)
+    for i in range(min(replanned_after(result), len(before))):
+        ends[i] = float(before[i])
+    return ends
+
+
+def replanned_after(result: PlanResult) -> int:
+    """How many stages ran before ``result`` was planned: those before its progress' stage,
+    and that one too when its trials are at the rung (0 for a plan made at the start)."""
+    progress = result.progress
+    if progress is None:
+        return 0
+    return progress.stage + (0 if any(progress.steps_left) else 1)
+
+
+def plan_record(
+    result: PlanResult, profile: Profile, reason: str, before: Sequence[float] = ()
+) -> dict[str, Any]:
+    """The data of an ``elastic_plan`` journal record (with the profile, so that a re-plan
+    needs no file)."""
+    return {
+        "reason": reason,
+        "plan": result.to_dict(),
+        "stage_ends": predicted_stage_ends(result, profile, before),
+        "profile": profile.source,
+        "profile_data": profile.to_dict(),
+    }
+
+
+#: A stage that ends later than predicted by more than this share of the predicted time
+#: (from the study's start) makes the controller re-plan (``HPCTUNE_REPLAN_DRIFT``; ``inf``:
+#: never).
+REPLAN_DRIFT = 0.15
+
+
+def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: float) -> str:
+    """Why the plan of ``record`` (an ``elastic_plan`` record's data) must be made again now
+    that ``stage`` ended ``measured`` seconds after the study's start, or ``""``."""
+    predicted = float(record["stage_ends"][stage])
+    if not measured > predicted * (1.0 + drift):
+        return ""
+    late = 100.0 * (measured / predicted - 1.0) if predicted > 0 else math.inf
+    return (
+        f"stage {stage} ended {measured:.1f} s after the start, {late:.0f} % later than the "
+        f"{predicted:.1f} s predicted (more than {100 * drift:.0f} %)"
+    )
+
+
+def measured_profile(profile: Profile, study: Any) -> Profile:
+    """``profile`` with the latencies the running study measured (a
+    :class:`~hpctune.journal.state.StudyRecord`) in place of the profile's, where it has any:
+    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`), and as
+    segment start the gaps between two segments of one worker (the previous one's end to the
+    next one's start: the controller seeing the end, the assignment, the checkpoint load). The
+    seconds per step stay the profile's."""
+    from hpctune.elastic.profiling import study_latencies
+
+    queue, startup = study_latencies(study)
+    gaps: list[float] = []
+    last_end: dict[str, float] = {}
+    for seg in sorted(study.segments.values(), key=lambda s: s.assigned_time):
+        previous = last_end.get(seg.worker_id)
+        if previous is not None and seg.started_time is not None:
+            gaps.append(max(seg.started_time - previous, 0.0))
+        if seg.ended_time is not None:
+            last_end[seg.worker_id] = seg.ended_time
+    changes: dict[str, Any] = {}
+    if queue:
+        changes["queue_wait"] = {size: queue for size in profile.queue_wait}
+    if startup:
+        changes["startup"] = startup
+    if gaps:
+        changes["segment_start"] = tuple(gaps)
+    if not changes:
+        return profile
+    source = f"{profile.source}; latencies measured in the study"
+    return dataclasses.replace(profile, source=source, **changes)
+
+
+def replan(
+    record: Mapping[str, Any],
+    stage: int,
+    elapsed: float,
+    spent: float,
+    study: Any | None = None,
+) -> tuple[PlanResult, Profile]:
+    """The plan of the stages after ``stage`` (just ended: its trials at the rung) from the
+    plan of ``record``: the same experiment, profile, deadline, cost model and options, from
+    ``elapsed`` seconds and ``spent`` cost; with ``study`` (its record), the profile takes the
+    latencies the study measured (:func:`measured_profile`). The stages up to ``stage`` keep
+    the shapes they ran with in the result (they are history; the prediction starts after
+    them)."""
+    old = PlanResult.from_dict(record["plan"])
+    profile = Profile.from_dict(record["profile_data"], str(record.get("profile", "")))
+    if study is not None:
+        profile = measured_profile(profile, study)
+    spec = old.spec
+    progress = Progress(
+        stage=stage,
+        steps_left=(0,) * spec.stages[stage].trials,
+        elapsed=elapsed,
+        spent=spent,
+        devices=old.plan.allocation.shapes[stage].devices,
+        workers=old.plan.allocation.shapes[stage].workers,
+    )
+    new = plan_elastic(
+        spec, profile, old.deadline, old.cost, progress=progress, options=old.options
+    )
+    shapes = (*old.plan.allocation.shapes[: stage + 1], *new.plan.allocation.shapes[stage + 1 :])
+    allocation = dataclasses.replace(new.plan.allocation, shapes=shapes)
+    plan = dataclasses.replace(new.plan, allocation=allocation)
+    return dataclasses.replace(new, plan=plan), profile
+
+
+def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
+    """The trial ids of each bracket: brackets take trials in id order, each as many as its
+    first stage has (as the policies fill them: :func:`experiment_from_study`)."""
+    out: dict[int, range] = {}
+    first = 0
+    for stage in spec.stages:
+        if stage.bracket not in out:
+            out[stage.bracket] = range(first, first + stage.trials)
+            first += stage.trials
+    return out
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """What the stage tracker needs of a trial.
+
+    Attributes:
+        step: The last step it reached.
+        running_from: The start step of its segment running now, or ``None``.
+        ended: It has ended (completed, terminated, failed).
+    """
+
+    step: int
+    running_from: int | None
+    ended: bool
+
+    def past(self, step: int) -> bool:
+        """It has ended, trained beyond ``step``, stopped at it (no segment runs), or runs a
+        segment that starts there (the next stage)."""
+        if self.ended or self.step > step:
+            return True
+        return self.step == step and (self.running_from is None or self.running_from >= step)
+
+
+def stage_done(spec: ExperimentSpec, index: int, trials: Mapping[int, TrialProgress]) -> bool:
+    """True when every trial of stage ``index``'s bracket exists and has ended or is past the
+    stage's end step (:meth:`TrialProgress.past`: the rung can be judged)."""
+    stage = spec.stages[index]
+    for trial_id in bracket_trials(spec)[stage.bracket]:
+        trial = trials.get(trial_id)
+        if trial is None or not trial.past(stage.end_step):
+            return False
+    return True
+
+
+def current_stage(
+    spec: ExperimentSpec, trials: Mapping[int, TrialProgress], since: int = 0
+) -> int:
+    """The first stage from ``since`` on not done (``num_stages()`` when all are); a plan is
+    never followed backwards (a trial lost and resumed from an earlier checkpoint)."""
+    for index in range(since, spec.num_stages()):
+        if not stage_done(spec, index, trials):
+            return index
+    return spec.num_stages()
+
+
+def stage_workers(result: PlanResult, stage: int) -> int:
+    """The workers the plan keeps busy in ``stage`` (the last stage's after the end)."""
+    shapes = result.plan.allocation.shapes
+    return shapes[min(stage, len(shapes) - 1)].workers
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    """One stage of a followed plan: planned shape, predicted and measured end.
+
+    Attributes:
+        stage: Its index.
+        bracket: Its bracket.
+        trials: Trials it trains.
+        start_step: The step they start from.
+        end_step: The step they train to.
+        devices_per_trial: Devices per trial (planned).
+        workers: Workers at once (planned).
+        pool: Devices held (planned).
+        predicted_end: Seconds from the study's start (mean latencies).
+        measured_end: Seconds from the study's start when the controller saw it done, or
+            ``None``.
+    """
+
+    stage: int
+    bracket: int
+    trials: int
+    start_step: int
+    end_step: int
+    devices_per_trial: int
+    workers: int
+    pool: int
+    predicted_end: float
+    measured_end: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class PlanStatus:
+    """A followed plan as ``hpctune status`` shows it.
+
+    Attributes:
+        result: The plan in force (the last journaled).
+        reason: Why it was made.
+        planned_at: Seconds from the study's start when it was made.
+        plans: How many plans were journaled.
+        stages: Per stage, planned, predicted and measured.
+        stage: The stage the study is in (``len(stages)`` when all are done).
+        elapsed: Seconds since the study's start (to its end once it ended).
+        spent: The cost so far, in the plan's cost unit and basis.
+        predicted_time: The plan's predicted completion, seconds from the start (mean).
+        predicted_cost: The plan's predicted cost (mean).
+    """
+
+    result: PlanResult
+    reason: str
+    planned_at: float
+    plans: int
+    stages: tuple[StageStatus, ...]
+    stage: int
+    elapsed: float
+    spent: float
+    predicted_time: float
+    predicted_cost: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``hpctune status --json``'s ``elastic``)."""
+        return {
+            "reason": self.reason,
+            "planned_at": self.planned_at,
+            "plans": self.plans,
+            "kind": self.result.plan.kind,
+            "feasible": self.result.feasible,
+            "deadline_s": self.result.deadline,
+            "cost_unit": self.result.cost.unit,
+            "cost_basis": self.result.cost.basis,
+            "stage": self.stage,
+            "elapsed_s": self.elapsed,
+            "spent": self.spent,
+            "predicted_time_s": self.predicted_time,
+            "predicted_cost": self.predicted_cost,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def plan_status(
+    record: Mapping[str, Any],
+    stage_times: Sequence[tuple[int, float]],
+    *,
+    plans: int,
+    started: float,
+    now: float,
+    held_seconds: float,
+    used_seconds: float,
+) -> PlanStatus:
+    """The status of the plan of an ``elastic_plan`` record's data.
+
+    Args:
+        record: The data of the last ``elastic_plan`` record, with its ``time``.
+        plans: How many ``elastic_plan`` records the journal holds.
+        stage_times: ``(stage, time)`` of every ``elastic_stage`` record, in order.
+        started: When the study started (Unix time).
+        now: Now, or when the study ended.
+        held_seconds: Device-seconds held by the study's workers so far.
+        used_seconds: Device-seconds in segments so far.
+    """
+    result = PlanResult.from_dict(record["plan"])
+    ends = [float(e) for e in record["stage_ends"]]
+    measured: dict[int, float] = {}
+    for stage, at in stage_times:  # entering stage s ends the stages before it
+        for done in range(stage):
+            measured.setdefault(done, at - started)
+    rows = result.plan.rows(result.spec)
+    ran = replanned_after(result)
+    for row in rows[:ran]:  # the stages a re-plan started after ran with their own workers
+        row["pool"] = row["devices_per_trial"] * row["workers"]
+    stages = tuple(
+        StageStatus(
+            stage=row["stage"],
+            bracket=row["bracket"],
+            trials=row["trials"],
+            start_step=row["start_step"],
+            end_step=row["end_step"],
+            devices_per_trial=row["devices_per_trial"],
+            workers=row["workers"],
+            pool=row["pool"],
+            predicted_end=ends[i],
+            measured_end=measured.get(i),
+        )
+        for i, row in enumerate(rows)
+    )
+    current = stage_times[-1][0] if stage_times else 0
+    seconds = held_seconds if result.cost.basis == "held" else used_seconds
+    return PlanStatus(
+        result=result,
+        reason=str(record.get("reason", "")),
+        planned_at=float(record.get("time", started)) - started,
+        plans=plans,
+        stages=stages,
+        stage=current,
+        elapsed=max(now - started, 0.0),
+        spent=float(result.cost.of(seconds)),
+        predicted_time=result.plan.prediction.time.mean,
+        predicted_cost=result.plan.prediction.cost.mean,
+    )
+
+
+def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | None:
+    """The followed plan of a study record (:class:`~hpctune.journal.state.StudyRecord`) as
+    of ``now`` (default: the time; the end of a study that ended), or ``None`` without one."""
+    import time
+
+    from hpctune.analysis.usage import study_usage
+
+    data = record.elastic_plan
+    if data is None:
+        return None
+    now = time.time() if now is None else now
+    started = record.started_time or record.created_time
+    usage = study_usage(record, now)
+    return plan_status(
+        data,
+        record.elastic_stages,
+        plans=len(record.elastic_plans),
+        started=started,
+        now=record.ended_time or now,
+        held_seconds=usage.allocated_s,
+        used_seconds=usage.training_s,
+    )
+
+
+def format_plan_status(status: PlanStatus) -> list[str]:
+    """``hpctune status`` lines of a followed plan."""
+    from hpctune.analysis.formatting import format_duration
+
+    result = status.result
+    cost = result.cost
+    meets = "meets the deadline" if result.feasible else "no plan meets the deadline"
+    made = (
+        status.reason
+        if status.plans == 1
+        else f"re-planned {format_duration(status.planned_at)} after the start (plan "
+        f"{status.plans}): {status.reason}"
+    )
+    lines = [
+        f"elastic plan ({result.plan.kind}, {meets}): deadline "
+        f"{format_duration(result.deadline)}, {made}",
+        f"  predicted {format_duration(status.predicted_time)}, "
+        f"{cost.format(status.predicted_cost)}; so far {format_duration(status.elapsed)}, "
+        f"{cost.format(status.spent)} ({cost.basis})",
+        "  stage bracket   steps trials devices/trial workers pool  predicted end  measured end",
+    ]
+    for s in status.stages:
+        mark = ">" if s.stage == status.stage else " "
+        measured = "-" if s.measured_end is None else format_duration(s.measured_end)
+        lines.append(
+            f" {mark}{s.stage:>5} {s.bracket:>7} {s.start_step:>3}-{s.end_step:<4} {s.trials:>6} "
+            f"{s.devices_per_trial:>13} {s.workers:>7} {s.pool:>4}  "
+            f"{format_duration(s.predicted_end):>13}  {measured:>12}"
+        )
+    return lines
+
+
+__all__ = [
+    "PLAN_REASON_LAUNCH",
+    "REPLAN_DRIFT",
+    "PlanStatus",
+    "StageStatus",
+    "TrialProgress",
+    "bracket_trials",
+    "current_stage",
+    "drift_reason",
+    "format_plan_status",
+    "load_study_profile",
+    "measured_profile",
+    "plan_record",
+    "plan_status",
+    "plan_study",
+    "predicted_stage_ends",
+    "profile_path",
+    "replan",
+    "stage_done",
+    "stage_workers",
+    "study_plan_status",
+]
