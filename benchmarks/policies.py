@@ -338,8 +338,8 @@ def build_tables(
                     "per_seed_time": [v["time_to_target"][i] for i in keep],
                     "per_seed_worker_s": [v["worker_s_to_target"][i] for i in keep],
                 }
-            best_ours = min(ours, key=lambda k: ours[k]["time_to_target"]) if ours else None
-            best_peer = min(peers, key=lambda k: peers[k]["time_to_target"]) if peers else None
+            best_ours = min(ours, key=lambda k: _rank(ours[k])) if ours else None
+            best_peer = min(peers, key=lambda k: _rank(peers[k])) if peers else None
             limit = limit_seconds(trace, target)
             per_slots[str(s)] = {
                 "hpctune": ours,
@@ -351,6 +351,11 @@ def build_tables(
             }
         tables[path.stem] = {"target": target, "mode": trace.mode, "slots": per_slots}
     return tables
+
+
+def _rank(summary: dict[str, Any]) -> tuple[float, int]:
+    """Sorts by median time to target, then by orders reached (more first)."""
+    return (summary["time_to_target"], -summary["reached"])
 
 
 def _sign(trace: Trace) -> float:
@@ -390,39 +395,60 @@ def _f(x: float | None, digits: int = 3) -> str:
 
 
 def markdown(tables: dict[str, Any]) -> str:
-    """The tables as Markdown: per trace and S, hpctune's rows then the peers' (sorted by median
-    time to target), then the summary of best against best."""
+    """The tables as Markdown: per S, one row per scheduler (hpctune's, then the peers') and one
+    column per trace, "median time to target s / median worker-s to target" (reached/runs when
+    not all reached); then the summary of the best of each side."""
+    names = list(tables)
+    slots = list(next(iter(tables.values()))["slots"]) if tables else []
     lines: list[str] = []
-    summary = [
-        "| trace | S | limit s | best hpctune | s | best peer | s | best / peer | "
-        "hybrid / peer | distance closed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, t in tables.items():
-        for s, row in t["slots"].items():
-            lines.append(
-                f"\n**{name}** (target {t['target']:.4g}, {t['mode']}), S = {s}, limit "
-                f"{_f(row['limit'])} s: median time to target s (q25-q75), median worker-s to "
-                "target, reached\n"
-            )
-            lines.append("| scheduler | time to target s | q25-q75 | worker-s | reached |")
-            lines.append("|---|---|---|---|---|")
-            both = [("", k, v) for k, v in row["hpctune"].items()]
-            both += [("peer: ", k, v) for k, v in row["peers"].items()]
-            for prefix, k, v in sorted(both, key=lambda x: (x[2]["time_to_target"], x[0], x[1])):
-                lines.append(
-                    f"| {prefix}{k} | {_f(v['time_to_target'])} | {_f(v['q25'])}-{_f(v['q75'])} "
-                    f"| {_f(v['worker_s_to_target'])} | {v['reached']}/{v['runs']} |"
-                )
+    for s in slots:
+        rows = [tables[n]["slots"][s] for n in names]
+        lines.append(
+            f"\nS = {s}: median time to target s / median worker-s to target over the orders "
+            "(reached/runs if not all)\n"
+        )
+        lines.append("| scheduler | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for side, prefix in (("hpctune", ""), ("peers", "peer: ")):
+            labels = list(dict.fromkeys(k for row in rows for k in row[side]))
+            for label in labels:
+                cells = [_cell(row[side].get(label)) for row in rows]
+                lines.append(f"| {prefix}{label} | " + " | ".join(cells) + " |")
+        lines.append(
+            "| limit (fastest single configuration) | "
+            + " | ".join(_f(row["limit"]) for row in rows)
+            + " |"
+        )
+    lines.append(
+        "\n| trace | S | limit s | best hpctune | s | best peer | s | best / peer | "
+        "hybrid / peer | distance closed |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        for s, row in tables[name]["slots"].items():
             best_o, best_p = row["best_hpctune"], row["best_peer"]
-            summary.append(
+            closed = "-" if row["closed"] is None else f"{round(row['closed'], 2) + 0.0:.2f}"
+            lines.append(
                 f"| {name} | {s} | {_f(row['limit'])} | {best_o or '-'} | "
                 f"{_f(row['hpctune'][best_o]['time_to_target']) if best_o else '-'} | "
                 f"{best_p or '-'} | "
                 f"{_f(row['peers'][best_p]['time_to_target']) if best_p else '-'} | "
-                f"{_f(row['best_ratio'])} | {_f(row['hybrid_ratio'])} | {_f(row['closed'], 2)} |"
+                f"{_r(row['best_ratio'])} | {_r(row['hybrid_ratio'])} | {closed} |"
             )
-    return "\n".join(lines) + "\n\n" + "\n".join(summary) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return ""
+    if math.isinf(v["time_to_target"]):
+        return f"never ({v['reached']}/{v['runs']})"
+    cell = f"{_f(v['time_to_target'])} / {_f(v['worker_s_to_target'])}"
+    return cell if v["reached"] == v["runs"] else f"{cell} ({v['reached']}/{v['runs']})"
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main() -> None:

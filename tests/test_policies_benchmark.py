@@ -77,3 +77,29 @@ def test_quick_matches_the_peers_harness_on_its_orders(quick: dict[str, Any]) ->
     )
     best = row["hpctune"][row["best_hpctune"]]["time_to_target"]
     assert row["best_ratio"] == pytest.approx(best / best_peer["time_to_target"])
+
+
+@pytest.mark.slow
+def test_real_quick_study_measures_time_and_worker_seconds_to_target() -> None:
+    script = REPO / "benchmarks" / "real_policies.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    (run,) = out["runs"]
+    assert run["policy"] == "asha"
+    assert run["seed"] == 0
+    # 4 trials x 3 steps on 2 slots: one of them reaches 3.0 nats (uniform guessing: 4.57)
+    assert run["time_to_target"] is not None
+    assert run["best"] <= out["target"] == 3.0
+    assert 0 < run["time_to_target"] <= run["study_seconds"]
+    # two worker processes, each alive for at most the time to target
+    assert 0 < run["worker_s_to_target"] <= 2 * run["time_to_target"] + 1e-6
+    assert run["worker_s_to_target"] <= run["study_worker_s"]
+    assert run["trials_by_target"] <= run["trials_started"] <= 4
+    assert out["summary"]["asha"]["reached"] == 1
