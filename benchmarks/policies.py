@@ -11,7 +11,9 @@ by default, ``--generator-slots``, and under default, asha and hybrid, ``--gener
 as its runs cost 2-5 times more). Beside them
 the peers (Ray Tune, Syne Tune and Optuna schedulers) measured by the peers harness
 (``../shared/tools/peers/simulate_peers.py``) on the same orders and target, read from the small
-files ``benchmarks/results/peers-S<S>.json``; the limit (the fastest single configuration from
+files ``benchmarks/results/peers-S<S>.json``, and the model-based peers (Optuna's TPE with its
+Hyperband pruner, Syne Tune's BOHB: ``benchmarks/search_peers.py --target default``, S = 8) from
+``benchmarks/results/model-peers-S<S>.jsonl``; the limit (the fastest single configuration from
 t = 0); and per trace the best hpctune policy and hybrid against the best peer.
 
 Protocol (the harness's): no queue wait, start-up or checkpoint costs; the target is the trace's
@@ -31,6 +33,9 @@ The whole measurement::
             --S $S --seeds 25 --jobs 1 --out /tmp/peers-S$S.json
         python benchmarks/policies.py --import-peers /tmp/peers-S$S.json
     done
+    PYTHONPATH=. /tmp/peers/bin/python benchmarks/search_peers.py --target default --seeds 25 \\
+        --peers optuna_tpe_hyperband,syne_bohb --jobs 1 --results /tmp/model-peers.jsonl
+    python benchmarks/policies.py --import-model-peers /tmp/model-peers.jsonl
     nice -n 10 python benchmarks/policies.py [--slots 4 8 16 25] [--seeds 25] [--jobs 2]
         [--generators tpe] [--results /tmp/policies.jsonl] [--only digits] [--json]
     python benchmarks/policies.py --quick --json    # smoke run: digits, S = 8, 3 orders
@@ -240,6 +245,38 @@ def load_peers(slots: int, results_dir: Path = RESULTS) -> dict[str, Any] | None
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def import_model_peers(source: Path, dest_dir: Path) -> list[Path]:
+    """Keep of ``benchmarks/search_peers.py``'s JSON lines what the tables need, one file per S
+    (``dest_dir/model-peers-S<S>.jsonl``)."""
+    keys = ("trace", "peer", "seed", "slots", "target", "time_to_target", "worker_s_to_target")
+    by_slots: dict[int, list[str]] = {}
+    for r in load_results(source):
+        by_slots.setdefault(int(r["slots"]), []).append(json.dumps({k: r[k] for k in keys}))
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for slots, lines in sorted(by_slots.items()):
+        dest = dest_dir / f"model-peers-S{slots}.jsonl"
+        dest.write_text("\n".join(sorted(lines)) + "\n")
+        written.append(dest)
+    return written
+
+
+def load_model_peers(
+    slots: int, trace: str, target: float, results_dir: Path = RESULTS
+) -> dict[str, list[dict[str, Any]]]:
+    """The model-based peers' runs on ``trace`` at ``slots`` (``benchmarks/search_peers.py
+    --target default``, kept in ``model-peers-S<S>.jsonl``), by peer; {} if there are none."""
+    path = results_dir / f"model-peers-S{slots}.jsonl"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in load_results(path):
+        if r["trace"] != trace or r["slots"] != slots:
+            continue
+        if not math.isclose(r["target"], target):
+            raise SystemExit(f"{path}: {trace}'s target {r['target']} is not {target}")
+        out.setdefault(r["peer"], []).append(r)
+    return out
+
+
 def write_peer_traces(traces: Sequence[Path], dest_dir: Path) -> None:
     """Copies of the traces with hpctune's default target as the harness's ``target``
     attribute (negated for ``mode = "min"``: the harness negates loss curves), and steps the
@@ -337,6 +374,15 @@ def build_tables(
                     ),
                     "per_seed_time": [v["time_to_target"][i] for i in keep],
                     "per_seed_worker_s": [v["worker_s_to_target"][i] for i in keep],
+                }
+            for peer, runs in load_model_peers(s, path.stem, target).items():
+                runs = sorted((r for r in runs if r["seed"] < seeds), key=lambda r: r["seed"])
+                peers[peer] = {
+                    "seeds": [r["seed"] for r in runs],
+                    **summarize(
+                        [r["time_to_target"] for r in runs],
+                        [r["worker_s_to_target"] for r in runs],
+                    ),
                 }
             best_ours = min(ours, key=lambda k: _rank(ours[k])) if ours else None
             best_peer = min(peers, key=lambda k: _rank(peers[k])) if peers else None
@@ -474,6 +520,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="digits, S = 8, 3 orders, 3 policies")
     parser.add_argument("--peer-traces", type=Path, default=None, metavar="DIR")
     parser.add_argument("--import-peers", type=Path, default=None, metavar="HARNESS_JSON")
+    parser.add_argument(
+        "--import-model-peers", type=Path, default=None, metavar="SEARCH_PEERS_JSONL"
+    )
     args = parser.parse_args()
     paths = sorted(args.traces.glob("*.h5"))
     if args.only:
@@ -483,6 +532,9 @@ def main() -> None:
         return
     if args.import_peers is not None:
         print(import_peers(args.import_peers, RESULTS))
+        return
+    if args.import_model_peers is not None:
+        print(*import_model_peers(args.import_model_peers, RESULTS))
         return
     if args.quick:
         paths = [p for p in paths if p.stem == "digits"]
