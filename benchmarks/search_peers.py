@@ -324,15 +324,19 @@ def make_peer(name: str, dims: list[Dimension], epochs: int, seed: int) -> Peer:
     return classes[name](dims, epochs, seed)  # type: ignore[abstract]
 
 
-def replay(trace: Trace, peer_name: str, seed: int, slots: int) -> dict[str, Any]:
-    """One run of the protocol; returns ``benchmarks/search.py``'s figures."""
+def replay(
+    trace: Trace, peer_name: str, seed: int, slots: int, target_kind: str = "q97"
+) -> dict[str, Any]:
+    """One run of the protocol; returns ``benchmarks/search.py``'s figures, and the
+    worker-seconds to the target. ``target_kind`` "default": ``Trace.default_target`` (the
+    target of ``benchmarks/policies.py``) instead of the 97th percentile of final values."""
     space = trace_space(trace)
     dims = all_dimensions(space)
     _n_cfg, n_ep = trace.curves.shape
     sign = trace.sign
     curves = sign * trace.curves  # larger is better inside
     secs = trace.epoch_seconds
-    target = peers_target(trace)
+    target = trace.default_target() if target_kind == "default" else peers_target(trace)
     budget = budget_seconds(trace, slots)
     peer = make_peer(peer_name, dims, n_ep, seed)
     nearest = NearestConfigurations(space, trace.hparams)
@@ -342,6 +346,9 @@ def replay(trace: Trace, peer_name: str, seed: int, slots: int) -> dict[str, Any
     best = -math.inf
     best_at_budget = -math.inf
     reached: float | None = None
+    worker_s: float | None = None
+    running: dict[int, float] = {}  # trial -> start time
+    busy_closed = 0.0
 
     def start(now: float) -> None:
         nonlocal counter, started
@@ -354,6 +361,7 @@ def replay(trace: Trace, peer_name: str, seed: int, slots: int) -> dict[str, Any
         assert row is not None
         peer.add(tid, encode_config(space, trace.hparams[row]))
         started += 1
+        running[tid] = now
         heapq.heappush(heap, (now + secs[row, 0], counter, tid, row, 1))
         counter += 1
 
@@ -370,10 +378,12 @@ def replay(trace: Trace, peer_name: str, seed: int, slots: int) -> dict[str, Any
                 best_at_budget = best
             if reached is None and value >= sign * target:
                 reached = t
+                worker_s = busy_closed + sum(t - since for since in running.values())
         stop = peer.result(tid, epoch, value)
         last = epoch == n_ep or not math.isfinite(float(secs[row, epoch]))
         if stop or last:
             peer.end(tid, epoch, value, stop)
+            busy_closed += t - running.pop(tid)
             start(t)
         else:
             heapq.heappush(heap, (t + secs[row, epoch], counter, tid, row, epoch + 1))
@@ -388,21 +398,22 @@ def replay(trace: Trace, peer_name: str, seed: int, slots: int) -> dict[str, Any
         "target": target,
         "budget": budget,
         "time_to_target": reached,
+        "worker_s_to_target": worker_s,
         "best_at_budget": None if math.isinf(best_at_budget) else sign * best_at_budget,
         "trials_started": started,
     }
 
 
-def run_job(job: tuple[str, str, int, int]) -> dict[str, Any]:
+def run_job(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     """One (trace, peer, seed, slots) run, with its wall time."""
     import logging
 
     warnings.filterwarnings("ignore")
     for name in ("syne_tune", "ray", "optuna", "hpbandster"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    path, peer, seed, slots = job
+    path, peer, seed, slots, target_kind = job
     t0 = time.perf_counter()
-    out = replay(Trace.load(path), peer, seed, slots)
+    out = replay(Trace.load(path), peer, seed, slots, target_kind)
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -417,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=SLOTS)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--results", type=Path, default=Path("peers.jsonl"))
+    parser.add_argument(
+        "--target",
+        choices=("q97", "default"),
+        default="q97",
+        help="q97: benchmarks/search.py's; default: Trace.default_target (policies.py's)",
+    )
     args = parser.parse_args(argv)
     paths = sorted(args.traces.glob("*.h5"))
     if args.only:
@@ -427,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             with_key = json.loads(line)
             done.add((with_key["trace"], with_key["peer"], with_key["seed"], with_key["slots"]))
     jobs = [
-        (str(p), peer, seed, args.slots)
+        (str(p), peer, seed, args.slots, args.target)
         for seed in range(args.seeds)  # seed-major: a partial run has every cell's first seeds
         for p in paths
         for peer in args.peers.split(",")
