@@ -693,3 +693,22 @@ def test_a_resumed_older_journal_takes_the_writers_minor_version(tmp_path: Path)
     writer.append("log", kind="warning", data="{}")
     writer.commit()
     assert JournalReader(tmp_path / "j.zarr").format_minor == FORMAT_MINOR
+
+
+def test_a_worker_record_of_an_unknown_life_is_refused_naming_its_row(tmp_path: Path) -> None:
+    """A worker's life is one of WorkerLife's; another value is damage, not a new state."""
+    from hpctune.journal.reader import load_state
+    from hpctune.wire.states import WorkerLife
+
+    writer = JournalWriter(tmp_path / "j.zarr", create=True)
+    writer.append("log", kind="study", data='{"state": "running"}')
+    writer.append("log", kind="worker", data='{"worker": "w0", "event": "started", "info": {}}')
+    writer.append("log", kind="worker", data='{"worker": "w0", "event": "stopping"}')
+    writer.commit()
+    record = load_state(JournalReader(tmp_path / "j.zarr"))
+    assert record.workers["w0"].state is WorkerLife.STOPPING
+    assert record.workers["w0"].state.is_alive
+    writer.append("log", kind="worker", data='{"worker": "w0", "event": "vanished"}')
+    writer.commit()
+    with pytest.raises(JournalError, match=r"log row 3 \('worker'\) does not fit"):
+        load_state(JournalReader(tmp_path / "j.zarr"))

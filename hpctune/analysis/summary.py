@@ -221,7 +221,7 @@ def status_json(record: StudyRecord, directory: str, now: float | None = None) -
             "created": record.created_time,
             "elapsed_s": _elapsed(record, time.time() if now is None else now),
             "counts": record.counts(),
-            "workers": sum(w.state in ("started", "stopping") for w in record.workers.values()),
+            "workers": sum(w.state.is_alive for w in record.workers.values()),
             "warnings": [
                 {"code": w.code, "message": w.message, "time": w.time, "trial": _id(w.trial)}
                 for w in record.warnings

@@ -541,7 +541,7 @@ class ControllerBase:
         raise NotImplementedError
 
     def _live_workers(self) -> list[st.WorkerRecord]:
-        return [w for w in self.state.workers.values() if w.state in ("started", "stopping")]
+        return [w for w in self.state.workers.values() if w.state.is_alive]
 
     def _send_decision(
         self,

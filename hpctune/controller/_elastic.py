@@ -36,7 +36,7 @@ from hpctune.elastic.follow import (
 from hpctune.elastic.planner import PlanResult
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class ElasticController(WorkerManagingController):
         following = known[-1][0] + 1
         if following >= result.spec.num_stages():
             return idle
-        busy = len([w for w in self._live_workers() if w.state == "started"]) - len(idle)
+        busy = len([w for w in self._live_workers() if w.state is WorkerLife.STARTED]) - len(idle)
         keep = max(stage_workers(result, following) - busy, 0)
         return idle[keep:]
 
@@ -189,7 +189,7 @@ class ElasticController(WorkerManagingController):
         if self._pool_target is None or self.state.state is not StudyState.RUNNING:
             return
         target = self._pool_target
-        live = [w for w in self._live_workers() if w.state == "started"]
+        live = [w for w in self._live_workers() if w.state is WorkerLife.STARTED]
         busy = {s.worker_id for s in self.state.active_segments()}
         extra = len(live) - target
         for worker in live:

@@ -56,7 +56,7 @@ from hpctune.wire.asktell import VALIDATORS as TRIAL_COMMANDS
 from hpctune.wire.inbox import RETRYABLE, VALIDATORS, check_command
 from hpctune.wire.lease import Fenced
 from hpctune.wire.protocol import Assignment, DecisionMessage
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             if not worker.info:  # created, never confirmed started: it may not exist
                 # (a controller killed while submitting: no sign of workers failing to start)
                 self._worker_gone(
-                    worker, "lost", "never confirmed started", None, failed_start=False
+                    worker, WorkerLife.LOST, "never confirmed started", None, failed_start=False
                 )
                 self._outbox.append(
                     partial(
@@ -132,7 +132,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 self._outbox.append(partial(self._sweep_checkpoints, trial_id))
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
-            if owner is not None and owner.state == "started":
+            if owner is not None and owner.state is WorkerLife.STARTED:
                 self._outbox.append(self._assignment_writer(seg))
             if seg.decision:
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
@@ -219,7 +219,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 if not seg.status.is_final:
                     self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
             beat = self._beats.get(worker.worker_id)
-            self._worker_gone(worker, "lost", reason, beat, failed_start=False)
+            self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
         self._abort = True
 
     def _read_inbox(self) -> None:
@@ -455,7 +455,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         live = self._live_workers()
         rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
         idle = sorted(
-            (w for w in live if w.state == "started" and w.worker_id not in busy),
+            (w for w in live if w.state is WorkerLife.STARTED and w.worker_id not in busy),
             key=lambda w: rank.get(self._worker_states.get(w.worker_id, WorkerState.PENDING), 2),
         )
         pending = sum(
@@ -839,7 +839,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 self._log(
                     st.WORKER, worker=worker.worker_id, event="exited", reason="never started"
                 )
-            elif worker.state == "started":
+            elif worker.state is WorkerLife.STARTED:
                 self._order_exit(worker, f"study {self.state.state.value}")
             elif now - self._exit_ordered_at > EXIT_GRACE:
                 self.executor.cancel(worker.worker_id, worker.info)

@@ -21,7 +21,7 @@ from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
 from hpctune.wire.protocol import Heartbeat
-from hpctune.wire.states import Decision, SegmentStatus, StudyState
+from hpctune.wire.states import Decision, SegmentStatus, StudyState, WorkerLife
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,12 @@ class WorkerManagingController(IngestingController):
             exited = beat is not None and beat.state == "exited"
             if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
                 if exited:
-                    self._worker_gone(worker, "exited", "exited", beat)
+                    self._worker_gone(worker, WorkerLife.EXITED, "exited", beat)
                 else:
                     how = self.executor.end_reason(wid, worker.info)
-                    self._worker_gone(worker, "lost", how or "its process or job is gone", beat)
+                    self._worker_gone(
+                        worker, WorkerLife.LOST, how or "its process or job is gone", beat
+                    )
                 continue
             if state is WorkerState.PENDING:
                 self._running_since.pop(wid, None)
@@ -107,7 +109,7 @@ class WorkerManagingController(IngestingController):
             if age > limit:
                 self.executor.cancel(wid, worker.info)
                 what = "heartbeat" if fresh else "heartbeat since its start"
-                self._worker_gone(worker, "lost", f"no {what} for {age:.0f} s", beat)
+                self._worker_gone(worker, WorkerLife.LOST, f"no {what} for {age:.0f} s", beat)
 
     def _track_runs(
         self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
@@ -170,7 +172,7 @@ class WorkerManagingController(IngestingController):
                 del table[key]
         for seg in self.state.active_segments():
             worker = self.state.workers.get(seg.worker_id)
-            if worker is None or worker.state != "started" or not worker.info:
+            if worker is None or worker.state is not WorkerLife.STARTED or not worker.info:
                 continue
             beat = self._beats.get(worker.worker_id)
             fresh = beat is not None and now - beat.time < self.worker_timeout
@@ -231,7 +233,7 @@ class WorkerManagingController(IngestingController):
         reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
         self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
         beat = self._beats.get(worker.worker_id)
-        self._worker_gone(worker, "lost", reason, beat, failed_start=False)
+        self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
 
     def _enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
@@ -242,7 +244,7 @@ class WorkerManagingController(IngestingController):
             if now - seg.decision_time <= self.stop_grace:
                 continue
             worker = self.state.workers.get(seg.worker_id)
-            if worker is None or worker.state not in ("started", "stopping"):
+            if worker is None or not worker.state.is_alive:
                 continue
             reason = (
                 f"did not {seg.decision} within {self.stop_grace:.0f} s; "
@@ -255,12 +257,14 @@ class WorkerManagingController(IngestingController):
                     self._end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
                 else:
                     self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
-            self._worker_gone(worker, "lost", reason, self.wire.heartbeat(worker.worker_id))
+            self._worker_gone(
+                worker, WorkerLife.LOST, reason, self.wire.heartbeat(worker.worker_id)
+            )
 
     def _worker_gone(
         self,
         worker: st.WorkerRecord,
-        event: str,
+        event: WorkerLife,
         reason: str,
         beat: Heartbeat | None,
         *,
@@ -283,7 +287,7 @@ class WorkerManagingController(IngestingController):
             last = beat.time if beat is not None and beat.started == since else self.clock.now()
             self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
         self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
-        if event == "lost" and beat is None and failed_start:
+        if event is WorkerLife.LOST and beat is None and failed_start:
             self._startup_failures += 1  # it never wrote a heartbeat
             if self._startup_failures >= STARTUP_FAILURES_LIMIT:
                 output = self.executor.output_path(worker.worker_id, worker.info)
@@ -305,7 +309,7 @@ class WorkerManagingController(IngestingController):
         if self.state.state is StudyState.STOPPING:
             self._release_unstarted()
             return
-        pending = [w for w in self._live_workers() if w.state == "started" and not w.info]
+        pending = [w for w in self._live_workers() if w.state is WorkerLife.STARTED and not w.info]
         if not pending or self.clock.now() < self._start_retry_at:
             return
         self._commit()

@@ -16,7 +16,7 @@ import numpy as np
 
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.delta import apply_delta
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 
 # Log record kinds.
 STUDY = "study"
@@ -195,7 +195,7 @@ class WorkerRecord:
     worker_id: str
     started_time: float
     info: dict[str, Any] = field(default_factory=dict)
-    state: str = "started"  # started | lost | exited | stopping
+    state: WorkerLife = WorkerLife.STARTED
     segment_id: int | None = None  # the segment assigned and not ended
     ended_time: float | None = None
     reason: str = ""
@@ -425,9 +425,9 @@ class StudyRecord:
             if worker.runs and worker.runs[-1].until is None:
                 worker.runs[-1].until = float(data["at"])
             return
-        worker.state = event
+        worker.state = WorkerLife(event)
         worker.reason = data.get("reason", "")
-        if event in ("lost", "exited"):
+        if not worker.state.is_alive:
             worker.ended_time = time
 
     def _on_command(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.slurm.cluster import job_status, pending_reasons
 from hpctune.slurm.controller_job import last_controller_job
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState
+from hpctune.wire.states import StudyState, WorkerLife
 
 FINAL = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
 
@@ -41,7 +41,7 @@ def slurm_status(paths: StudyPaths, record: StudyRecord, controller_alive: bool)
     waiting = [
         str(w.info["job_id"])
         for w in record.workers.values()
-        if w.state == "started" and w.info.get("job_id") and not w.runs
+        if w.state is WorkerLife.STARTED and w.info.get("job_id") and not w.runs
     ]
     out["pending_workers"] = pending_reasons(waiting)
     return out

@@ -81,6 +81,26 @@ class StudyState(StrEnum):
     FAILED = "failed"  # e.g. fail_fast and a trial failed
 
 
+class WorkerLife(StrEnum):
+    """Where a worker stands, as the journal knows it (its ``worker`` records).
+
+    ``started``: submitted or started by the controller, alive as far as it knows (running a
+    segment or waiting for one). ``stopping``: told to exit, still finishing. ``exited``: it
+    ended on its own or when told. ``lost``: its process or job is gone, or its heartbeat is too
+    old (its segment is lost).
+    """
+
+    STARTED = "started"
+    STOPPING = "stopping"
+    EXITED = "exited"
+    LOST = "lost"
+
+    @property
+    def is_alive(self) -> bool:
+        """Started or stopping: its process may still run."""
+        return self in (WorkerLife.STARTED, WorkerLife.STOPPING)
+
+
 class Decision(StrEnum):
     """What a worker is told at a boundary."""
 
