@@ -27,6 +27,16 @@ from hpctune.analysis.traces import Trace
 REPO = Path(__file__).resolve().parent.parent
 
 
+def replace_lines(source: Path, text: str, replacements: Mapping[str, str]) -> str:
+    """``text`` (of ``source``) with each regular expression's line (multiline mode) replaced;
+    each must match exactly once (else exit naming the file and the pattern)."""
+    for pattern, value in replacements.items():
+        text, count = re.subn(pattern, value, text, count=1, flags=re.MULTILINE)
+        if count != 1:
+            raise SystemExit(f"{source}: no line matches {pattern!r}")
+    return text
+
+
 def make_spec(
     job: Path,
     folder: Path,
@@ -65,10 +75,7 @@ def make_spec(
         r"^slots = \d+": f"slots = {slots}",
         **(extra or {}),
     }
-    for pattern, value in replacements.items():
-        text, count = re.subn(pattern, value, text, count=1, flags=re.MULTILINE)
-        if count != 1:
-            raise SystemExit(f"{source}: no line matches {pattern!r}")
+    text = replace_lines(source, text, replacements)
     if 'name = "default"' not in text.split("[policy]", 1)[1]:
         raise SystemExit(f"{source}: the study must use the default policy")
     folder.mkdir(parents=True, exist_ok=True)

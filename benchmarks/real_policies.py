@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _record_trace import replace_lines
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "jobs" / "charlm"
@@ -49,10 +50,7 @@ def write_study(
         r"^slots = \d+": f"slots = {slots}",
         r'^\[policy\]\nname = "default"': f'[policy]\nname = "{policy}"',
     }
-    for pattern, value in replacements.items():
-        text, count = re.subn(pattern, value, text, count=1, flags=re.MULTILINE)
-        if count != 1:
-            raise SystemExit(f"{JOB / 'study.toml'}: no line matches {pattern!r}")
+    text = replace_lines(JOB / "study.toml", text, replacements)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     shutil.copy(JOB / "train.py", folder / "train.py")
