@@ -42,6 +42,7 @@ from hpctune.study.space import (
 )
 from hpctune.wire.files import read_json
 from hpctune.wire.inbox import check_keys, send_command
+from hpctune.wire.lease import Holder, holder, rival
 from hpctune.wire.states import StudyState
 
 ANSWERS_DIR = "asked"
@@ -241,6 +242,7 @@ class AskTellClient:
         rejected = self.inbox / "rejected" / f"{sent.name}.reason.txt"
         deadline = time.monotonic() + timeout
         next_check = time.monotonic() + 1.0
+        looked_at: Holder | None = None  # the gone controller whose study was last read
         while time.monotonic() < deadline:
             data = read_json(answer)
             if isinstance(data, dict):
@@ -250,9 +252,12 @@ class AskTellClient:
                 raise RuntimeError(f"ask refused: {rejected.read_text().strip()}")
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
-                ended = self._ended_without_answer(sent)
-                if ended:
-                    raise RuntimeError(f"ask not answered: {ended}")
+                gone = self._gone_controller()
+                if gone is not None and gone != looked_at:  # the journal, once per controller
+                    looked_at = gone
+                    ended = self._ended_without_answer(sent)
+                    if ended:
+                        raise RuntimeError(f"ask not answered: {ended}")
             time.sleep(poll)
         sent.unlink(missing_ok=True)
         raise TimeoutError(
@@ -260,14 +265,17 @@ class AskTellClient:
             f"(request withdrawn); is it running? (`hpctune status {self.directory}`)"
         )
 
-    def _ended_without_answer(self, sent: Path) -> str:
-        """Why an ask can no longer be answered ("" while it may be): the study's controller
-        ended (or died) and the study is in a final state. Withdraws the request then."""
-        from hpctune.journal.reader import open_study
-        from hpctune.wire.lease import holder, rival
+    def _gone_controller(self) -> Holder | None:
+        """The study's last controller once it no longer runs (ended or died), else ``None``
+        (none started yet, or one is running)."""
+        found = holder(self.directory)
+        return found if found is not None and rival(self.directory) is None else None
 
-        if holder(self.directory) is None or rival(self.directory) is not None:
-            return ""  # no controller has started yet, or one is running
+    def _ended_without_answer(self, sent: Path) -> str:
+        """Why an ask can no longer be answered now that the study's controller is gone (""
+        while it may be): the study is in a final state. Withdraws the request then."""
+        from hpctune.journal.reader import open_study
+
         record = open_study(self.directory).record
         if record.state not in (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED):
             return ""  # its controller may be requeued or resumed
