@@ -1087,7 +1087,7 @@ def simulate(
             "config": {
                 k: v
                 for k, v in vars(config).items()
-                if k not in ("target", "stop_at_target", "max_time")
+                if k not in ("target", "stop_at_target", "max_time", "faults")
             },
             "policies": [
                 {

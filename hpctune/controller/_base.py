@@ -244,13 +244,16 @@ class ControllerBase:
         generator: Generator | None = None,
         curve_service: CurveService | None = None,
         decision_wait: float = 2.0,
+        worker_timeout: float = math.inf,
+        startup_timeout: float = math.inf,
     ) -> Self:
         """A controller of a study that exists only in memory (the simulator's): no study
         directory, no lease, no files; ``wire`` and ``executor`` stand for the workers.
 
         ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object
         that is not registered, or a generator answered from a trace); ``curve_service``
-        answers the curve fits.
+        answers the curve fits; ``worker_timeout`` and ``startup_timeout``: as the controller's
+        (never, by default: simulated workers do not hang unless told).
         """
         controller = cls.__new__(cls)
         controller.journal_dir = None
@@ -264,8 +267,8 @@ class ControllerBase:
             executor=executor,
             clock=clock,
             poll_interval=0.0,
-            worker_timeout=math.inf,
-            startup_timeout=math.inf,
+            worker_timeout=worker_timeout,
+            startup_timeout=startup_timeout,
             decision_wait=decision_wait,
             stop_grace=math.inf,
             on_progress=None,

@@ -13,7 +13,7 @@ the cluster. See ``docs/traces.md``.
 from __future__ import annotations
 
 from hpctune.simulator._api import ManyResult, build_policy, label, run_many, simulate
-from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
+from hpctune.simulator._config import Faults, SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
@@ -28,6 +28,7 @@ from hpctune.simulator._results import (
 
 __all__ = [
     "DecisionRecord",
+    "Faults",
     "ManyResult",
     "PredictionCache",
     "SegmentSpan",

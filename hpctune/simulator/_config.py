@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from hpctune.analysis.traces import Trace
 from hpctune.errors import HpctuneError
@@ -14,6 +15,55 @@ class SimulatorError(HpctuneError):
     """A simulation was asked for with settings that cannot work."""
 
     exit_code = 2
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Bad luck in a simulated study: what the controller meets on a real cluster.
+
+    Workers are numbered 1, 2, ... in the order the controller starts them (a number is the
+    n-th worker of the study; a restarted controller's new workers go on counting).
+
+    Attributes:
+        crashes: Trial id -> the step whose training raises (the user's code fails there, in
+            every segment of the trial that trains it): the segment ends ``failed`` with the
+            error, as a real worker's end line tells a traceback.
+        lost: Worker number -> the time its process dies (a lost node, an OOM kill): no end
+            line, no more heartbeats, and the executor finds it gone.
+        hung: Worker number -> the time it stops (a stuck collective, a frozen file system):
+            its process still runs as far as the executor can tell, but it trains no more and
+            its heartbeat stays at that time, so only the heartbeat timeout can tell.
+        worker_timeout: Seconds of silent heartbeat after which the controller declares a
+            running worker lost (``HPCTUNE_WORKER_TIMEOUT`` of the real controller); the
+            simulator's default never times a worker out.
+        startup_timeout: Seconds a running worker may go without a heartbeat newer than the
+            controller's first sight of it (a worker just started, or one a restarted
+            controller finds silent) before it is lost; never, by default.
+    """
+
+    crashes: Mapping[int, int] = field(default_factory=dict)
+    lost: Mapping[int, float] = field(default_factory=dict)
+    hung: Mapping[int, float] = field(default_factory=dict)
+    worker_timeout: float = math.inf
+    startup_timeout: float = math.inf
+
+    def check(self) -> None:
+        """Raise :class:`SimulatorError` naming the first fault that cannot happen."""
+        for trial, step in self.crashes.items():
+            if trial < 0 or step < 1:
+                raise SimulatorError(
+                    f"faults.crashes: trial {trial} at step {step}: trials are >= 0 and steps >= 1"
+                )
+        for name in ("lost", "hung"):
+            for number, t in getattr(self, name).items():
+                if number < 1 or not (t >= 0 and math.isfinite(t)):
+                    raise SimulatorError(
+                        f"faults.{name}: worker {number} at {t!r}: workers are numbered "
+                        "from 1 and times are finite seconds >= 0"
+                    )
+        for name in ("worker_timeout", "startup_timeout"):
+            if not getattr(self, name) > 0:
+                raise SimulatorError(f"faults.{name} must be > 0, but got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +112,7 @@ class SimulatorConfig:
     bounds: tuple[float, float] | None = None
     stages: bool = False
     stage_scheduler: str = "critical-path"
+    faults: Faults = field(default_factory=Faults)
 
     def metric_bounds(self, trace: Trace) -> tuple[float, float]:
         """The metric's range: :attr:`bounds`, else the trace's, else (0, 1)."""
@@ -93,6 +144,7 @@ class SimulatorConfig:
             )
         if not self.max_time > 0:
             raise SimulatorError(f"max_time must be > 0, but got {self.max_time!r}")
+        self.faults.check()
 
 
 class SimClock:
@@ -116,4 +168,4 @@ class SimClock:
         self._now = t
 
 
-__all__ = ["SimClock", "SimulatorConfig", "SimulatorError"]
+__all__ = ["Faults", "SimClock", "SimulatorConfig", "SimulatorError"]

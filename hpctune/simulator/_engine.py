@@ -286,6 +286,8 @@ class Simulator:
             policy=policy,
             generator=self.generator,
             curve_service=self.curves,  # type: ignore[arg-type]
+            worker_timeout=self.config.faults.worker_timeout,
+            startup_timeout=self.config.faults.startup_timeout,
         )
         self.restarts = 0
         self._reached: tuple[float, int] | None = None  # (time, trial) of the first target hit
@@ -325,6 +327,8 @@ class Simulator:
             policy=make_policy(self.policy.name, _options_dict(self.policy)),
             generator=self.generator,
             curve_service=self.curves,  # type: ignore[arg-type]
+            worker_timeout=self.config.faults.worker_timeout,
+            startup_timeout=self.config.faults.startup_timeout,
         )
         if self.curves is not None:  # the journal's latest prediction of each trial, as the
             # controller reloads it from the result file its record names
@@ -372,6 +376,8 @@ class Simulator:
                 quiet += 1
                 continue  # the controller goes on at this instant (e.g. workers exiting)
             quiet = 0
+            if due is None and self.workers.tick():
+                due = self.workers.next_time()
             if due is None:
                 raise SimulatorError(
                     "the simulated study does not end: nothing runs and the controller keeps "

@@ -22,6 +22,12 @@ value at every step and saves a checkpoint at every boundary:
   ``suspend_cost`` more;
 - a step the trace does not hold (NaN seconds) fails the segment ("out of trace").
 
+Faults (:class:`~hpctune.simulator._config.Faults`, none by default): a trial's crash step fails
+each of its segments that trains it (the end line carries the error); a lost worker's process
+dies at its time (no end line, no more heartbeats, the executor finds it gone); a hung worker
+stops at its time but still runs as far as the executor can tell, its heartbeat frozen, so only
+the controller's heartbeat timeout ends it.
+
 Trial rows: each trial's values come from one configuration (row) of the trace, found by
 :class:`TraceRows` (see there).
 """
@@ -98,6 +104,9 @@ class _Kind(Enum):
     PROCEED = 4  # a decision arrived at a waiting boundary
     WAIT_OVER = 5  # the decision wait at a boundary ran out
     BEGIN = 6  # a segment's function starts
+    LOSE = 7  # the worker's process dies (a fault)
+    HANG = 8  # the worker stops, its process alive (a fault)
+    TICK = 9  # nothing happens: time passes while a fault is still to be noticed
 
 
 @dataclass
@@ -114,6 +123,7 @@ class Run:
     message: DecisionMessage | None = None  # the latest decision file
     ended: float | None = None
     status: SegmentStatus | None = None
+    error: str = ""
 
 
 @dataclass
@@ -128,6 +138,9 @@ class SimWorker:
     exited: float | None = None
     run: Run | None = None
     runs: list[Run] = field(default_factory=list)
+    number: int = 0  # the n-th worker of the study, from 1
+    hung: float | None = None  # when it stopped (a fault)
+    lost: bool = False  # its process died (a fault)
 
 
 class Workers:
@@ -188,6 +201,31 @@ class Workers:
             _, _, kind, worker_id, step = heapq.heappop(self._heap)
             self._handle(kind, self.workers[worker_id], step)
 
+    def _schedule_faults(self, worker: SimWorker) -> None:
+        """Queue the faults of a new worker: its death or its hang (then ticks, so that the
+        controller's heartbeat timeout is checked while nothing else happens)."""
+        faults = self.config.faults
+        lost_at = faults.lost.get(worker.number)
+        if lost_at is not None:
+            self.push(max(lost_at, worker.submitted), _Kind.LOSE, worker.worker_id)
+        hung_at = faults.hung.get(worker.number)
+        if hung_at is not None:
+            self.push(max(hung_at, worker.started), _Kind.HANG, worker.worker_id)
+
+    def tick(self) -> bool:
+        """When nothing else is due: queue a tick a second from now (the controller's check
+        period of a busy worker) if a worker that died or hung is still to be noticed by the
+        controller (a hung one only if a timeout can notice it); ``False`` if none is."""
+        faults = self.config.faults
+        timed = math.isfinite(faults.worker_timeout) or math.isfinite(faults.startup_timeout)
+        for worker in self.workers.values():
+            known = self.record.workers.get(worker.worker_id)
+            unnoticed = known is not None and known.state.is_alive
+            if unnoticed and (worker.lost or (worker.hung is not None and timed)):
+                self.push(self.clock.now() + 1.0, _Kind.TICK, worker.worker_id)
+                return True
+        return False
+
     # -- the executor's side ------------------------------------------------------------------
 
     def submit(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -199,8 +237,10 @@ class Workers:
             slot = min(set(range(self.slots + len(taken) + 1)) - taken)
             started = now + self.config.queue_wait
             worker = SimWorker(worker_id, slot, now, started, started + self.config.startup)
+            worker.number = len(self.workers) + 1
             self.workers[worker_id] = worker
             self.push(worker.ready, _Kind.READY, worker_id)
+            self._schedule_faults(worker)
             infos[worker_id] = {"simulated": slot}
         return infos
 
@@ -220,7 +260,10 @@ class Workers:
         if worker is None or now < worker.started:
             return None
         run = worker.run
-        if worker.exited is not None:
+        if worker.lost or worker.hung is not None:  # its last beat before it died or stopped
+            stopped = worker.hung if worker.hung is not None else worker.exited
+            state, at = ("running" if run is not None else "idle"), float(stopped or now)
+        elif worker.exited is not None:
             state, at = "exited", worker.exited
         else:
             state, at = ("running" if run is not None else "idle"), now
@@ -293,6 +336,17 @@ class Workers:
 
     def _handle(self, kind: _Kind, worker: SimWorker, step: int) -> None:
         now = self.clock.now()
+        if kind is _Kind.TICK or worker.hung is not None or worker.exited is not None:
+            return  # a tick, or a worker that stopped, died or was cancelled meanwhile
+        if kind is _Kind.LOSE:
+            if worker.run is not None:
+                worker.run.ended = now  # no end line: the process died
+            worker.run = None
+            worker.exited, worker.lost = now, True
+            return
+        if kind is _Kind.HANG:
+            worker.hung = now
+            return
         if kind is _Kind.READY:
             self._take(worker, fresh=True)
             return
@@ -322,12 +376,22 @@ class Workers:
         self._train(worker, run, a.start_step + 1, now)
 
     def _train(self, worker: SimWorker, run: Run, step: int, now: float) -> None:
-        """Train ``step``: done after the trace's seconds (a step the trace lacks fails)."""
+        """Train ``step``: done after the trace's seconds (a step the trace lacks fails, and
+        so does a trial's crash step, once its seconds have passed)."""
         seconds = float(self.trace.epoch_seconds[run.row, step - 1])
         if math.isnan(seconds):
             run.status = SegmentStatus.FAILED
             run.reason = f"the trace has no step {step} of configuration {run.row}"
             self.push(now, _Kind.END, worker.worker_id)
+            return
+        if self.config.faults.crashes.get(run.assignment.trial_id) == step:
+            run.status = SegmentStatus.FAILED
+            run.reason = f"RuntimeError: simulated crash at step {step}"
+            run.error = (
+                "Traceback (most recent call last):\n  (simulated training function)\n"
+                f"{run.reason}"
+            )
+            self.push(now + seconds, _Kind.END, worker.worker_id)
             return
         self.push(now + seconds, _Kind.STEP, worker.worker_id, step)
 
@@ -391,7 +455,13 @@ class Workers:
     def _end(self, worker: SimWorker, run: Run, now: float) -> None:
         status = run.status or SegmentStatus.FAILED
         self._write(
-            run, EV_END, now, status=status.value, step=run.step, reason=run.reason, error=""
+            run,
+            EV_END,
+            now,
+            status=status.value,
+            step=run.step,
+            reason=run.reason,
+            error=run.error,
         )
         run.ended = now
         worker.run = None
@@ -464,7 +534,9 @@ class SimExecutor(Executor):
         self.workers.cancel(worker_id)
 
     def end_reason(self, worker_id: str, info: Mapping[str, Any]) -> str:
-        return ""
+        """Why a worker ended as the executor tells it: a lost one's node failed."""
+        worker = self.workers.workers.get(worker_id)
+        return "its node failed (simulated)" if worker is not None and worker.lost else ""
 
 
 __all__ = ["MemoryWire", "Run", "SimExecutor", "SimWorker", "TraceRows", "Workers"]

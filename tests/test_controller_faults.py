@@ -1,0 +1,216 @@
+"""The controller's handling of bad luck, tested on the scheduling core with a simulated clock.
+
+The simulator runs the real :class:`~hpctune.controller.Controller` (its ingest, worker pool,
+retries and policy calls) on simulated workers and a simulated clock, so faults injected there
+(:class:`~hpctune.simulator.Faults`: a crashing training function, a lost node, a hung worker)
+exercise the controller's own rules, with no process, no sleep and no wall-clock bound. Each
+test states what the controller must do and checks it in the study record it journaled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hpctune.analysis.traces import Trace
+from hpctune.journal.reader import load_state
+from hpctune.journal.state import StudyRecord
+from hpctune.policies import make_policy
+from hpctune.simulator import Faults, Simulator, SimulatorConfig, SimulatorError
+from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
+
+STEPS = 6
+
+
+def _trace(configs: int = 3, steps: int = STEPS) -> Trace:
+    """``configs`` configurations, one second a step; configuration ``c`` is ``c`` hundredths
+    better at every step (so the ranking is known and fixed)."""
+    curves = [[0.1 * s + 0.01 * c for s in range(1, steps + 1)] for c in range(configs)]
+    return Trace(
+        np.array(curves, dtype=float),
+        np.ones((configs, steps)),
+        tuple({"c": i} for i in range(configs)),
+        metric="acc",
+        mode="max",
+        random_level=0.1,
+    )
+
+
+def _run(
+    faults: Faults,
+    *,
+    policy: str = "default",
+    options: dict[str, Any] | None = None,
+    configs: int = 3,
+    slots: int = 1,
+    restart_at: tuple[float, ...] = (),
+) -> Simulator:
+    sim = Simulator(
+        _trace(configs),
+        make_policy(policy, options or {}),
+        slots=slots,
+        order=list(range(configs)),
+        config=SimulatorConfig(faults=faults),
+    )
+    sim.run(restart_at=restart_at)
+    return sim
+
+
+def _segments(record: StudyRecord, trial_id: int) -> list[tuple[int, int | None, str]]:
+    return [
+        (s.start_step, s.end_step, s.status.value)
+        for s in sorted(record.segments.values(), key=lambda s: s.segment_id)
+        if s.trial_id == trial_id
+    ]
+
+
+def _steps_reported(sim: Simulator, trial_id: int) -> list[int]:
+    """Every step the trial's segments reported, in order (a step retrained shows twice)."""
+    steps: list[int] = []
+    for seg in sorted(sim.record.segments.values(), key=lambda s: s.segment_id):
+        if seg.trial_id == trial_id:
+            lines = sim.workers.events.get(seg.segment_id, [])
+            steps += [line["step"] for line in lines if line["kind"] == "report"]
+    return steps
+
+
+def test_a_lost_node_s_trial_resumes_from_its_last_checkpoint_on_a_new_worker() -> None:
+    sim = _run(Faults(lost={1: 3.5}))  # worker 1 dies half-way through step 4 of trial 0
+    record = sim.record
+    assert _segments(record, 0) == [(0, None, "lost"), (3, STEPS, "completed")]
+    trial = record.trials[0]
+    assert trial.status is TrialStatus.COMPLETED
+    assert trial.retries == 1
+    lost = record.workers["w0000"]
+    assert lost.state is WorkerLife.LOST
+    assert "node failed" in lost.reason
+    # detected at the controller's next look at a busy worker (its check period, 1 s)
+    assert lost.ended_time is not None
+    assert 3.5 < lost.ended_time <= 4.5
+    # steps 1-3 were checkpointed and are not trained again; step 4 was lost with the node
+    assert _steps_reported(sim, 0) == [1, 2, 3, 4, 5, 6]
+    assert record.state is StudyState.FINISHED
+    assert all(t.status is TrialStatus.COMPLETED for t in record.trials.values())
+
+
+def test_a_hung_worker_is_ended_by_its_heartbeat_timeout_and_cancelled() -> None:
+    sim = _run(Faults(hung={1: 2.5}, worker_timeout=30.0))
+    record = sim.record
+    hung = record.workers["w0000"]
+    assert hung.state is WorkerLife.LOST
+    assert "no heartbeat for" in hung.reason
+    # not before the timeout, and at the first check of a busy worker after it
+    assert hung.ended_time is not None
+    assert 2.5 + 30.0 < hung.ended_time <= 2.5 + 30.0 + 2.0
+    assert sim.workers.workers["w0000"].exited is not None, "the hung worker was not cancelled"
+    assert _segments(record, 0) == [(0, None, "lost"), (2, STEPS, "completed")]
+    assert record.trials[0].retries == 1
+    assert record.state is StudyState.FINISHED
+
+
+def test_without_a_timeout_a_hung_worker_is_waited_for_and_the_simulation_says_so() -> None:
+    with pytest.raises(SimulatorError, match="does not end"):
+        _run(Faults(hung={1: 2.5}))
+
+
+def test_a_trial_lost_more_often_than_max_retries_fails_and_the_others_run() -> None:
+    # the simulated study allows 3 retries: the fourth loss fails the trial
+    sim = _run(Faults(lost={1: 1.5, 2: 3.2, 3: 4.9, 4: 6.6}))
+    record = sim.record
+    segments = _segments(record, 0)
+    assert [status for _, _, status in segments] == ["lost"] * 4
+    starts = [start for start, _, _ in segments]
+    assert starts == sorted(starts)
+    assert starts[0] == 0
+    assert starts[-1] > 0
+    trial = record.trials[0]
+    assert trial.status is TrialStatus.FAILED
+    assert trial.retries == 4
+    assert "lost 4 times (max_retries 3)" in trial.reason
+    assert [record.trials[t].status for t in (1, 2)] == [TrialStatus.COMPLETED] * 2
+
+
+def test_a_crashing_trial_fails_with_its_error_and_the_study_goes_on() -> None:
+    sim = _run(Faults(crashes={1: 2}))
+    record = sim.record
+    trial = record.trials[1]
+    assert trial.status is TrialStatus.FAILED
+    assert "simulated crash at step 2" in trial.reason
+    assert "Traceback" in trial.error
+    assert _segments(record, 1) == [(0, 1, "failed")]
+    assert trial.retries == 0, "a failure of the user's code is not retried"
+    assert [record.trials[t].status for t in (0, 2)] == [TrialStatus.COMPLETED] * 2
+    assert record.state is StudyState.FINISHED
+
+
+def test_trials_that_all_fail_the_same_way_at_once_stop_the_study_as_failed() -> None:
+    sim = _run(Faults(crashes={0: 1, 1: 1, 2: 1}), configs=5)
+    record = sim.record
+    assert record.state is StudyState.FAILED
+    assert "3 trials failed the same way before their first report" in record.reason
+    assert "hpctune retry" in record.reason
+    assert "--failed" in record.reason
+    assert 3 not in record.trials or record.trials[3].status is not TrialStatus.COMPLETED
+
+
+FAULTS = {
+    "lost": Faults(lost={1: 3.5, 2: 9.2}),
+    "hung": Faults(hung={1: 5.5}, worker_timeout=20.0, startup_timeout=30.0),
+    "crash": Faults(crashes={2: 3}, lost={2: 12.5}),
+}
+
+
+def _decisions(record: StudyRecord) -> list[tuple[int, int, int | None, str]]:
+    return [
+        (s.trial_id, s.start_step, s.end_step, s.status.value)
+        for s in sorted(record.segments.values(), key=lambda s: s.segment_id)
+    ]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("policy", ["default", "sha", "asha"])
+def test_a_controller_restarted_around_the_faults_decides_as_one_that_ran_on(
+    fault: str, policy: str
+) -> None:
+    options = {} if policy == "default" else {"reduction_factor": 2}
+    kwargs: dict[str, Any] = {"policy": policy, "options": options, "configs": 4, "slots": 2}
+    ran_on = _run(FAULTS[fault], **kwargs)
+    restarts = tuple(float(t) for t in np.arange(0.25, 90.0, 0.7))
+    restarted = _run(FAULTS[fault], restart_at=restarts, **kwargs)
+    assert restarted.restarts >= 10
+    assert _decisions(restarted.record) == _decisions(ran_on.record)
+    assert {t: r.status for t, r in restarted.record.trials.items()} == {
+        t: r.status for t, r in ran_on.record.trials.items()
+    }
+    # what the restarted controller holds is what its journal says
+    assert _decisions(load_state(restarted.journal)) == _decisions(restarted.record)
+
+
+@pytest.mark.parametrize("policy", ["sha", "hyperband", "asha"])
+def test_a_lost_node_changes_when_trials_end_not_what_the_policy_decides(policy: str) -> None:
+    """Losing a worker delays its trial; the policy's promotions and stops stay the same."""
+    kwargs: dict[str, Any] = {"policy": policy, "options": {"reduction_factor": 2}, "configs": 4}
+    clean = _run(Faults(), **kwargs)
+    faulty = _run(Faults(lost={1: 2.5, 2: 8.5}), **kwargs)
+    lost = [s for s in faulty.record.segments.values() if s.status is SegmentStatus.LOST]
+    assert len(lost) == 2
+
+    def outcome(sim: Simulator) -> dict[int, tuple[str, int]]:
+        return {t: (r.status.value, r.step) for t, r in sim.record.trials.items()}
+
+    assert outcome(faulty) == outcome(clean)
+    assert faulty.record.state is StudyState.FINISHED
+    assert faulty.clock.now() > clean.clock.now()
+
+
+def test_bad_faults_are_refused_naming_the_field() -> None:
+    for faults, field in [
+        (Faults(crashes={0: 0}), "faults.crashes"),
+        (Faults(lost={0: 1.0}), "faults.lost"),
+        (Faults(hung={1: float("nan")}), "faults.hung"),
+        (Faults(worker_timeout=0.0), "faults.worker_timeout"),
+    ]:
+        with pytest.raises(SimulatorError, match=field):
+            _run(faults)
