@@ -929,6 +929,13 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
 @click.option("--resume-cost", type=float, default=0.0, show_default=True, help="Seconds.")
 @click.option("--checkpoint-cost", type=float, default=0.0, show_default=True, help="Seconds.")
 @click.option(
+    "--fit-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds from asking for a learning-curve fit to its answer (POP, EarlyTerm, hybrid).",
+)
+@click.option(
     "--segment-start",
     type=float,
     default=0.0,
@@ -987,6 +994,7 @@ def simulate(
     suspend_cost: float,
     resume_cost: float,
     checkpoint_cost: float,
+    fit_seconds: float,
     segment_start: float,
     boundary: int,
     max_steps: int | None,
@@ -1025,6 +1033,7 @@ def simulate(
         suspend_cost=suspend_cost,
         resume_cost=resume_cost,
         checkpoint_cost=checkpoint_cost,
+        fit_seconds=fit_seconds,
         segment_start=segment_start,
         boundary=boundary,
         max_steps=max_steps,
@@ -1114,7 +1123,7 @@ def simulate(
     click.echo(
         f"{slots} slots, {seeds} configuration orders; costs (s): queue {queue_wait:g}, "
         f"start-up {startup:g}, suspend {suspend_cost:g}, resume {resume_cost:g}, "
-        f"checkpoint {checkpoint_cost:g}"
+        f"checkpoint {checkpoint_cost:g}, curve fit {fit_seconds:g}"
     )
     click.echo("medians (quartiles q25-q75):")
     header = ["policy", "reached", "time to target s", "GPU-h to target", "GPU-h", "best"]

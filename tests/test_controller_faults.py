@@ -1,14 +1,17 @@
-"""The controller's handling of bad luck, tested on the scheduling core with a simulated clock.
+"""The controller's handling of bad luck and slow answers, tested on the scheduling core with a
+simulated clock.
 
 The simulator runs the real :class:`~hpctune.controller.Controller` (its ingest, worker pool,
-retries and policy calls) on simulated workers and a simulated clock, so faults injected there
-(:class:`~hpctune.simulator.Faults`: a crashing training function, a lost node, a hung worker)
-exercise the controller's own rules, with no process, no sleep and no wall-clock bound. Each
-test states what the controller must do and checks it in the study record it journaled.
+retries, curve fits and policy calls) on simulated workers and a simulated clock, so faults
+injected there (:class:`~hpctune.simulator.Faults`: a crashing training function, a lost node, a
+hung worker) and curve fits that take time (``fit_seconds``) exercise the controller's own rules,
+with no process, no sleep and no wall-clock bound. Each test states what the controller must do
+and checks it in the study record it journaled.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -18,8 +21,15 @@ from hpctune.analysis.traces import Trace
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
-from hpctune.simulator import Faults, Simulator, SimulatorConfig, SimulatorError
+from hpctune.simulator import (
+    Faults,
+    PredictionCache,
+    Simulator,
+    SimulatorConfig,
+    SimulatorError,
+)
 from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
+from tests.conftest import REPO
 
 STEPS = 6
 
@@ -214,3 +224,80 @@ def test_bad_faults_are_refused_naming_the_field() -> None:
     ]:
         with pytest.raises(SimulatorError, match=field):
             _run(faults)
+
+
+# -- curve fits that take time --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[Trace, PredictionCache]:
+    trace = Trace.load(REPO / "benchmarks" / "traces" / "digits.h5").subset(list(range(6)))
+    return trace, PredictionCache(trace)
+
+
+def _pop(
+    digits: tuple[Trace, PredictionCache], restart_at: tuple[float, ...] = ()
+) -> tuple[Simulator, list[tuple[int, int, float]]]:
+    """POP (boundary 10) on six digits configurations, each fit answered 0.3 s after it was
+    asked for; the journaled predictions as (trial, points, time)."""
+    trace, cache = digits
+    sim = Simulator(
+        trace,
+        make_policy("pop", {"boundary": 10, "target": 0.97}),
+        slots=2,
+        order=list(range(trace.num_configs)),
+        predictions=cache,
+        config=SimulatorConfig(fit_seconds=0.3),
+    )
+    sim.run(restart_at=restart_at)
+    rows = [r for r in sim.journal.rows["log"] if r["kind"] == "prediction"]
+    return sim, [(r["trial"], json.loads(r["data"])["n"], r["time"]) for r in rows]
+
+
+def _boundary_report_time(sim: Simulator, trial_id: int, step: int) -> float:
+    for seg in sim.record.segments.values():
+        if seg.trial_id == trial_id:
+            for line in sim.workers.events.get(seg.segment_id, []):
+                if line["kind"] == "report" and line["step"] == step:
+                    return float(line["t"])
+    raise AssertionError(f"trial {trial_id} reported no step {step}")
+
+
+def test_late_fits_reach_the_journal_after_their_delay_and_the_study_does_not_wait(
+    digits: tuple[Trace, PredictionCache],
+) -> None:
+    sim, predictions = _pop(digits)
+    assert sim.curves is not None
+    assert len(predictions) == sim.curves.requested == 12  # six trials, boundaries 10 and 20
+    for trial_id, n, t in predictions:
+        asked = _boundary_report_time(sim, trial_id, n)
+        assert t >= asked + 0.3 - 1e-9, f"trial {trial_id}'s fit at {n} came before its delay"
+    # nobody waited for them: training went on between the first fit's ask and its answer
+    trial_id, n, t = predictions[0]
+    asked = _boundary_report_time(sim, trial_id, n)
+    reports = [
+        line["t"]
+        for lines in sim.workers.events.values()
+        for line in lines
+        if line["kind"] == "report"
+    ]
+    assert any(asked < r < t for r in reports)
+
+
+def test_fits_in_flight_when_the_controller_dies_are_asked_for_again(
+    digits: tuple[Trace, PredictionCache],
+) -> None:
+    _, ran_on = _pop(digits)
+    first = ran_on[0][2]  # the first answer; the two trials' first fits are in flight before it
+    restart = first - 0.1
+    sim, restarted = _pop(digits, restart_at=(restart,))
+    assert sim.restarts == 1
+    assert sim.curves is not None
+    in_flight = [(t, n) for t, n, at in ran_on if at - 0.3 < restart < at]
+    assert len(in_flight) == 2
+    # the killed controller's fits were lost with it; the new one asked for them again
+    assert sim.curves.requested == len(ran_on) + len(in_flight)
+    assert sorted((t, n) for t, n, _ in restarted) == sorted((t, n) for t, n, _ in ran_on)
+    for trial_id, n, t in restarted:
+        if (trial_id, n) in in_flight:
+            assert t >= restart + 0.3 - 1e-9  # asked again at the restart, not before

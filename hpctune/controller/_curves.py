@@ -60,6 +60,12 @@ class CurveFittingController(WorkerManagingController):
                 logger.warning("trial %d: prediction file %s is unreadable", trial_id, ref.path)
                 continue
             self.predictions[trial_id] = loaded[0]
+        self._resubmit_fits()
+
+    def _resubmit_fits(self) -> None:
+        """Ask again for the fits a controller before this one asked for and did not journal:
+        each unfinished trial's fit at its last boundary, unless the journal has it."""
+        assert self.curve_service is not None
         for trial in self.state.trials.values():
             if trial.status.is_final:
                 continue

@@ -79,6 +79,8 @@ class SimulatorConfig:
         segment_start: Seconds from an assignment to its segment's start on a worker that was
             idle (noticing the assignment, calling the training function).
         checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
+        fit_seconds: Seconds from the controller asking for a learning-curve fit (POP, EarlyTerm,
+            hybrid) to its answer (the fit runs beside the study: nothing waits for it).
         boundary: The study's evaluation boundary in steps (``[study].boundary``).
         max_steps: The last step of a trial; ``None``: the trace's epochs.
         num_trials: How many configurations the generator offers; ``None``: all.
@@ -102,6 +104,7 @@ class SimulatorConfig:
     resume_cost: float = 0.0
     segment_start: float = 0.0
     checkpoint_cost: float = 0.0
+    fit_seconds: float = 0.0
     boundary: int = 1
     max_steps: int | None = None
     num_trials: int | None = None
@@ -121,7 +124,7 @@ class SimulatorConfig:
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""
         costs = ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost")
-        for name in (*costs, "segment_start"):
+        for name in (*costs, "fit_seconds", "segment_start"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")

@@ -18,6 +18,7 @@ trace's seconds can tell), and the clock moves to the next event.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 from collections.abc import Sequence
@@ -104,9 +105,13 @@ class NearestInTrace(Generator):
 
 @dataclass
 class SimCurveService:
-    """The controller's curve-fit service in simulation: each fit is answered at once from the
-    trace's predictions (:class:`PredictionCache`, fitted once per configuration and number of
-    points), as if fits took no time."""
+    """The controller's curve-fit service in simulation: each fit is answered from the trace's
+    predictions (:class:`PredictionCache`, fitted once per configuration and number of points),
+    ``fit_seconds`` of simulated time after it was asked for (at once by default).
+
+    A fit in flight when the controller is replaced (:meth:`Simulator.restart_controller`) is
+    lost, as a killed controller's fits are; the new controller asks for it again.
+    """
 
     cache: PredictionCache
     rows: TraceRows
@@ -114,21 +119,40 @@ class SimCurveService:
     x_max: int
     folder: Any
     options: FitOptions
-    _done: list[FitResult] = field(default_factory=list)
+    clock: SimClock = field(default_factory=SimClock)
+    fit_seconds: float = 0.0
+    requested: int = 0  # fits asked for, over the whole simulation
+    _pending: list[tuple[float, int, FitResult]] = field(default_factory=list)
 
     def request(self, job: FitJob) -> None:
-        """Answer the fit of ``job``."""
+        """Answer the fit of ``job`` once ``fit_seconds`` have passed."""
         row = self.rows.row(self.record, job.trial_id)
         prediction = self.cache.get(row, job.n, self.x_max)
-        self._done.append(FitResult(job, prediction, 0.0, "simulated"))
+        result = FitResult(job, prediction, self.fit_seconds, "simulated")
+        heapq.heappush(
+            self._pending, (self.clock.now() + self.fit_seconds, self.requested, result)
+        )
+        self.requested += 1
 
     def poll(self) -> list[FitResult]:
-        """The answers since the last poll."""
-        done, self._done = self._done, []
+        """The answers due by now, in the order they were asked for."""
+        done: list[FitResult] = []
+        while self._pending and self._pending[0][0] <= self.clock.now():
+            done.append(heapq.heappop(self._pending)[2])
         return done
 
+    def next_time(self) -> float | None:
+        """When the next fit in flight is answered, ``None`` when none is."""
+        return self._pending[0][0] if self._pending else None
+
+    @property
+    def in_flight(self) -> list[tuple[int, int]]:
+        """(trial, points) of the fits asked for and not answered yet."""
+        return [(r.job.trial_id, r.job.n) for _, _, r in sorted(self._pending)]
+
     def close(self) -> None:
-        """Nothing to release."""
+        """Drop the fits in flight (the controller that asked for them is gone)."""
+        self._pending.clear()
 
 
 def simulation_spec(
@@ -276,6 +300,8 @@ class Simulator:
                 self.max_steps,
                 StudyPaths.of(spec.directory).curves,
                 FitOptions(model=spec.curves.model, budget=spec.curves.budget),
+                clock=self.clock,
+                fit_seconds=self.config.fit_seconds,
             )
         self.controller = Controller.in_memory(
             self.record,
@@ -337,6 +363,7 @@ class Simulator:
                 self.controller.predictions[trial_id] = self.curves.cache.get(
                     row, ref.n, self.max_steps
                 )
+            self.controller._resubmit_fits()  # the fits the killed controller had in flight
         self.controller.start()
         self.restarts += 1
 
@@ -365,7 +392,7 @@ class Simulator:
             ):
                 break
             now = self.clock.now()
-            due = self.workers.next_time()
+            due = self._next_time()
             if due is not None and due <= now:  # the workers act at this instant
                 self.workers.run_until(now)
                 continue
@@ -377,7 +404,7 @@ class Simulator:
                 continue  # the controller goes on at this instant (e.g. workers exiting)
             quiet = 0
             if due is None and self.workers.tick():
-                due = self.workers.next_time()
+                due = self._next_time()
             if due is None:
                 raise SimulatorError(
                     "the simulated study does not end: nothing runs and the controller keeps "
@@ -391,6 +418,12 @@ class Simulator:
         self._end_time = self.clock.now()
         self.controller._close_curves()
         return self._result()
+
+    def _next_time(self) -> float | None:
+        """When the next worker event or curve fit is due, ``None`` when none is."""
+        times = [self.workers.next_time(), self.curves.next_time() if self.curves else None]
+        due = [t for t in times if t is not None]
+        return min(due) if due else None
 
     # -- the result ---------------------------------------------------------------------------
 
