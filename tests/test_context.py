@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.simulator import SimClock
 from hpctune.wire.eventlog import EventWriter, read_events
 from hpctune.wire.files import write_json_atomic
 from hpctune.wire.protocol import Assignment, DecisionMessage
@@ -146,30 +146,53 @@ def test_a_decision_for_another_segment_is_ignored(tmp_path: Path) -> None:
     assert not ctx.report(step=2, acc=0.2).should_stop
 
 
+class _ControllerClock(SimClock):
+    """Simulated time for the worker's side; the "controller" writes its decision file once
+    the time reaches ``at`` (never when ``at`` is None). Sleeping only advances the time."""
+
+    def __init__(self, decision_file: Path, at: float | None) -> None:
+        super().__init__(start=100.0)
+        self.decision_file, self.at = decision_file, at
+        self.sleeps = 0
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.sleeps += 1
+        if self.at is not None and self.now() >= self.at and not self.decision_file.exists():
+            message = DecisionMessage(7, 2, Decision.SUSPEND, "opportunistic")
+            write_json_atomic(self.decision_file, message.to_dict())
+
+
+def _timed_context(tmp_path: Path, at: float | None, wait: float) -> tuple[TrialContext, Any]:
+    clock = _ControllerClock(tmp_path / "decision.json", at)
+    ctx = TrialContext(
+        _assignment(decision_wait=wait),
+        study_dir=tmp_path,
+        events=EventWriter(tmp_path / "events.jsonl"),
+        checkpoint_path=lambda step: tmp_path / "ck" / f"step-{step}.pt",
+        decision_file=tmp_path / "decision.json",
+        clock=clock,
+    )
+    return ctx, clock
+
+
 def test_at_a_boundary_the_worker_waits_a_little_for_the_decision(tmp_path: Path) -> None:
-    ctx, _ = _context(tmp_path, decision_wait=5.0)
-
-    def controller() -> None:
-        time.sleep(0.3)
-        write_json_atomic(
-            tmp_path / "decision.json",
-            DecisionMessage(7, 2, Decision.SUSPEND, "opportunistic").to_dict(),
-        )
-
-    thread = threading.Thread(target=controller)
-    thread.start()
-    start = time.monotonic()
+    ctx, clock = _timed_context(tmp_path, at=100.3, wait=5.0)
+    assert not ctx.report(step=1, acc=0.4).should_stop  # not a boundary: no wait
+    assert clock.now() == 100.0
     result = ctx.report(step=2, acc=0.5)
-    thread.join()
     assert result.decision is Decision.SUSPEND
-    assert 0.2 < time.monotonic() - start < 4.0
+    # it polled until the decision came (0.3 s of its clock), not the whole 5 s
+    assert 100.3 <= clock.now() < 100.4
+    assert clock.sleeps >= 6
+    report = [r for r in _records(tmp_path) if r["kind"] == "report"][-1]
+    assert report["t"] == 100.0  # the report line carries the worker's clock
 
 
 def test_without_a_decision_the_worker_goes_on_after_the_wait(tmp_path: Path) -> None:
-    ctx, _ = _context(tmp_path, decision_wait=0.2)
-    start = time.monotonic()
+    ctx, clock = _timed_context(tmp_path, at=None, wait=0.2)
     assert not ctx.report(step=2, acc=0.5).should_stop
-    assert time.monotonic() - start >= 0.2
+    assert 100.2 <= clock.now() < 100.3  # the whole wait, and no more
 
 
 def test_checkpoints_round_trip_with_their_checksum(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from typing import IO, Any, NoReturn
 
 from hpctune.errors import CheckpointError, HpctuneError
 from hpctune.study.metric_names import MAX_METRIC_NAME, metric_name_problem
+from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter
 from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
 from hpctune.wire.states import Decision
@@ -133,8 +134,7 @@ class TrialContext:
         events: EventWriter,
         checkpoint_path: Callable[[int], Path],
         decision_file: Path,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
         interrupted: Callable[[], str] = lambda: "",
         highest_epoch: Callable[[], int] = lambda: 0,
         devices: int = 1,
@@ -143,8 +143,7 @@ class TrialContext:
         self._events = events
         self._checkpoint_path = checkpoint_path
         self._decision_file = decision_file
-        self._clock = clock
-        self._sleep = sleep
+        self._clock: Clock = clock or RealClock()
         self._interrupted = interrupted
         self._highest_epoch = highest_epoch
         self._epoch = assignment.epoch  # decisions of a lower controller epoch are stale
@@ -259,7 +258,7 @@ class TrialContext:
         boundary = step % self._a.boundary == 0 or step >= self.until_step
         try:
             self._events.write(
-                {"kind": EV_REPORT, "t": self._clock(), "step": step, "metrics": values},
+                {"kind": EV_REPORT, "t": self._clock.now(), "step": step, "metrics": values},
                 fsync=boundary or bool(self._interrupted()),
             )
         except OSError as exc:
@@ -284,12 +283,12 @@ class TrialContext:
 
     def _poll_decision(self, step: int, *, wait: bool) -> None:
         """Read the controller's latest decision; at a boundary wait a little for this step's."""
-        now = self._clock()
+        now = self._clock.now()
         if not wait and now - self._last_poll < 0.5:
             return
         deadline = now + (self._a.decision_wait if wait else 0.0)
         while True:
-            self._last_poll = self._clock()
+            self._last_poll = self._clock.now()
             message = DecisionMessage.read(self._decision_file)
             if (
                 message is not None
@@ -304,9 +303,9 @@ class TrialContext:
                     return
                 if message.step >= step:
                     return
-            if self._clock() >= deadline:
+            if self._clock.now() >= deadline:
                 return  # go on; the decision applies at the next boundary
-            self._sleep(0.05)
+            self._clock.sleep(0.05)
 
     def _stale(self, message: DecisionMessage) -> bool:
         """True for a decision of a controller fenced by a higher epoch (to be ignored)."""
@@ -353,7 +352,7 @@ class TrialContext:
             self._events.write(
                 {
                     "kind": EV_CHECKPOINT,
-                    "t": self._clock(),
+                    "t": self._clock.now(),
                     "step": step,
                     "path": str(path.relative_to(self.study_dir)),
                     "sha256": writer.sha256.hexdigest(),

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from hpctune.errors import HpctuneError
 from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
+from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter, read_events
 from hpctune.wire.files import read_json, write_json_atomic
 from hpctune.wire.layout import StudyPaths
@@ -65,11 +65,12 @@ def _env_float(name: str, default: float) -> float:
 class _HeartbeatThread(threading.Thread):
     """Rewrite the heartbeat file every ``interval`` seconds and on every state change."""
 
-    def __init__(self, path: Path, beat: Heartbeat, interval: float) -> None:
+    def __init__(self, path: Path, beat: Heartbeat, interval: float, clock: Clock) -> None:
         super().__init__(name="hpctune-heartbeat", daemon=True)
         self.path = path
         self.beat = beat
         self.interval = interval
+        self.clock = clock
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
         self.write()
@@ -84,7 +85,7 @@ class _HeartbeatThread(threading.Thread):
         # the file is written under the lock too: a periodic beat taken before a state change
         # must not land after it (a stale "idle" over the final "exited")
         with self._lock:
-            self.beat.time = time.time()
+            self.beat.time = self.clock.now()
             with contextlib.suppress(OSError):
                 write_json_atomic(self.path, self.beat.to_dict())
 
@@ -136,6 +137,9 @@ class Worker:
         worker_id: This worker's id (as in the journal).
         poll_interval: Seconds between reads of the assignment file while idle.
         controller_timeout: Exit once idle if the controller's heartbeat is older than this.
+        clock: Where the worker reads the time (heartbeats, event lines, the controller's
+            silence) and waits, the controller's :class:`~hpctune.wire.clock.Clock`; the wall
+            clock by default.
 
     Raises:
         AccessError: The study directory is writable by others or not yours.
@@ -149,7 +153,9 @@ class Worker:
         *,
         poll_interval: float | None = None,
         controller_timeout: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or RealClock()
         self.paths = StudyPaths.of(study_dir)
         check_study_dir(self.paths.root)
         use_umask_of(self.paths.root)
@@ -164,12 +170,14 @@ class Worker:
         self._ignored: set[tuple[int, int]] = set()  # (segment, epoch) of stale files
         self.epoch = 0  # the highest controller epoch seen
         self.paths.worker_dir(worker_id).mkdir(parents=True, exist_ok=True)
-        beat = Heartbeat(worker_id, slurm_job_id=own_job_id(), started=process_start_time())
+        beat = Heartbeat(
+            worker_id, slurm_job_id=own_job_id(), started=process_start_time(self.clock)
+        )
         previous = Heartbeat.read(self.paths.heartbeat(worker_id))
         if previous is not None and previous.started < beat.started:  # for the accounting
             beat.previous_started, beat.previous_time = previous.started, previous.time
         self.heartbeat = _HeartbeatThread(
-            self.paths.heartbeat(worker_id), beat, HEARTBEAT_INTERVAL
+            self.paths.heartbeat(worker_id), beat, HEARTBEAT_INTERVAL, self.clock
         )
 
     def run(self) -> int:
@@ -200,14 +208,14 @@ class Worker:
                         self._done.add(assignment.segment_id)
                         if not self._take(trusted):  # its files could not be written: later
                             self._done.discard(assignment.segment_id)
-                            time.sleep(STORAGE_WAIT)
+                            self.clock.sleep(STORAGE_WAIT)
                     continue
                 if self._controller_silent():
                     logger.warning(
                         "controller silent for more than %.0f s; exiting", self.controller_timeout
                     )
                     break
-                time.sleep(self.poll_interval)
+                self.clock.sleep(self.poll_interval)
             if self.interrupted:
                 reason, final_state = self.interrupted, self._requeue()
         finally:
@@ -235,7 +243,7 @@ class Worker:
             )
             self._ignored.add(key)
             return None
-        deadline = time.monotonic() + VERIFY_WAIT
+        deadline = self.clock.now() + VERIFY_WAIT
         problem = "the journal holds no such segment (the file was not written by the controller)"
         while True:
             try:
@@ -248,13 +256,13 @@ class Worker:
                 trusted, problem = None, str(exc)
             if trusted is not None:
                 return trusted
-            if time.monotonic() > deadline or self.interrupted:
+            if self.clock.now() > deadline or self.interrupted:
                 logger.error(
                     "assignment of segment %d refused, not run: %s", claimed.segment_id, problem
                 )
                 self._ignored.add(key)
                 return None
-            time.sleep(0.2)  # its commit may not be visible from this node yet
+            self.clock.sleep(0.2)  # its commit may not be visible from this node yet
 
     def _on_usr2(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = "SIGUSR2: preempted, or the time limit is near"
@@ -279,7 +287,7 @@ class Worker:
                 events.write(
                     {
                         "kind": EV_END,
-                        "t": time.time(),
+                        "t": self.clock.now(),
                         "status": SegmentStatus.LOST.value,
                         "reason": "the worker was requeued during the segment",
                         "requeued": True,
@@ -313,7 +321,7 @@ class Worker:
                 return True  # the controller ended (it writes time 0 when it does)
         else:
             last = self.heartbeat.beat.started  # no controller yet: count from our start
-        return time.time() - last > self.controller_timeout
+        return self.clock.now() - last > self.controller_timeout
 
     def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
         from hpctune.study.spec import EntryPoint
@@ -356,7 +364,7 @@ class Worker:
             events.write(
                 {
                     "kind": EV_START,
-                    "t": time.time(),
+                    "t": self.clock.now(),
                     "worker": self.worker_id,
                     "pid": os.getpid(),
                     "host": self.heartbeat.beat.host,
@@ -383,11 +391,12 @@ class Worker:
                 interrupted=lambda: self.interrupted,
                 highest_epoch=lambda: highest_epoch(paths.root),
                 devices=devices_from_environment(),
+                clock=self.clock,
             )
             status, reason, error = self._call(a, ctx)
             end = {
                 "kind": EV_END,
-                "t": time.time(),
+                "t": self.clock.now(),
                 "status": status.value,
                 "step": ctx.step,
                 "reason": reason,
@@ -413,7 +422,7 @@ class Worker:
                 if storage_error(exc) is None:
                     raise
                 logger.error("end line not written (%s); attempt %d", describe(exc), attempt + 1)
-                time.sleep(STORAGE_WAIT)
+                self.clock.sleep(STORAGE_WAIT)
 
     def _call(self, a: Assignment, ctx: TrialContext) -> tuple[SegmentStatus, str, str]:
         """Call the user's function; return the segment's status, a reason and a traceback.
@@ -491,18 +500,20 @@ def own_job_id() -> str | None:
     return SlurmJobEnvironment().job_id
 
 
-def process_start_time() -> float:
-    """When this process started (Unix time; from Linux's ``/proc``), if within the last
-    minute (a worker process starts its :class:`Worker` at once); else now."""
+def process_start_time(clock: Clock | None = None) -> float:
+    """When this process started (``clock``'s time, the wall clock by default; from Linux's
+    ``/proc``), if within the last minute (a worker process starts its :class:`Worker` at
+    once); else now."""
+    now = (clock or RealClock()).now()
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
-        return time.time()
+        return now
     age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    return time.time() - age if 0.0 <= age <= 60.0 else time.time()
+    return now - age if 0.0 <= age <= 60.0 else now
 
 
 def setup_logging(path: Path) -> None:

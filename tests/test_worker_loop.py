@@ -1,0 +1,56 @@
+"""The worker loop on a simulated clock: the controller's silence is judged on the worker's
+clock, which also stamps its heartbeats, with no real waiting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hpctune.simulator import SimClock
+from hpctune.wire.files import write_json_atomic
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.protocol import Heartbeat
+from hpctune.worker.loop import Worker
+
+
+def _worker(tmp_path: Path, clock: SimClock) -> tuple[Worker, StudyPaths]:
+    root = tmp_path / "study"
+    root.mkdir(mode=0o700)
+    worker = Worker(root, "w0001", poll_interval=0.5, controller_timeout=120.0, clock=clock)
+    return worker, StudyPaths.of(root)
+
+
+def test_a_worker_without_a_controller_exits_after_the_timeout_of_its_own_clock(
+    tmp_path: Path,
+) -> None:
+    clock = SimClock(start=1_000_000.0)
+    worker, paths = _worker(tmp_path, clock)
+    started = worker.heartbeat.beat.started
+    assert 1_000_000.0 - 60.0 <= started <= 1_000_000.0  # the process start, on its clock
+    real = time.monotonic()
+    assert worker.run() == 0
+    assert time.monotonic() - real < 60.0, "the worker waited on the wall clock"
+    # it gave up once the controller had been silent for more than 120 s of its clock
+    assert 120.0 < clock.now() - started <= 121.0
+    beat = Heartbeat.read(paths.heartbeat("w0001"))
+    assert beat is not None
+    assert beat.state == "exited"
+    assert beat.time == clock.now()
+
+
+def test_a_worker_with_a_live_controller_keeps_waiting_on_its_clock(tmp_path: Path) -> None:
+    clock = SimClock(start=1_000_000.0)
+    worker, paths = _worker(tmp_path, clock)
+    next_beat = [1_000_000.0]
+
+    def controller_beats(seconds: float) -> None:  # the controller beats every 60 s until 600 s
+        SimClock.sleep(clock, seconds)
+        if next_beat[0] <= clock.now() <= 1_000_600.0:
+            write_json_atomic(paths.controller_file, {"time": clock.now()})
+            next_beat[0] += 60.0
+
+    clock.sleep = controller_beats  # type: ignore[method-assign]
+    assert worker.run() == 0
+    last = 1_000_600.0  # the controller's last beat (the clock moves in steps of 0.5 s)
+    # the worker left once that beat was 120 s old, not while the controller beat
+    assert last + 120.0 < clock.now() <= last + 121.0
