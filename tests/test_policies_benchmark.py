@@ -103,3 +103,29 @@ def test_real_quick_study_measures_time_and_worker_seconds_to_target() -> None:
     assert run["worker_s_to_target"] <= run["study_worker_s"]
     assert run["trials_by_target"] <= run["trials_started"] <= 4
     assert out["summary"]["asha"]["reached"] == 1
+
+
+def test_median_stopping_equals_ray_s_rule_on_the_peers_orders() -> None:
+    """hpctune's median stopping rule (no yield, its default) is Ray Tune's
+    ``MedianStoppingRule`` as the peers harness drives it (no pending trials, so Ray never
+    yields): the same time to target in every one of these orders."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from policies import peer_order
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from hpctune.analysis.traces import Trace
+    from hpctune.simulator import simulate
+
+    trace = Trace.load(REPO / "benchmarks" / "traces" / "diabetes.h5")
+    target = trace.default_target()
+    stored = json.loads((REPO / "benchmarks" / "results" / "peers-S25.json").read_text())
+    ray = stored["traces"]["diabetes"]["peers"]["ray_msr"]["time_to_target"]
+    for seed in range(3):
+        order = peer_order(seed, trace.num_configs)
+        mine = simulate(trace, "median", {}, slots=25, seed=seed, order=order, target=target)
+        assert mine.time_to_target == pytest.approx(ray[seed], rel=1e-6), seed
+        yielding = simulate(
+            trace, "median", {"yield_slots": True}, slots=25, seed=seed, order=order, target=target
+        )
+        assert yielding.time_to_target != pytest.approx(ray[seed], rel=1e-6), seed

@@ -89,6 +89,8 @@ class ReferenceMedian(MedianStoppingPolicy):
             return Action.continue_(tid)
         others = [t for t in view.trials.values() if t.trial_id != tid and last_step(t) >= step]
         if len(others) < o.min_samples_required:
+            if not o.yield_slots:
+                return Action.continue_(tid)
             yield_ = Action.suspend(
                 tid,
                 reason=f"median: yields its slot, {len(others)} other trials reached step "

@@ -65,6 +65,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("hyperband", {"reduction_factor": 2, "grace_period": 2}),
     ("median", {}),
     ("median", {"hard_stop": False, "min_samples_required": 1, "min_time_slice": 2}),
+    ("median", {"yield_slots": True, "min_time_slice": 1}),
     ("pop", {"boundary": 2}),
     ("pop", {"boundary": 1, "target": 0.8, "t_max": 100.0, "kill_threshold": 0.2}),
     ("earlyterm", {"boundary": 2}),

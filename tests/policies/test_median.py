@@ -56,8 +56,16 @@ def test_mode_min_compares_losses() -> None:
     assert policy.decide(v, Event.boundary(4, 3), RNG)[0].kind is ActionKind.CONTINUE
 
 
-def test_with_too_few_samples_a_trial_yields_only_if_others_wait() -> None:
-    policy = MedianStoppingPolicy()
+def test_with_too_few_samples_a_trial_goes_on_unless_told_to_yield() -> None:
+    lone = [trial(0, [0.5, 0.6]), trial(1, [0.4], S.RUNNING)]
+    busy = view(lone, remaining=3)  # new trials are waiting for a slot
+    policy = MedianStoppingPolicy()  # Vizier's rule: no yield
+    assert policy.decide(busy, Event.boundary(0, 2), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.paused_at == {}
+
+
+def test_with_too_few_samples_a_yielding_trial_yields_only_if_others_wait() -> None:
+    policy = make_policy("median", {"yield_slots": True})
     lone = [trial(0, [0.5, 0.6]), trial(1, [0.4], S.RUNNING)]
     busy = view(lone, remaining=3)  # new trials are waiting for a slot
     first = policy.decide(busy, Event.boundary(0, 2), RNG)
@@ -66,7 +74,7 @@ def test_with_too_few_samples_a_trial_yields_only_if_others_wait() -> None:
     assert policy.paused_at == {0: 2}
     nobody_waits = view(lone, remaining=0)
     assert policy.decide(nobody_waits, Event.boundary(1, 1), RNG)[0].kind is ActionKind.CONTINUE
-    slice_ = make_policy("median", {"min_time_slice": 5})
+    slice_ = make_policy("median", {"min_time_slice": 5, "yield_slots": True})
     slice_.load_state_dict({"paused_at": [[0, 1]]})
     assert slice_.decide(busy, Event.boundary(0, 2), RNG)[0].kind is ActionKind.CONTINUE
 

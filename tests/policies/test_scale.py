@@ -130,6 +130,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("median", {"min_samples_required": 1}),
     ("median", {"grace_period": 3, "min_samples_required": 2}),
     ("median", {"hard_stop": False, "min_samples_required": 1, "min_time_slice": 2}),
+    ("median", {"yield_slots": True, "min_time_slice": 1}),
     ("pop", {"boundary": 2}),
     ("pop", {"boundary": 1, "target": 0.8, "t_max": 100.0, "kill_threshold": 0.2}),
     ("pbt", {"population_size": 4, "steps_per_generation": 3}),
