@@ -39,10 +39,7 @@ def train(ctx):
         while os.path.exists(ctx.params["gate"]):  # the test holds the trials here
             time.sleep(0.05)
         value = 0.3 if a == 0 else 0.9 - 0.6 * step ** -a
-        start = time.monotonic()
         ctx.report(step=step, score=value)
-        with open(f"report-seconds-{ctx.trial_id}.txt", "a") as f:
-            f.write(f"{time.monotonic() - start}\\n")
 """
 
 
@@ -163,8 +160,8 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     assert any(unknown for trial, *_, unknown in policy.seen if trial == constant)
 
     # nobody waited for a fit: while a fit ran, the controller went on ingesting reports
-    # (counted, not timed), and the workers' reports at boundaries never waited out the 2 s
-    # decision_wait
+    # (counted, not timed; that training goes on while fits are in flight is checked on the
+    # simulated clock by tests/test_controller_faults.py, with no wall-clock bound)
     fits = {fit for running, _ in seen for fit in running}
     assert fits, "no fit was ever in flight at the end of an iteration"
     ingested_meanwhile = {
@@ -173,13 +170,6 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
         for fit in fits
     }
     assert max(ingested_meanwhile.values()) >= 1, ingested_meanwhile
-    waits = [
-        float(line)
-        for path in paths.root.glob("report-seconds-*.txt")
-        for line in path.read_text().split()
-    ]
-    assert len(waits) == 4 * 12
-    assert max(waits) < 2.0
 
     # fit-curves on the study reproduces a fit of the controller (same seed, same n)
     trial_id = next(t.trial_id for t in study.trials if t.params["a"] == 1.0)

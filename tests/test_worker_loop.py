@@ -3,7 +3,6 @@ clock, which also stamps its heartbeats, with no real waiting."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from hpctune.simulator import SimClock
@@ -27,10 +26,9 @@ def test_a_worker_without_a_controller_exits_after_the_timeout_of_its_own_clock(
     worker, paths = _worker(tmp_path, clock)
     started = worker.heartbeat.beat.started
     assert 1_000_000.0 - 60.0 <= started <= 1_000_000.0  # the process start, on its clock
-    real = time.monotonic()
     assert worker.run() == 0
-    assert time.monotonic() - real < 60.0, "the worker waited on the wall clock"
-    # it gave up once the controller had been silent for more than 120 s of its clock
+    # it gave up once the controller had been silent for more than 120 s of its clock (a
+    # worker reading or waiting on the wall clock would not have moved this clock at all)
     assert 120.0 < clock.now() - started <= 121.0
     beat = Heartbeat.read(paths.heartbeat("w0001"))
     assert beat is not None
