@@ -26,8 +26,6 @@ from
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -93,14 +91,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
 
     def start(self) -> None:
         """Record this controller's start and re-send what a killed one may not have sent."""
-        self._log(
-            st.CONTROLLER,
-            event="started",
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            epoch=self.epoch,
-            job=os.environ.get("SLURM_JOB_ID"),
-        )
+        self._log(st.CONTROLLER, event="started", epoch=self.epoch, **self.wire.identity())
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
         self._start_elastic()

@@ -11,6 +11,8 @@ workers replay a trace, so what is simulated is the controller's own code.
 from __future__ import annotations
 
 import abc
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +95,11 @@ class Wire(abc.ABC):
     def write_answer(self, request: str, answer: dict[str, Any]) -> None:  # noqa: B027
         """Write the answer to an ``ask`` command."""
 
+    def identity(self) -> dict[str, Any]:
+        """Where the controller runs, for its journal: ``pid``, ``host``, Slurm ``job``
+        (a controller in memory runs nowhere in particular)."""
+        return {"pid": 0, "host": "in-memory", "job": None}
+
 
 class FileWire(Wire):
     """The wire as files of the study directory (see :mod:`hpctune.wire.layout`)."""
@@ -100,6 +107,14 @@ class FileWire(Wire):
     def __init__(self, paths: StudyPaths) -> None:
         self.paths = paths
         self._worker_dirs: set[str] = set()  # worker folders known to exist
+
+    def identity(self) -> dict[str, Any]:
+        """This process: its pid, host and Slurm job."""
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "job": os.environ.get("SLURM_JOB_ID"),
+        }
 
     def event_name(self, segment_id: int) -> str:
         """The event file's name of segment ``segment_id``."""
