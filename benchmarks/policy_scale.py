@@ -273,7 +273,7 @@ def measure(name: str, n: int, budget: float) -> dict[str, Any]:
         policy.load_state_dict(json.loads(json.dumps(asha_state(view))))
     figures: dict[str, Any] = {"trials": len(view.trials)}
 
-    if policy.boundary_decisions:
+    if policy.traits.boundary_decisions:
         rng = np.random.default_rng(0)
 
         def boundary_pass(v: Any) -> list[Callable[[], Any]]:

@@ -3,6 +3,7 @@ journal, the view and the policy without anyone waiting for a fit; a restart pic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -49,8 +50,9 @@ def train(ctx):
 class PredictingPolicy(DefaultPolicy):
     """Default, but it wants predictions and decides at boundaries (workers wait for that)."""
 
-    wants_predictions = True
-    boundary_decisions = True
+    traits = dataclasses.replace(
+        DefaultPolicy.traits, wants_predictions=True, boundary_decisions=True
+    )
 
     def __init__(self) -> None:
         super().__init__()

@@ -78,7 +78,7 @@ def test_default_ignores_reports_and_boundaries() -> None:
     policy = DefaultPolicy()
     assert policy.decide(view, Event.report(0, 3), np.random.default_rng(0)) == []
     assert policy.decide(view, Event.boundary(0, 3), np.random.default_rng(0)) == []
-    assert policy.boundary_decisions is False
+    assert policy.traits.boundary_decisions is False
     assert policy.state_dict() == {}
 
 

@@ -19,9 +19,11 @@ from hpctune.policies import (
     POLICIES,
     Action,
     ActionKind,
+    DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    PolicyTraits,
     StudyView,
     make_policy,
 )
@@ -144,7 +146,7 @@ class _SuspendFirstAtReport(Policy):
     """Suspends trial 0 on its first REPORT (not a boundary), then fills slots as Default."""
 
     name: ClassVar[str] = "suspend-first"
-    wants_reports: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_reports=True)
 
     def __init__(self) -> None:
         self.done = False
@@ -162,7 +164,7 @@ class _StopAtBoundaryWithoutWaiting(Policy):
     """Terminates trial 0 at its first boundary but tells workers not to wait there."""
 
     name: ClassVar[str] = "no-wait"
-    boundary_decisions: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False)
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
         if event.kind is EventKind.SLOT_FREE:
@@ -248,8 +250,11 @@ class _Restarting(Policy):
         self.state: dict[str, Any] = {}
         self.restarts = 0
         inner = make_policy(name, options)
-        self.boundary_decisions = inner.boundary_decisions  # type: ignore[misc]
-        self.wants_predictions = inner.wants_predictions  # type: ignore[misc]
+        # every event reaches it; its state is the inner policy's whole state (no patches)
+        self.traits = PolicyTraits(  # type: ignore[misc]
+            boundary_decisions=inner.traits.boundary_decisions,
+            wants_predictions=inner.traits.wants_predictions,
+        )
         self.wants_fit = inner.wants_fit  # type: ignore[method-assign]
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -265,7 +270,7 @@ class _Restarting(Policy):
 # them, see test_policies_that_make_configurations_are_refused); tests/policies/test_pbt.py,
 # tests/test_lineage.py and tests/test_pbt_*.py cover them.
 @pytest.mark.parametrize(
-    "name", sorted(n for n, cls in POLICIES.items() if not cls.makes_configurations)
+    "name", sorted(n for n, cls in POLICIES.items() if not cls.traits.makes_configurations)
 )
 def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(name: str) -> None:
     fits = name in ("pop", "earlyterm")  # learning-curve fits: fewer configurations
@@ -510,6 +515,42 @@ def test_every_stage_scheduler_runs_the_stage_tree_to_its_end(policy: str) -> No
         assert result.training_hours * 3600 <= 4 + 3 * 4  # shared steps trained once
     assert outcomes["bfs"] == outcomes["most-children"] == outcomes["critical-path"]
     assert len(outcomes["bfs"]) == 3
+
+
+class _CountingDefault(DefaultPolicy):
+    """Default under another name, counting its decisions; its traits are given per test."""
+
+    name: ClassVar[str] = "counting-default"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decisions = 0
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        self.decisions += 1
+        return super().decide(view, event, rng)
+
+
+@pytest.mark.parametrize("admits", [True, False])
+def test_the_stage_tree_controller_admits_every_trial_by_the_trait_not_the_name(
+    admits: bool,
+) -> None:
+    """A policy not named "default" with the trait ``admits_every_trial`` runs over a stage
+    tree as Default does: the controller admits every trial and never asks it; without the
+    trait the controller asks it for trials."""
+    policy = _CountingDefault()
+    policy.traits = PolicyTraits(  # type: ignore[misc]
+        boundary_decisions=False,
+        wants_boundaries=False,
+        admits_every_trial=admits,
+        runs_on_stage_trees=True,
+    )
+    result = simulate(STAGE_TRACE, policy, slots=2, seed=0, stages=True)
+    default = simulate(STAGE_TRACE, "default", slots=2, seed=0, stages=True)
+    assert {(t.trial, t.status, t.step) for t in result.trials} == {
+        (t.trial, t.status, t.step) for t in default.trials
+    }
+    assert (policy.decisions == 0) is admits
 
 
 def test_stage_trees_refuse_policies_that_cannot_run_over_them() -> None:

@@ -359,7 +359,7 @@ class ControllerBase:
         that tracks its changes (``tracks_state_changes``: ASHA) gives the patch itself, and a
         commit costs the change alone, neither the state's building nor its comparison.
         """
-        if self.policy.tracks_state_changes:
+        if self.policy.traits.tracks_state_changes:
             self._journal_tracked_state()
             return
         raw = self.policy.state_dict()

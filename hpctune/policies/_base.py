@@ -292,8 +292,8 @@ class StudyView:
         total_slots: Workers the study may hold.
         trials_remaining: New trials the generator may still create (``None``: unbounded).
         predictions: The latest learning-curve prediction of each trial that has one (only for
-            policies with ``wants_predictions``); it may be older than the trial's last report:
-            its ``n`` tells how many points it used.
+            policies with the trait ``wants_predictions``); it may be older than the trial's
+            last report: its ``n`` tells how many points it used.
         bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``).
         random_level: The metric of a model that learnt nothing, if the study declares it.
         space: The study's search space (``None`` in the simulator, whose trace fixes the
@@ -329,6 +329,48 @@ class StudyView:
         )
 
 
+@dataclass(frozen=True)
+class PolicyTraits:
+    """What a policy can do and wants, as data the controller, simulator and stage trees read.
+
+    The core never asks a policy's name: each capability is a field here, declared once per
+    policy class (:attr:`Policy.traits`).
+
+    Attributes:
+        boundary_decisions: The policy acts at boundaries (continue, suspend, terminate), so a
+            worker waits for its decision there; ``False`` when it never does (segments end
+            where the policy asked, ``until_step``).
+        wants_predictions: It gets learning-curve fits of its trials' curves at boundaries
+            (:meth:`Policy.wants_fit`), asynchronously: a PREDICTION event and
+            ``view.predictions`` once a fit is done.
+        wants_reports: REPORT events (reports between boundaries) reach it (none of the
+            registered policies decides there; the controller then builds no view for them).
+        wants_boundaries: BOUNDARY events reach it even without :attr:`boundary_decisions`
+            (``False``: Default, which decides nothing at boundaries).
+        makes_configurations: It creates trials with configurations of its own (forks,
+            explicit parameters: PBT, replay) and names the checkpoints it may still fork
+            from (:meth:`Policy.needed_checkpoints`); in the trace-driven simulator a forked
+            trial goes on along the recorded configuration nearest to its parameters.
+        tracks_state_changes: It gives the patches of its state itself
+            (:meth:`Policy.state_changes`), so a commit journals the change alone (ASHA).
+        admits_every_trial: Over a stage tree the controller admits every trial of the study
+            itself (the generator's, up to ``num_trials``) and asks the policy nothing, as
+            Default's grid and random searches want.
+        runs_on_stage_trees: The policy can run over a stage tree (``[stages] enabled``): it
+            admits every trial, asks for trials trained to a step (``until_step``), judges
+            trials at known steps (:meth:`Policy.stage_milestones`) or forks from checkpoints.
+    """
+
+    boundary_decisions: bool = True
+    wants_predictions: bool = False
+    wants_reports: bool = False
+    wants_boundaries: bool = True
+    makes_configurations: bool = False
+    tracks_state_changes: bool = False
+    admits_every_trial: bool = False
+    runs_on_stage_trees: bool = False
+
+
 class Policy(abc.ABC):
     """Base class of all policies (schedulers).
 
@@ -338,26 +380,12 @@ class Policy(abc.ABC):
     SLOT_FREE event; CONTINUE, SUSPEND or TERMINATE for the trial of a BOUNDARY event).
 
     Subclasses set :attr:`name`, may declare an ``Options`` dataclass (parsed by
-    :func:`parse_options`) and set :attr:`boundary_decisions` to ``False`` when they never act at
-    boundaries, so that workers need not wait for a decision there. Policies that set
-    :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
-    (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done). REPORT
-    events (a report between boundaries) reach only policies that set :attr:`wants_reports`
-    (none of the registered ones decides there; the controller then builds no view for them);
-    BOUNDARY events skip policies that set :attr:`wants_boundaries` to ``False`` and do not
-    decide at boundaries (Default; a subclass that sets :attr:`boundary_decisions` gets them).
-    Policies that set :attr:`makes_configurations` create trials with configurations of their own
-    (forks, explicit parameters: PBT, replay); in the trace-driven simulator a forked trial goes
-    on along the recorded configuration nearest to its parameters.
+    :func:`parse_options`) and declare what they can do and want in :attr:`traits` (a
+    :class:`PolicyTraits`; the default: decisions at boundaries, no predictions, no forks).
     """
 
     name: ClassVar[str] = ""
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = False
-    wants_reports: ClassVar[bool] = False
-    wants_boundaries: ClassVar[bool] = True
-    makes_configurations: ClassVar[bool] = False
-    tracks_state_changes: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits()
 
     @abc.abstractmethod
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -365,7 +393,7 @@ class Policy(abc.ABC):
 
     def wants_fit(self, step: int) -> bool:
         """Whether a trial reaching ``step`` should get a new learning-curve fit."""
-        return self.wants_predictions
+        return self.traits.wants_predictions
 
     def state_dict(self) -> dict[str, Any]:
         """Return the policy's state as JSON-able data (empty for stateless policies)."""
@@ -375,7 +403,7 @@ class Policy(abc.ABC):
         """Restore the state returned by :meth:`state_dict`."""
 
     def state_changes(self) -> dict[str, Any]:
-        """For policies that set :attr:`tracks_state_changes`: the patch (the form of
+        """For policies with the trait ``tracks_state_changes``: the patch (the form of
         :mod:`hpctune.journal.delta`) that turns the JSON form of :meth:`state_dict` as of the
         last call (or of construction, or :meth:`load_state_dict`) into the state now; empty
         when nothing changed. The controller then journals a commit's change at the cost of
@@ -388,7 +416,7 @@ class Policy(abc.ABC):
     def needed_checkpoints(self, view: StudyView) -> set[int] | None:
         """The ended trials whose latest checkpoint the policy may still fork from.
 
-        For policies with :attr:`makes_configurations`, the controller deletes the latest
+        For policies with the trait ``makes_configurations``, the controller deletes the latest
         checkpoint of an ended trial that is not in the set (unless a trial not yet ended was
         forked from it). ``None`` (the default) keeps every trial's latest checkpoint.
         """

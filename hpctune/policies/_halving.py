@@ -21,7 +21,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView, TrialView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    Policy,
+    PolicyTraits,
+    StudyView,
+    TrialView,
+)
 from hpctune.policies._common import value_at
 from hpctune.wire.states import TrialStatus
 
@@ -191,7 +199,9 @@ class SyncHalvingPolicy(Policy):
     Boundaries need no decision: segments end at milestones by themselves.
     """
 
-    boundary_decisions: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, runs_on_stage_trees=True
+    )
     eta: int = 3
 
     def __init__(self) -> None:

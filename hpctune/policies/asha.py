@@ -18,7 +18,15 @@ from typing import Any, ClassVar
 import numpy as np
 from sortedcontainers import SortedList
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyView,
+)
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.wire.states import Decision
@@ -174,7 +182,9 @@ class AshaPolicy(Policy):
     """
 
     name: ClassVar[str] = "asha"
-    tracks_state_changes: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        tracks_state_changes=True, runs_on_stage_trees=True
+    )
     Options = AshaOptions
 
     def __init__(self, options: AshaOptions | None = None) -> None:

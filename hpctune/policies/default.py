@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView
+from hpctune.policies._base import Action, Event, EventKind, Policy, PolicyTraits, StudyView
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,12 @@ class DefaultPolicy(Policy):
     """
 
     name: ClassVar[str] = "default"
-    boundary_decisions: ClassVar[bool] = False
-    wants_boundaries: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False,
+        wants_boundaries=False,
+        admits_every_trial=True,
+        runs_on_stage_trees=True,
+    )
     Options = DefaultOptions
 
     def __init__(self, options: DefaultOptions | None = None) -> None:

@@ -20,6 +20,7 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
     StudyView,
     TrialView,
 )
@@ -39,8 +40,7 @@ class EarlyTermPolicy(Policy):
     """Run trials as Default does; terminate those unlikely to beat the best (see module)."""
 
     name: ClassVar[str] = "earlyterm"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = EarlyTermOptions
 
     def __init__(self, options: EarlyTermOptions | None = None) -> None:

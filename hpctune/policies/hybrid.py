@@ -42,6 +42,7 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
     StudyView,
     TrialView,
 )
@@ -101,8 +102,7 @@ class HybridPolicy(Policy):
     """
 
     name: ClassVar[str] = "hybrid"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = HybridOptions
 
     def __init__(self, options: HybridOptions | None = None) -> None:

@@ -25,6 +25,7 @@ from hpctune.policies._base import (
     Event,
     EventKind,
     Policy,
+    PolicyTraits,
     StudyView,
     TrialView,
 )
@@ -340,6 +341,7 @@ class MedianStoppingPolicy(Policy):
     """
 
     name: ClassVar[str] = "median"
+    traits: ClassVar[PolicyTraits] = PolicyTraits(runs_on_stage_trees=True)
     Options = MedianOptions
 
     def __init__(self, options: MedianOptions | None = None) -> None:

@@ -47,6 +47,7 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
     StudyView,
     TrialView,
 )
@@ -235,8 +236,9 @@ class PbtPolicy(Policy):
     """
 
     name: ClassVar[str] = "pbt"
-    boundary_decisions: ClassVar[bool] = False
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, makes_configurations=True, runs_on_stage_trees=True
+    )
     Options = PbtOptions
 
     def __init__(self, options: PbtOptions | None = None) -> None:

@@ -22,7 +22,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyView,
+)
 from hpctune.policies._common import require
 from hpctune.policies._fitness import Objective
 from hpctune.policies._mutation import explore
@@ -71,7 +79,7 @@ class TruncationPbtPolicy(Policy):
     """
 
     name: ClassVar[str] = "pbt-truncation"
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(makes_configurations=True)
     Options = TruncationOptions
 
     def __init__(self, options: TruncationOptions | None = None) -> None:

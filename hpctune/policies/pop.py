@@ -42,6 +42,7 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
     StudyView,
     TrialView,
 )
@@ -139,8 +140,7 @@ class PopPolicy(Policy):
     """HyperDrive's POP (see the module docstring for the algorithm and its sources)."""
 
     name: ClassVar[str] = "pop"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = PopOptions
 
     def __init__(self, options: PopOptions | None = None) -> None:

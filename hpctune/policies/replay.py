@@ -17,7 +17,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyView,
+)
 from hpctune.policies.pbt import WAITING
 from hpctune.study.space import SearchSpace
 from hpctune.wire.states import TrialStatus
@@ -95,8 +103,9 @@ class ReplayPolicy(Policy):
     """
 
     name: ClassVar[str] = "replay"
-    boundary_decisions: ClassVar[bool] = False
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, makes_configurations=True
+    )
     Options = ReplayOptions
 
     def __init__(self, options: ReplayOptions | None = None) -> None:

@@ -44,7 +44,7 @@ from hpctune.simulator._results import (
     WorkerSpan,
 )
 from hpctune.simulator._workers import TraceRows, Workers
-from hpctune.stagetree.options import STAGE_POLICIES
+from hpctune.stagetree.options import stage_policies
 from hpctune.study.seeding import component_seed, index_rng
 from hpctune.study.spec import StudySpec
 from hpctune.wire.files import dumps
@@ -164,7 +164,7 @@ def simulation_spec(
         "random_level": None if math.isnan(trace.random_level) else trace.random_level,
         "report_timeout": 0.0,
         "stages": {"enabled": config.stages, "scheduler": config.stage_scheduler},
-        "best": "last" if policy.makes_configurations else "peak",
+        "best": "last" if policy.traits.makes_configurations else "peak",
         "keep_checkpoints": "last",
     }
     spec = StudySpec.from_dict(data)
@@ -207,9 +207,9 @@ class Simulator:
         self.config.check(trace)
         if slots < 1:
             raise SimulatorError(f"slots must be >= 1, but got {slots}")
-        if self.config.stages and policy.name not in STAGE_POLICIES:
+        if self.config.stages and not policy.traits.runs_on_stage_trees:
             raise SimulatorError(
-                f"stages: stage trees run with the policies {', '.join(STAGE_POLICIES)}, not "
+                f"stages: stage trees run with the policies {', '.join(stage_policies())}, not "
                 f"{policy.name!r}"
             )
         self.trace = trace
@@ -264,7 +264,7 @@ class Simulator:
             trace, self.config, self.clock, slots, self.rows, self.record, self._on_report
         )
         self.curves: SimCurveService | None = None
-        if policy.wants_predictions:
+        if policy.traits.wants_predictions:
             from hpctune.curves.fitter import FitOptions
             from hpctune.wire.layout import StudyPaths
 

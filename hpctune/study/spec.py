@@ -635,7 +635,7 @@ def parse_spec(
         raise StudySpecError(source, "policy", str(exc)) from None
     # a policy that makes configurations (PBT) trains a model through a lineage: its final one
     best = _choice(
-        study, "best", "last" if policy_object.makes_configurations else "peak", BEST_MODES
+        study, "best", "last" if policy_object.traits.makes_configurations else "peak", BEST_MODES
     )
     keep_checkpoints = _choice(study, "keep_checkpoints", DEFAULT_KEEP, KEEP_MODES)
 

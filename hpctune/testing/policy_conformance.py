@@ -442,8 +442,8 @@ class _Run:
         study = StudyWalk(
             np.random.default_rng(seed),
             space,
-            makes_configurations=policy.makes_configurations,
-            wants_predictions=policy.wants_predictions,
+            makes_configurations=policy.traits.makes_configurations,
+            wants_predictions=policy.traits.wants_predictions,
             wants_fit=lambda step: bool(self._hook(lambda: policy.wants_fit(step))),
         )
         for _ in range(rounds):
@@ -530,7 +530,7 @@ class _Run:
     def _check_changes(self, policy: Policy, raw: str, canonical: str) -> None:
         """A policy that tracks its changes: its patch turns the state of its last patch into
         the state now (``raw``, ``canonical``)."""
-        if not policy.tracks_state_changes:
+        if not policy.traits.tracks_state_changes:
             return
         changes = self._hook(policy.state_changes)
         try:
@@ -555,7 +555,7 @@ class _Run:
         if not isinstance(holds, bool | np.bool_):
             self._fail("legal", f"holds_idle_workers returned {holds!r}, not a bool")
         self._milestones(policy, view)
-        if not policy.makes_configurations:
+        if not policy.traits.makes_configurations:
             return
         needed = self._hook(lambda: policy.needed_checkpoints(view))
         if needed is not None:  # ids of trials to come are allowed (replay's targets)

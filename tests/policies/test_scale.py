@@ -196,8 +196,8 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
     study = StudyWalk(
         rng,
         default_space(),
-        makes_configurations=policy.makes_configurations,
-        wants_predictions=policy.wants_predictions,
+        makes_configurations=policy.traits.makes_configurations,
+        wants_predictions=policy.traits.wants_predictions,
         wants_fit=policy.wants_fit,
     )
     if rng.random() < 0.5:
@@ -210,7 +210,7 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
         for event in events:
             if not study.deliverable(event):
                 continue
-            if event.kind is EventKind.REPORT and not policy.wants_reports:
+            if event.kind is EventKind.REPORT and not policy.traits.wants_reports:
                 continue
             decisions += 1
             ours = policy.decide(view, event, _rng(seed, decisions))
