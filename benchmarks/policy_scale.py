@@ -258,15 +258,16 @@ def _timed(
 
 def measure(name: str, n: int, budget: float) -> dict[str, Any]:
     """The figures of policy ``name`` on a study of ``n`` trials."""
-    from hpctune.policies import Event, make_policy
+    from hpctune.policies import Event, StudyContext, make_policy
     from hpctune.wire.states import TrialStatus as S
 
-    policy = make_policy(name, OPTIONS[name])
     if name == "pbt":
         o = OPTIONS[name]
         view = pbt_study(n, o["population_size"], o["steps_per_generation"])
     else:
         view = study(n)
+    context = StudyContext(max_steps=view.max_steps, mode=view.mode, boundary=view.boundary)
+    policy = make_policy(name, OPTIONS[name], context)
     if name == "pop":
         view = dataclasses.replace(view, predictions=predictions(view))
     if name == "asha":

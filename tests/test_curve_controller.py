@@ -20,8 +20,8 @@ from hpctune.curves import Budget, FitOptions
 from hpctune.curves.service import read_result
 from hpctune.journal import open_study
 from hpctune.journal.store import JournalReader
-from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyView
-from hpctune.study.spec import load_spec
+from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyContext, StudyView
+from hpctune.study.spec import load_spec, study_context
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import write_study
@@ -54,8 +54,8 @@ class PredictingPolicy(DefaultPolicy):
         DefaultPolicy.traits, wants_predictions=True, boundary_decisions=True
     )
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.seen: list[tuple[int, int, int, TrialStatus, bool]] = []
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -93,7 +93,7 @@ def _study(
 
 def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
     controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
-    controller.policy = PredictingPolicy()
+    controller.policy = PredictingPolicy(study_context(controller.spec))
     return controller
 
 

@@ -12,6 +12,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.policies import ActionKind, Event, OptionError, StudyView, TrialView, make_policy
 from hpctune.study.space import parse_space
 from hpctune.wire.states import TrialStatus
+from tests.policies._views import context
 
 # (trial, parent, parent_step, end_step, lr)
 TREE = [
@@ -93,7 +94,7 @@ def _view(trials: list[TrialView]) -> StudyView:
 
 
 def test_replay_policy_creates_entries_in_order_once_parents_are_done() -> None:
-    policy = make_policy("replay", {"trials": replay_plan(record(), [6])})
+    policy = make_policy("replay", {"trials": replay_plan(record(), [6])}, context())
     rng = np.random.default_rng(0)
     first = policy.decide(_view([]), Event.slot_free(2), rng)
     assert [(a.kind, a.params, a.seed, a.end_step) for a in first] == [
@@ -110,6 +111,10 @@ def test_replay_policy_creates_entries_in_order_once_parents_are_done() -> None:
     # parents of entries still to come, and the target
     assert policy.needed_checkpoints(_view([done])) == {0, 1, 2, 3}
     with pytest.raises(OptionError, match="plan is empty"):
-        make_policy("replay", {}).check_space(_view([]).space)  # type: ignore[arg-type]
+        make_policy("replay", {}, context()).check_space(_view([]).space)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="earlier entry"):
-        make_policy("replay", {"trials": [{"params": {}, "seed": 1, "end_step": 2, "parent": 0}]})
+        make_policy(
+            "replay",
+            {"trials": [{"params": {}, "seed": 1, "end_step": 2, "parent": 0}]},
+            context(),
+        )

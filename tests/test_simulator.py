@@ -24,16 +24,19 @@ from hpctune.policies import (
     EventKind,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     make_policy,
 )
 from hpctune.simulator import (
     PredictionCache,
     SimClock,
+    SimulatorConfig,
     SimulatorError,
     quantiles,
     run_many,
     simulate,
+    simulation_context,
 )
 from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, write_study
@@ -148,7 +151,8 @@ class _SuspendFirstAtReport(Policy):
     name: ClassVar[str] = "suspend-first"
     traits: ClassVar[PolicyTraits] = PolicyTraits(wants_reports=True)
 
-    def __init__(self) -> None:
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.done = False
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -178,14 +182,16 @@ def test_decisions_off_a_waiting_boundary_are_read_at_the_next_report() -> None:
     trace = _trace([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]], [[1.0] * 6])
     # boundary 3: suspended at report 1, read at report 2; the last checkpoint is the
     # segment's start (step 0), so the trial redoes steps 1 and 2 when it resumes
-    result = simulate(trace, _SuspendFirstAtReport(), slots=1, boundary=3, order=[0])
+    context = simulation_context(trace, SimulatorConfig(boundary=3))
+    result = simulate(trace, _SuspendFirstAtReport(context), slots=1, boundary=3, order=[0])
     assert _spans(result) == [
         (0, 0, 0.0, 2.0, 0, 2, "suspended"),
         (0, 0, 2.0, 8.0, 0, 6, "completed"),
     ]
     assert result.training_hours == pytest.approx(8 / 3600)
     # a policy that does not decide at boundaries: the worker goes on, reads it one step later
-    result = simulate(trace, _StopAtBoundaryWithoutWaiting(), slots=1, boundary=3, order=[0])
+    no_wait = _StopAtBoundaryWithoutWaiting(context)
+    result = simulate(trace, no_wait, slots=1, boundary=3, order=[0])
     assert _spans(result) == [(0, 0, 0.0, 4.0, 0, 4, "terminated")]
 
 
@@ -245,11 +251,12 @@ class _Restarting(Policy):
 
     name: ClassVar[str] = "restarting"
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, context: StudyContext, name: str, options: Mapping[str, Any]) -> None:
+        super().__init__(context)
         self.inner_name, self.inner_options = name, dict(options)
         self.state: dict[str, Any] = {}
         self.restarts = 0
-        inner = make_policy(name, options)
+        inner = make_policy(name, options, context)
         # every event reaches it; its state is the inner policy's whole state (no patches)
         self.traits = PolicyTraits(  # type: ignore[misc]
             boundary_decisions=inner.traits.boundary_decisions,
@@ -258,7 +265,7 @@ class _Restarting(Policy):
         self.wants_fit = inner.wants_fit  # type: ignore[method-assign]
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
-        policy = make_policy(self.inner_name, self.inner_options)
+        policy = make_policy(self.inner_name, self.inner_options, self.context)
         policy.load_state_dict(json.loads(json.dumps(self.state, allow_nan=False)))
         self.restarts += 1
         actions = policy.decide(view, event, rng)
@@ -282,7 +289,7 @@ def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(na
         options["boundary"] = 10
     cache = PredictionCache(trace)
     plain = simulate(trace, name, options, slots=3, seed=1, predictions=cache)
-    proxy = _Restarting(name, options)
+    proxy = _Restarting(simulation_context(trace), name, options)
     restarted = simulate(trace, proxy, slots=3, seed=1, predictions=cache)
     assert proxy.restarts > (20 if fits else 100)
     assert restarted.decisions == plain.decisions
@@ -450,7 +457,11 @@ def test_forked_trials_continue_from_the_parents_step_on_the_nearest_configurati
 
     sim = Simulator(
         PBT_TRACE,
-        make_policy("pbt", {"population_size": 4, "steps_per_generation": 2}),
+        make_policy(
+            "pbt",
+            {"population_size": 4, "steps_per_generation": 2},
+            simulation_context(PBT_TRACE),
+        ),
         slots=2,
         seed=3,
     )
@@ -522,8 +533,8 @@ class _CountingDefault(DefaultPolicy):
 
     name: ClassVar[str] = "counting-default"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.decisions = 0
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -538,7 +549,7 @@ def test_the_stage_tree_controller_admits_every_trial_by_the_trait_not_the_name(
     """A policy not named "default" with the trait ``admits_every_trial`` runs over a stage
     tree as Default does: the controller admits every trial and never asks it; without the
     trait the controller asks it for trials."""
-    policy = _CountingDefault()
+    policy = _CountingDefault(simulation_context(STAGE_TRACE))
     policy.traits = PolicyTraits(  # type: ignore[misc]
         boundary_decisions=False,
         wants_boundaries=False,
@@ -563,7 +574,8 @@ class _BoundsRecorder(Policy):
 
     name: ClassVar[str] = "bounds-recorder"
 
-    def __init__(self) -> None:
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.bounds: set[tuple[float, float]] = set()
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -584,11 +596,11 @@ def test_the_metric_range_comes_from_the_trace_unless_given() -> None:
         random_level=2.3,
         metric_bounds=(0.0, 2.5),
     )
-    recorder = _BoundsRecorder()
+    recorder = _BoundsRecorder(simulation_context(loss))
     simulate(loss, recorder, slots=1)
     assert recorder.bounds == {(0.0, 2.5)}
     assert PredictionCache(loss).bounds == (0.0, 2.5)
-    given = _BoundsRecorder()
+    given = _BoundsRecorder(simulation_context(loss))
     simulate(loss, given, slots=1, bounds=(0.0, 3.0))
     assert given.bounds == {(0.0, 3.0)}
     assert PredictionCache(THREE).bounds == (0.0, 1.0)  # a trace without a range

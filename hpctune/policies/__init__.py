@@ -17,6 +17,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
     parse_options,
@@ -50,8 +51,9 @@ POLICIES: Mapping[str, type[Policy]] = {
 }
 
 
-def make_policy(name: str, options: Mapping[str, Any]) -> Policy:
-    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``).
+def make_policy(name: str, options: Mapping[str, Any], context: StudyContext) -> Policy:
+    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``)
+    for the study ``context`` (:func:`hpctune.study.spec.study_context`).
 
     Raises:
         OptionError: The name is unknown or an option is invalid (``key`` names which).
@@ -62,7 +64,7 @@ def make_policy(name: str, options: Mapping[str, Any]) -> Policy:
         )
     cls = POLICIES[name]
     parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
-    return cls(parsed)  # type: ignore[call-arg]
+    return cls(context, parsed)  # type: ignore[call-arg]
 
 
 __all__ = [
@@ -85,6 +87,7 @@ __all__ = [
     "PopPolicy",
     "ReplayPolicy",
     "ShaPolicy",
+    "StudyContext",
     "StudyView",
     "TrialView",
     "TruncationPbtPolicy",

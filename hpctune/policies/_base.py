@@ -330,6 +330,38 @@ class StudyView:
 
 
 @dataclass(frozen=True)
+class StudyContext:
+    """What a policy knows of its study from the start: it is built with it and sets itself
+    up in its constructor (rungs, brackets), never on its first decision.
+
+    Built from the study's spec by :func:`hpctune.study.spec.study_context` (the controller,
+    the spec's own checks), from the simulated study by the simulator and from each random
+    study by the conformance kit. Every view the policy is given agrees with it.
+
+    Attributes:
+        max_steps: The last step of a trial.
+        mode: ``"max"`` or ``"min"``.
+        boundary: The evaluation boundary, in steps.
+
+    Raises:
+        ValueError: ``max_steps`` or ``boundary`` below 1, or a mode other than max or min.
+    """
+
+    max_steps: int
+    mode: Mode = "max"
+    boundary: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.boundary < 1:
+            raise ValueError(
+                f"a study context needs max_steps >= 1 and boundary >= 1, but got "
+                f"max_steps={self.max_steps}, boundary={self.boundary}"
+            )
+        if self.mode not in ("max", "min"):
+            raise ValueError(f'a study context\'s mode must be "max" or "min", not {self.mode!r}')
+
+
+@dataclass(frozen=True)
 class PolicyTraits:
     """What a policy can do and wants, as data the controller, simulator and stage trees read.
 
@@ -382,10 +414,18 @@ class Policy(abc.ABC):
     Subclasses set :attr:`name`, may declare an ``Options`` dataclass (parsed by
     :func:`parse_options`) and declare what they can do and want in :attr:`traits` (a
     :class:`PolicyTraits`; the default: decisions at boundaries, no predictions, no forks).
+    A policy is built with its study's :class:`StudyContext` (``Policy(context, options)``)
+    and sets itself up there: nothing waits for the first view.
+
+    Args:
+        context: The study the policy schedules (kept as :attr:`context`).
     """
 
     name: ClassVar[str] = ""
     traits: ClassVar[PolicyTraits] = PolicyTraits()
+
+    def __init__(self, context: StudyContext) -> None:
+        self.context = context
 
     @abc.abstractmethod
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:

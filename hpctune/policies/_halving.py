@@ -27,6 +27,7 @@ from hpctune.policies._base import (
     EventKind,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -204,9 +205,13 @@ class SyncHalvingPolicy(Policy):
     )
     eta: int = 3
 
-    def __init__(self) -> None:
-        self._max_t: int | None = None
-        self._cycle: list[BracketShape] = []
+    def __init__(self, context: StudyContext, max_t: int | None, eta: int) -> None:
+        """Set up for ``context`` with the ``max_t`` option (``None``: the study's
+        ``max_steps``); subclasses set their options first (:meth:`shapes` reads them)."""
+        super().__init__(context)
+        self.eta = eta
+        self._max_t = min(max_t or context.max_steps, context.max_steps)
+        self._cycle = self.shapes(self._max_t)
         self.next_shape = 0
         self.brackets: list[SyncBracket] = []
         self.dropped: dict[int, str] = {}  # trial -> why it was terminated
@@ -215,15 +220,6 @@ class SyncHalvingPolicy(Policy):
     def shapes(self, max_t: int) -> list[BracketShape]:
         """The bracket shapes, in the order brackets open (then again from the first)."""
         raise NotImplementedError
-
-    def _max_t_option(self) -> int | None:
-        return None
-
-    def _ensure(self, view: StudyView) -> None:
-        if self._max_t is None:
-            self._max_t = min(self._max_t_option() or view.max_steps, view.max_steps)
-        if not self._cycle:
-            self._cycle = self.shapes(self._max_t)
 
     def _member_ids(self) -> set[int]:
         """The trials of every bracket (made again from the brackets after a restore)."""
@@ -267,7 +263,6 @@ class SyncHalvingPolicy(Policy):
         """Halve complete rungs and fill free slots on SLOT_FREE; nothing else."""
         if event.kind is not EventKind.SLOT_FREE:
             return []
-        self._ensure(view)
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -312,13 +307,10 @@ class SyncHalvingPolicy(Policy):
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator
     ) -> list[int] | None:
         """Every milestone of the brackets (the rungs trials are asked to reach)."""
-        self._ensure(view)
         return sorted({m for shape in self._cycle for m in shape.milestones})
 
     def state_dict(self) -> dict[str, Any]:
         """``max_t``, the position in the cycle of shapes and every bracket (JSON-able)."""
-        if self._max_t is None:
-            return {}
         return {
             "max_t": self._max_t,
             "next_shape": self.next_shape,

@@ -14,7 +14,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    StudyContext,
+    StudyView,
+)
 from hpctune.policies._common import best_until, require
 
 
@@ -57,7 +65,8 @@ class BanditPolicy(Policy):
     name: ClassVar[str] = "bandit"
     Options = BanditOptions
 
-    def __init__(self, options: BanditOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: BanditOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or BanditOptions()
         require("boundary", self.options.boundary, 1)
         if not self.options.epsilon >= 0:

@@ -7,7 +7,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, Policy, PolicyTraits, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,8 @@ class DefaultPolicy(Policy):
     )
     Options = DefaultOptions
 
-    def __init__(self, options: DefaultOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: DefaultOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or DefaultOptions()
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:

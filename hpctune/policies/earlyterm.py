@@ -21,6 +21,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -43,7 +44,8 @@ class EarlyTermPolicy(Policy):
     traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = EarlyTermOptions
 
-    def __init__(self, options: EarlyTermOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: EarlyTermOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or EarlyTermOptions()
         require("boundary", self.options.boundary, 1)
         if not 0 < self.options.delta < 1:

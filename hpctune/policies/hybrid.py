@@ -43,6 +43,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -105,7 +106,8 @@ class HybridPolicy(Policy):
     traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = HybridOptions
 
-    def __init__(self, options: HybridOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: HybridOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or HybridOptions()
         o = self.options
         require("grace_period", o.grace_period, 1)
@@ -119,7 +121,8 @@ class HybridPolicy(Policy):
             raise OptionError("optimism", f"must be in [0.001, 0.999], but got {o.optimism}")
         if not (math.isfinite(o.noise_guard) and o.noise_guard >= 0):
             raise OptionError("noise_guard", f"must be >= 0, but got {o.noise_guard}")
-        self.milestones: list[int] | None = None
+        rungs = geometric_rungs(o.grace_period, o.reduction_factor, context.max_steps)
+        self.milestones = rungs[: o.rungs] if o.rungs else rungs
         # the signed scores (larger is better) recorded at each rung, by trial, and sorted
         self.recorded: dict[int, dict[int, float]] = {}
         self._sorted: dict[int, SortedList] = {}
@@ -130,8 +133,6 @@ class HybridPolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         """The rungs and the scores recorded at each (JSON-able)."""
-        if self.milestones is None:
-            return {}
         return {
             "milestones": list(self.milestones),
             "recorded": [
@@ -188,22 +189,13 @@ class HybridPolicy(Policy):
             return [Action.terminate(trial.trial_id, reason=reason)]
         return [Action.continue_(trial.trial_id)]
 
-    def _ensure_milestones(self, view: StudyView) -> list[int]:
-        if self.milestones is None:
-            rungs = geometric_rungs(
-                self.options.grace_period, self.options.reduction_factor, view.max_steps
-            )
-            self.milestones = rungs[: self.options.rungs] if self.options.rungs else rungs
-        return self.milestones
-
     def _rung_reason(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> str:
         """Judge the trial if ``step`` is a rung it was not judged at; why it stops there.
 
         Rungs below ``model_from`` are judged at the BOUNDARY event, the others when the
         prediction fitted at that rung arrives (``predicted``). Empty if the trial goes on.
         """
-        milestones = self._ensure_milestones(view)
-        if step not in milestones or (step >= self.options.model_from) != predicted:
+        if step not in self.milestones or (step >= self.options.model_from) != predicted:
             return ""
         recorded = self.recorded.setdefault(step, {})
         if trial.trial_id in recorded:

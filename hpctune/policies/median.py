@@ -26,6 +26,7 @@ from hpctune.policies._base import (
     EventKind,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -344,7 +345,8 @@ class MedianStoppingPolicy(Policy):
     traits: ClassVar[PolicyTraits] = PolicyTraits(runs_on_stage_trees=True)
     Options = MedianOptions
 
-    def __init__(self, options: MedianOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: MedianOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or MedianOptions()
         o = self.options
         require("grace_period", o.grace_period, 0)

@@ -48,6 +48,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -241,7 +242,8 @@ class PbtPolicy(Policy):
     )
     Options = PbtOptions
 
-    def __init__(self, options: PbtOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: PbtOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or PbtOptions()
         o = self.options
         require("population_size", o.population_size, 2)

@@ -29,6 +29,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
 )
 from hpctune.policies._common import require
@@ -82,7 +83,8 @@ class TruncationPbtPolicy(Policy):
     traits: ClassVar[PolicyTraits] = PolicyTraits(makes_configurations=True)
     Options = TruncationOptions
 
-    def __init__(self, options: TruncationOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: TruncationOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or TruncationOptions()
         o = self.options
         require("population_size", o.population_size, 2)

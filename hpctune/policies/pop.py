@@ -43,6 +43,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -143,7 +144,8 @@ class PopPolicy(Policy):
     traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = PopOptions
 
-    def __init__(self, options: PopOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: PopOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or PopOptions()
         o = self.options
         require("boundary", o.boundary, 1)

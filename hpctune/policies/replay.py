@@ -24,6 +24,7 @@ from hpctune.policies._base import (
     OptionError,
     Policy,
     PolicyTraits,
+    StudyContext,
     StudyView,
 )
 from hpctune.policies.pbt import WAITING
@@ -108,7 +109,8 @@ class ReplayPolicy(Policy):
     )
     Options = ReplayOptions
 
-    def __init__(self, options: ReplayOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: ReplayOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or ReplayOptions()
         self.plan = parse_plan(self.options.trials)
 

@@ -32,7 +32,7 @@ from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.state import StudyRecord
-from hpctune.policies import ActionKind, Policy, StudyView
+from hpctune.policies import ActionKind, Policy, StudyContext, StudyView
 from hpctune.policies.generators import Generator, Proposal
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._predictions import PredictionCache
@@ -46,7 +46,7 @@ from hpctune.simulator._results import (
 from hpctune.simulator._workers import TraceRows, Workers
 from hpctune.stagetree.options import stage_policies
 from hpctune.study.seeding import component_seed, index_rng
-from hpctune.study.spec import StudySpec
+from hpctune.study.spec import StudySpec, study_context
 from hpctune.wire.files import dumps
 from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 
@@ -171,12 +171,22 @@ def simulation_spec(
     return dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, max_pending=slots))
 
 
+def simulation_context(trace: Trace, config: SimulatorConfig | None = None) -> StudyContext:
+    """The study context a policy simulated on ``trace`` with ``config`` is built with (that
+    of :func:`simulation_spec`'s study: :func:`~hpctune.study.spec.study_context`)."""
+    config = config or SimulatorConfig()
+    return StudyContext(
+        max_steps=config.max_steps or trace.num_epochs, mode=trace.mode, boundary=config.boundary
+    )
+
+
 class Simulator:
     """Replay ``trace`` on ``slots`` slots under ``policy``, with the controller's own code.
 
     Args:
         trace: The workload.
-        policy: The policy object (fresh, or restored with ``load_state_dict``).
+        policy: The policy object (fresh, or restored with ``load_state_dict``), built with
+            :func:`simulation_context` of ``trace`` and ``config``.
         slots: How many workers may run at once.
         seed: The study's seed: the configuration order and the policy's random numbers.
         config: Costs and study settings.
@@ -247,6 +257,12 @@ class Simulator:
             config=self.config,
             num_trials=self.num_trials,
         )
+        context = study_context(spec)
+        if policy.context != context:
+            raise SimulatorError(
+                f"the policy {policy.name!r} was built for the study {policy.context}, but the "
+                f"simulated study is {context}; build it with simulation_context(trace, config)"
+            )
         self.record = StudyRecord()
         created = {
             "state": StudyState.CREATED.value,
@@ -322,7 +338,7 @@ class Simulator:
             self.workers.wire,
             self.workers.executor,
             self.clock,
-            policy=make_policy(self.policy.name, _options_dict(self.policy)),
+            policy=make_policy(self.policy.name, _options_dict(self.policy), self.policy.context),
             generator=self.generator,
             curve_service=self.curves,  # type: ignore[arg-type]
         )
@@ -539,4 +555,11 @@ def _options_dict(policy: Policy) -> dict[str, Any]:
     return {name: getattr(options, name) for name in options.__dataclass_fields__}
 
 
-__all__ = ["SimClock", "Simulator", "SimulatorConfig", "SimulatorError", "simulation_spec"]
+__all__ = [
+    "SimClock",
+    "Simulator",
+    "SimulatorConfig",
+    "SimulatorError",
+    "simulation_context",
+    "simulation_spec",
+]

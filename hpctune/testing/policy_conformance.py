@@ -51,6 +51,8 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     parse_options,
 )
@@ -363,8 +365,12 @@ def _problem(view: StudyView, event: Event, action: Action, resumed: set[int]) -
 # -- the run -------------------------------------------------------------------------------------
 
 
+#: The study a policy is first built for, to learn its name and traits and check its space.
+PROBE_CONTEXT = StudyContext(max_steps=12, mode="max", boundary=1)
+
+
 def check_policy(
-    make: Callable[[], Policy],
+    make: Callable[[StudyContext], Policy],
     *,
     seed: int = 0,
     n_views: int = 200,
@@ -374,7 +380,8 @@ def check_policy(
     """Check the policies ``make()`` builds on ``n_views`` decisions of random studies.
 
     Args:
-        make: Builds a new policy with the options to check (called for every restart).
+        make: Builds a new policy with the options to check for a study's context (called
+            for every random study, with its context, and for every restart).
         seed: The first study's seed (the next ones: ``seed + 1``, ...).
         n_views: Decisions to check (a view and an event each), over as many studies as needed.
         rounds: Rounds of each study (a round: training, events, then free slots).
@@ -393,9 +400,9 @@ def check_policy(
         raise ValueError(f"n_views and rounds must be >= 1, but got {n_views} and {rounds}")
     started = time.perf_counter()
     space = space if space is not None else default_space()
-    first = make()
+    first = make(PROBE_CONTEXT)
     first.check_space(space)
-    run = _Run(make, type(first).name or type(first).__name__)
+    run = _Run(make, type(first).name or type(first).__name__, first.traits)
     studies = 0
     while run.decisions < n_views and studies < 10 * n_views:
         run.walk(seed + studies, space, rounds, n_views)
@@ -415,8 +422,9 @@ def check_policy(
 class _Run:
     """The state of one :func:`check_policy` run."""
 
-    make: Callable[[], Policy]
+    make: Callable[[StudyContext], Policy]
     name: str
+    traits: PolicyTraits
     decisions: int = 0
     events: Counter[str] = field(default_factory=Counter)
     actions: Counter[str] = field(default_factory=Counter)
@@ -427,11 +435,20 @@ class _Run:
     event: Event | None = None
     view: StudyView | None = None
     patched: str = "{}"  # the policy's state (JSON) as of its last patch (state-changes)
+    context: StudyContext = PROBE_CONTEXT  # the study's, which every policy is built with
 
     def walk(self, seed: int, space: SearchSpace, rounds: int, n_views: int) -> None:
         """Walk one study for ``rounds`` rounds (or until ``n_views`` decisions in all)."""
         self.seed, self.index, self.event, self.view = seed, 0, None, None
-        policy = self.make()
+        study = StudyWalk(
+            np.random.default_rng(seed),
+            space,
+            makes_configurations=self.traits.makes_configurations,
+            wants_predictions=self.traits.wants_predictions,
+            wants_fit=lambda step: bool(self._hook(lambda: policy.wants_fit(step))),
+        )
+        self.context = study.context
+        policy = self.make(self.context)
         loaded = self._call(lambda: policy.load_state_dict({}))  # as a new study's controller
         if isinstance(loaded, BaseException):
             self._fail(
@@ -439,13 +456,6 @@ class _Run:
                 f"load_state_dict({{}}) (a new study's state) raised {_exception_text(loaded)}",
             )
         self.patched = self._state(policy)[0]  # the state its next patch starts from
-        study = StudyWalk(
-            np.random.default_rng(seed),
-            space,
-            makes_configurations=policy.traits.makes_configurations,
-            wants_predictions=policy.traits.wants_predictions,
-            wants_fit=lambda step: bool(self._hook(lambda: policy.wants_fit(step))),
-        )
         for _ in range(rounds):
             self.event = None
             events = study.advance()
@@ -530,7 +540,7 @@ class _Run:
     def _check_changes(self, policy: Policy, raw: str, canonical: str) -> None:
         """A policy that tracks its changes: its patch turns the state of its last patch into
         the state now (``raw``, ``canonical``)."""
-        if not policy.traits.tracks_state_changes:
+        if not self.traits.tracks_state_changes:
             return
         changes = self._hook(policy.state_changes)
         try:
@@ -555,7 +565,7 @@ class _Run:
         if not isinstance(holds, bool | np.bool_):
             self._fail("legal", f"holds_idle_workers returned {holds!r}, not a bool")
         self._milestones(policy, view)
-        if not policy.traits.makes_configurations:
+        if not self.traits.makes_configurations:
             return
         needed = self._hook(lambda: policy.needed_checkpoints(view))
         if needed is not None:  # ids of trials to come are allowed (replay's targets)
@@ -623,7 +633,7 @@ class _Run:
 
     def _restore(self, raw: str, canonical: str) -> Policy:
         """A new policy given the journaled state ``raw``; its state must come back unchanged."""
-        policy = self.make()
+        policy = self.make(self.context)
         loaded = self._call(lambda: policy.load_state_dict(json.loads(raw)))
         if isinstance(loaded, BaseException):
             self._fail(
@@ -723,25 +733,27 @@ def _show(result: Any) -> str:
 # -- policies named on the command line -----------------------------------------------------------
 
 
-def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[], Policy]:
+def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[StudyContext], Policy]:
     """The factory ``hpctune check-policy TARGET --options JSON`` checks.
 
     ``TARGET`` is a registered policy name (``asha``) or ``MODULE:NAME``: a :class:`Policy`
-    subclass (built from its ``Options`` dataclass when it has one, as ``[policy]`` options are)
-    or a function returning a policy (called with the options as keyword arguments). Modules are
-    imported with the current directory on ``sys.path``.
+    subclass (built as ``cls(context, options)`` from its ``Options`` dataclass when it has
+    one, as ``[policy]`` options are, else as ``cls(context)``) or a function returning a
+    policy (called with the options and ``context``, the :class:`StudyContext`, as keyword
+    arguments).
+    Modules are imported with the current directory on ``sys.path``.
 
     Raises:
         UsageError: The target cannot be imported, is no policy, or refuses the options.
     """
-    factory: Callable[[], Policy]
+    factory: Callable[[StudyContext], Policy]
     if ":" not in target:
         if target not in POLICIES:
             raise UsageError(
                 f"{target!r} is neither a registered policy ({', '.join(POLICIES)}) nor "
                 "MODULE:CLASS_OR_FACTORY"
             )
-        factory = lambda: make_policy(target, options)  # noqa: E731
+        factory = lambda context: make_policy(target, options, context)  # noqa: E731
     else:
         obj = _import_target(target)
         if isinstance(obj, type) and issubclass(obj, Policy):
@@ -749,9 +761,9 @@ def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[], Poli
         elif isinstance(obj, type) or not callable(obj):
             raise UsageError(f"{target} is not a Policy subclass or a function returning one")
         else:
-            factory = lambda: obj(**options)  # noqa: E731
+            factory = lambda context: obj(context=context, **options)  # noqa: E731
     try:
-        policy = factory()
+        policy = factory(PROBE_CONTEXT)
     except (OptionError, TypeError, ValueError) as exc:
         raise UsageError(f"{target} with options {dict(options)}: {exc}") from exc
     if not isinstance(policy, Policy):
@@ -776,7 +788,7 @@ def _import_target(target: str) -> Any:
 
 def _class_factory(
     cls: type[Policy], options: Mapping[str, Any], target: str
-) -> Callable[[], Policy]:
+) -> Callable[[StudyContext], Policy]:
     options_type = getattr(cls, "Options", None)
     if options_type is None:
         if options:
@@ -786,4 +798,4 @@ def _class_factory(
         parsed = parse_options(options_type, options)
     except OptionError as exc:
         raise UsageError(f"{target}: option {exc}") from exc
-    return lambda: cls(parsed)  # type: ignore[call-arg]
+    return lambda context: cls(context, parsed)  # type: ignore[call-arg]

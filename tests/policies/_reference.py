@@ -63,16 +63,11 @@ class ReferenceAshaBracket(AshaBracket):
 class ReferenceAsha(AshaPolicy):
     """ASHA with :class:`ReferenceAshaBracket`."""
 
-    def _ensure(self, view: StudyView) -> int:
-        max_t = super()._ensure(view)
-        for bracket in self.brackets:
+    def _make_brackets(self, max_t: int) -> list[AshaBracket]:
+        brackets = super()._make_brackets(max_t)
+        for bracket in brackets:
             bracket.__class__ = ReferenceAshaBracket
-        return max_t
-
-    def load_state_dict(self, state: Any) -> None:
-        super().load_state_dict(state)
-        for bracket in self.brackets:
-            bracket.__class__ = ReferenceAshaBracket
+        return brackets
 
 
 class ReferenceMedian(MedianStoppingPolicy):
@@ -132,7 +127,6 @@ class _ReferenceHalving(SyncHalvingPolicy):
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
         if event.kind is not EventKind.SLOT_FREE:
             return []
-        self._ensure(view)
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:

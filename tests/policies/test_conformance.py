@@ -29,6 +29,7 @@ from hpctune.policies import (
     Event,
     EventKind,
     Policy,
+    StudyContext,
     StudyView,
     TruncationPbtPolicy,
     make_policy,
@@ -44,6 +45,7 @@ from hpctune.testing import (
     view_problems,
 )
 from hpctune.wire.states import TrialStatus
+from tests.policies._views import context
 
 PLAN = [
     {"params": {"lr": 0.1}, "seed": 1, "end_step": 3, "parent": None},
@@ -98,7 +100,7 @@ def test_every_registered_policy_is_in_the_conformance_run() -> None:
 @pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
 def test_registered_policy_conforms(config: tuple[str, dict[str, Any]]) -> None:
     name, options = config
-    report = check_policy(lambda: make_policy(name, options), seed=100, n_views=250)
+    report = check_policy(lambda ctx: make_policy(name, options, ctx), seed=100, n_views=250)
     assert report.policy == name
     assert report.decisions == 250
     assert report.checks == CHECKS
@@ -154,8 +156,8 @@ class SetState(DefaultPolicy):
 
     name: ClassVar[str] = "set-state"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.seen: set[int] = set()
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -172,8 +174,8 @@ class Forgetful(DefaultPolicy):
 
     name: ClassVar[str] = "forgetful"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.decisions = 0
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -192,8 +194,8 @@ class HiddenState(DefaultPolicy):
 
     name: ClassVar[str] = "hidden-state"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.started = False
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
@@ -259,13 +261,13 @@ class Raising(DefaultPolicy):
         return super().decide(view, event, rng)
 
 
-def _caught(make: Callable[[], Policy], check: str) -> ConformanceError:
+def _caught(make: Callable[[StudyContext], Policy], check: str) -> ConformanceError:
     """Check that the kit catches ``make``'s policy with ``check``, reproducibly."""
     with pytest.raises(ConformanceError) as info:
         check_policy(make, seed=7, n_views=300)
     err = info.value
     assert err.check == check, str(err)
-    assert err.policy == make().name
+    assert err.policy == make(context()).name
     assert f"failed the check {check!r}" in str(err)
     assert f"seed={err.seed}, n_views={err.views}" in str(err)
     with pytest.raises(ConformanceError) as again:  # the reproducer fails at the same decision
@@ -328,8 +330,9 @@ def test_state_missing_from_the_journal_is_caught_at_restart() -> None:
 class ForgetsClones(TruncationPbtPolicy):
     """Ray's PBT without its waiting clones in the journal."""
 
-    def __init__(self) -> None:
-        super().__init__(TruncationPbtPolicy.Options(population_size=4, perturbation_interval=2))
+    def __init__(self, context: StudyContext) -> None:
+        options = TruncationPbtPolicy.Options(population_size=4, perturbation_interval=2)
+        super().__init__(context, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "pending": []}
@@ -443,7 +446,7 @@ def test_an_exception_in_decide_is_caught() -> None:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_kit_makes_valid_views(seed: int) -> None:
-    policy = DefaultPolicy()
+    policy = DefaultPolicy(context())
     study = StudyWalk(
         np.random.default_rng(seed),
         default_space(),

@@ -36,11 +36,12 @@ from hpctune.policies import (
     TruncationPbtPolicy,
     make_policy,
 )
-from hpctune.simulator import Simulator, SimulatorConfig
+from hpctune.simulator import Simulator, SimulatorConfig, simulation_context
 from hpctune.study.space import parse_space
 from hpctune.study.spec import load_spec
 from hpctune.wire.states import TrialStatus
 from tests.conftest import write_study
+from tests.policies._views import context
 
 SPACE_TABLE: dict[str, Any] = {
     "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
@@ -104,7 +105,9 @@ def view(
 
 
 def pbt(**options: object) -> PbtPolicy:
-    policy = make_policy("pbt", {"population_size": 4, "steps_per_generation": 2, **options})
+    policy = make_policy(
+        "pbt", {"population_size": 4, "steps_per_generation": 2, **options}, context()
+    )
     assert isinstance(policy, PbtPolicy)
     return policy
 
@@ -300,9 +303,12 @@ class _Warnings(logging.Handler):
 
 
 def simulate_pbt(policy: Policy, trace: Trace, *, slots: int, seed: int = 0) -> PbtRun:
-    """Run ``policy`` (generation 0: ``population_size`` trials of the trace in a seeded order)
-    with the controller on simulated workers, as ``hpctune simulate`` does."""
-    population = policy.options.population_size  # type: ignore[attr-defined]
+    """Run ``policy``'s class with its options (generation 0: ``population_size`` trials of the
+    trace in a seeded order) with the controller on simulated workers, as ``hpctune simulate``
+    does; the policy run is built for the trace's study."""
+    options = policy.options  # type: ignore[attr-defined]
+    policy = type(policy)(simulation_context(trace), options)  # type: ignore[call-arg]
+    population = options.population_size
     # a study trains at most population x max_steps steps of at most 1.5 s, on >= 1 slot: a
     # policy that never ends (e.g. starting children afresh forever) is cut off, unfinished
     limit = 2 * 1.5 * population * trace.num_epochs
@@ -499,7 +505,7 @@ def test_options_are_checked_with_their_names() -> None:
         ({"generations": 3}, "generations"),
     ]:
         with pytest.raises(OptionError) as info:
-            make_policy("pbt", options)
+            make_policy("pbt", options, context())
         assert info.value.key == key
     for options, key in [
         ({"quantile_fraction": 0.6}, "quantile_fraction"),
@@ -507,7 +513,7 @@ def test_options_are_checked_with_their_names() -> None:
         ({"perturbation_interval": 0}, "perturbation_interval"),
     ]:
         with pytest.raises(OptionError) as info:
-            make_policy("pbt-truncation", options)
+            make_policy("pbt-truncation", options, context())
         assert info.value.key == key
     with pytest.raises(OptionError, match="not in the search space"):
         pbt(exclude=["momentum"]).check_space(SPACE)
@@ -555,7 +561,9 @@ def running(tid: int, value: float, step: int) -> TrialView:
 
 
 def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 4})
+    policy = make_policy(
+        "pbt-truncation", {"population_size": 8, "perturbation_interval": 4}, context()
+    )
     assert isinstance(policy, TruncationPbtPolicy)
     trials = [running(i, 0.1 * i, 4) for i in range(8)]
     v = view(trials, max_steps=20)
@@ -566,7 +574,7 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
     assert stop[0].kind is ActionKind.TERMINATE
     assert stop[0].trial_id == 0
     state = json.loads(json.dumps(policy.state_dict()))
-    restored = TruncationPbtPolicy(policy.options)
+    restored = TruncationPbtPolicy(context(), policy.options)
     restored.load_state_dict(state)
     assert restored.state_dict() == policy.state_dict()
     assert policy.needed_checkpoints(v) == {policy.pending[0][1]}
@@ -590,14 +598,16 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
 
 
 def test_truncation_starts_the_population_then_only_clones() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 3})
+    policy = make_policy("pbt-truncation", {"population_size": 3}, context())
     assert len(policy.decide(view([], remaining=10), Event.slot_free(5), RNG)) == 3
     full = view([running(i, 0.1, 1) for i in range(3)], remaining=10)
     assert policy.decide(full, Event.slot_free(2), RNG) == []
 
 
 def test_truncation_in_a_study_replaces_each_stopped_trial_with_a_clone_of_a_better_one() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 2})
+    policy = make_policy(
+        "pbt-truncation", {"population_size": 8, "perturbation_interval": 2}, context()
+    )
     run = simulate_pbt(policy, lr_trace(12, small_lr_value, seed=4), slots=8, seed=4)
     assert forks_from_deleted(run) == []
     assert run.ignored_forks == []

@@ -36,6 +36,7 @@ from tests.policies._reference import (
     ReferenceMedian,
     ReferencePbt,
 )
+from tests.policies._views import context
 
 S = TrialStatus
 
@@ -190,16 +191,16 @@ def _same_actions(ours: list[Any], theirs: list[Any], where: str) -> None:
 def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
     """Drive the policy and its reference through one random study; return the decisions."""
     new_type, reference_type = REFERENCES[name]
-    policy: Policy = new_type(new_type.Options(**options))
-    reference: Policy = reference_type(new_type.Options(**options))
     rng = np.random.default_rng(seed)
     study = StudyWalk(
         rng,
         default_space(),
-        makes_configurations=policy.traits.makes_configurations,
-        wants_predictions=policy.traits.wants_predictions,
-        wants_fit=policy.wants_fit,
+        makes_configurations=new_type.traits.makes_configurations,
+        wants_predictions=new_type.traits.wants_predictions,
+        wants_fit=lambda step: policy.wants_fit(step),
     )
+    policy: Policy = new_type(study.context, new_type.Options(**options))
+    reference: Policy = reference_type(study.context, new_type.Options(**options))
     if rng.random() < 0.5:
         study.num_trials = None  # an unbounded study grows to many trials
     reuse = _Reuse()
@@ -221,7 +222,7 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
                 study.apply(action)
         if round_ % 7 == 3:  # a restarted controller: the new policy's caches start empty
             state = json.loads(json.dumps(policy.state_dict()))
-            policy = new_type(new_type.Options(**options))
+            policy = new_type(study.context, new_type.Options(**options))
             policy.load_state_dict(state)
         free = study.free_slots()
         if free > 0:
@@ -316,12 +317,15 @@ def test_the_median_rule_matches_the_reference_on_large_changing_studies(seed: i
     options = MedianOptions(
         grace_period=[0, 1, 3][seed % 3], min_samples_required=[1, 3, 20][seed % 3]
     )
-    policy, reference = MedianStoppingPolicy(options), ReferenceMedian(options)
+    policy, reference = (
+        MedianStoppingPolicy(context(), options),
+        ReferenceMedian(context(), options),
+    )
     rng = np.random.default_rng(seed)
     checked = 0
     for index, view in enumerate(_median_study(seed, n=150, max_steps=25)):
         if index == 6:  # restart: the index is made again from the view
-            policy = MedianStoppingPolicy(options)
+            policy = MedianStoppingPolicy(context(), options)
             policy.load_state_dict(json.loads(json.dumps(reference.state_dict())))
         ids = sorted(view.trials)
         for _ in range(60):
@@ -395,7 +399,7 @@ def test_pbt_suggests_as_the_reference_for_many_free_slots(seed: int) -> None:
         comparison="pareto" if seed % 4 == 3 else "lexicographic",
     )
     view = _pbt_view(seed, 12, 9, max_steps=[30, 100][seed % 2])
-    policy, reference = PbtPolicy(options), ReferencePbt(options)
+    policy, reference = PbtPolicy(context(), options), ReferencePbt(context(), options)
     for free in (1, 7, 40):
         event = Event.slot_free(free)
         ours = policy.decide(view, event, _rng(seed, free))
