@@ -280,7 +280,9 @@ def measure(name: str, n: int, budget: float) -> dict[str, Any]:
         def boundary_pass(v: Any) -> list[Callable[[], Any]]:
             running = [t for t in v.trials.values() if t.status is S.RUNNING and len(t.steps)]
             return [
-                lambda t=t: policy.decide(v, Event.boundary(t.trial_id, int(t.steps[-1])), rng)
+                lambda t=t: list(
+                    policy.decide(v, Event.boundary(t.trial_id, int(t.steps[-1])), rng).actions
+                )
                 for t in running
             ]
 
@@ -299,10 +301,12 @@ def measure(name: str, n: int, budget: float) -> dict[str, Any]:
         figures["boundary_decisions"] = done
 
     rng = np.random.default_rng(1)
-    policy.decide(dataclasses.replace(view, free_slots=0), Event.slot_free(0), rng)
+    list(policy.decide(dataclasses.replace(view, free_slots=0), Event.slot_free(0), rng).actions)
     calls = [
-        lambda: policy.decide(
-            dataclasses.replace(view, free_slots=FREE), Event.slot_free(FREE), rng
+        lambda: list(
+            policy.decide(
+                dataclasses.replace(view, free_slots=FREE), Event.slot_free(FREE), rng
+            ).actions
         )
         for _ in range(20)
     ]

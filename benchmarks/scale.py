@@ -345,7 +345,7 @@ def case_pbt(trials: int, free: int) -> dict[str, Any]:
     options = {"population_size": population, "steps_per_generation": 2}
     policy = make_policy("pbt", options, StudyContext(max_steps=view.max_steps))
     actions, seconds = timed(
-        lambda: policy.decide(view, Event.slot_free(free), np.random.default_rng(0))
+        lambda: list(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)).actions)
     )
     return {"case": "pbt", "trials": trials, "free_slots": free, "seconds": round(seconds, 3),
             "actions": len(actions), "goal": "< 0.1 s", "load": round(load(), 2)}  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.analysis.traces import Trace
-from hpctune.policies import Action, Event, Policy, StudyView
+from hpctune.policies import Decision, Event, Policy, StudyView
 from hpctune.simulator import SimulatorConfig, build_policy, simulate, simulation_context
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ class Counted:
         self.calls = 0
         original = policy.decide
 
-        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
             self.calls += 1
             return original(view, event, rng)
 

@@ -20,7 +20,15 @@ from hpctune.curves import Budget, FitOptions
 from hpctune.curves.service import read_result
 from hpctune.journal import open_study
 from hpctune.journal.store import JournalReader
-from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyContext, StudyView
+from hpctune.policies import (
+    Action,
+    Decision,
+    DefaultPolicy,
+    Event,
+    EventKind,
+    StudyContext,
+    StudyView,
+)
 from hpctune.study.spec import load_spec, study_context
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.states import StudyState, TrialStatus
@@ -58,7 +66,7 @@ class PredictingPolicy(DefaultPolicy):
         super().__init__(context)
         self.seen: list[tuple[int, int, int, TrialStatus, bool]] = []
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.PREDICTION:
             assert event.trial_id is not None
             assert event.step is not None
@@ -67,9 +75,9 @@ class PredictingPolicy(DefaultPolicy):
             self.seen.append(
                 (event.trial_id, event.step, prediction.n, trial.status, prediction.unknown)
             )
-            return []
+            return Decision()
         if event.kind is EventKind.BOUNDARY:
-            return [Action.continue_(event.trial_id)]  # type: ignore[arg-type]
+            return Decision.of([Action.continue_(event.trial_id)])  # type: ignore[arg-type]
         return super().decide(view, event, rng)
 
 

@@ -19,6 +19,7 @@ from hpctune.policies import (
     POLICIES,
     Action,
     ActionKind,
+    Decision,
     DefaultPolicy,
     Event,
     EventKind,
@@ -155,13 +156,13 @@ class _SuspendFirstAtReport(Policy):
         super().__init__(context)
         self.done = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.REPORT and event.trial_id == 0 and not self.done:
             self.done = True
-            return [Action.suspend(0)]
-        return []
+            return Decision.of([Action.suspend(0)])
+        return Decision()
 
 
 class _StopAtBoundaryWithoutWaiting(Policy):
@@ -170,12 +171,12 @@ class _StopAtBoundaryWithoutWaiting(Policy):
     name: ClassVar[str] = "no-wait"
     traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.BOUNDARY and event.trial_id == 0:
-            return [Action.terminate(0)]
-        return []
+            return Decision.of([Action.terminate(0)])
+        return Decision()
 
 
 def test_decisions_off_a_waiting_boundary_are_read_at_the_next_report() -> None:
@@ -264,13 +265,13 @@ class _Restarting(Policy):
         )
         self.wants_fit = inner.wants_fit  # type: ignore[method-assign]
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         policy = make_policy(self.inner_name, self.inner_options, self.context)
         policy.load_state_dict(json.loads(json.dumps(self.state, allow_nan=False)))
         self.restarts += 1
-        actions = policy.decide(view, event, rng)
+        decision = policy.decide(view, event, rng)
         self.state = policy.state_dict()
-        return actions
+        return decision
 
 
 # Policies that make configurations (PBT, replay) cannot run on a trace (the simulator refuses
@@ -537,7 +538,7 @@ class _CountingDefault(DefaultPolicy):
         super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -564,6 +565,33 @@ def test_the_stage_tree_controller_admits_every_trial_by_the_trait_not_the_name(
     assert (policy.decisions == 0) is admits
 
 
+class _Rounds(Policy):
+    """Starts trials in rounds: a new round when no trial runs; its decisions hold idle workers
+    as ``hold`` says (PBT's wait for the running trials' ends, as data of the decision)."""
+
+    name: ClassVar[str] = "rounds"
+    hold: ClassVar[bool] = False
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        if event.kind is not EventKind.SLOT_FREE:
+            return Decision()
+        if view.with_status(TrialStatus.RUNNING):
+            return Decision(hold_idle_workers=self.hold)
+        return Decision.of(self.fill_slots(view, event.free_slots), hold_idle_workers=self.hold)
+
+
+@pytest.mark.parametrize(("hold", "workers"), [(True, 2), (False, 3)])
+def test_idle_workers_wait_when_the_decision_holds_them(hold: bool, workers: int) -> None:
+    """Two rounds of two trials on two slots: the worker whose trial ends first waits for the
+    next round when the decision holds it (two workers in all), else it exits and the next
+    round needs a new one."""
+    trace = _trace([[0.1, 0.2]] * 4, [[1, 1], [3, 3], [1, 1], [1, 1]])
+    policy = type("Rounds", (_Rounds,), {"hold": hold})(simulation_context(trace))
+    result = simulate(trace, policy, slots=2, seed=0, order=[0, 1, 2, 3])
+    assert [t.status for t in result.trials] == [TrialStatus.COMPLETED] * 4
+    assert len(result.workers) == workers
+
+
 def test_stage_trees_refuse_policies_that_cannot_run_over_them() -> None:
     with pytest.raises(SimulatorError, match="stage trees run with the policies"):
         simulate(THREE, "pop", slots=2, stages=True)
@@ -578,12 +606,12 @@ class _BoundsRecorder(Policy):
         super().__init__(context)
         self.bounds: set[tuple[float, float]] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         self.bounds.add(view.bounds)
         if event.kind is EventKind.SLOT_FREE:
             n = min(event.free_slots, view.trials_remaining or 0)
-            return [Action.start() for _ in range(n)]
-        return []
+            return Decision.of([Action.start() for _ in range(n)])
+        return Decision()
 
 
 def test_the_metric_range_comes_from_the_trace_unless_given() -> None:

@@ -381,7 +381,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
                 if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
-                actions = self.policy.decide(view, event, self._rng(event))
+                actions = self.policy.decide(view, event, self._rng(event)).actions
                 for action in actions:
                     self._apply(action, event)
                 if event.kind is EventKind.BOUNDARY and not any(
@@ -481,7 +481,8 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         view = self._view(free_slots)
         placed = 0
         event = Event.slot_free(free_slots)
-        for action in self.policy.decide(view, event, self._rng(event)):
+        decision = self.policy.decide(view, event, self._rng(event))
+        for action in decision.actions:
             if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
                 self._apply(action, None)
                 continue
@@ -494,7 +495,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             worker_id = idle.pop(0).worker_id if idle else self._new_worker()
             self._assign(trial, worker_id, action.until_step)
             placed += 1
-        if idle and active and self.policy.holds_idle_workers(view):
+        if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations
         for worker in self._idle_to_release(idle):  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
@@ -572,7 +573,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             slots = max(self.spec.num_trials, 1)
         view = self._view(slots)
         event = Event.slot_free(slots)
-        for action in self.policy.decide(view, event, self._rng(event)):
+        for action in self.policy.decide(view, event, self._rng(event)).actions:
             if action.kind in (ActionKind.START, ActionKind.FORK):
                 trial = self._trial_for(action, view)
                 if trial is not None:
@@ -608,7 +609,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 continue
             view = view or self._view()  # the tuner judges each trial by its own values
             event = Event.boundary(trial.trial_id, step)
-            actions = self.policy.decide(view, event, self._rng(event))
+            actions = self.policy.decide(view, event, self._rng(event)).actions
             if any(a.kind is ActionKind.TERMINATE for a in actions):
                 for action in actions:
                     self._apply(action, None)

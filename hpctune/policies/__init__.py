@@ -12,6 +12,7 @@ from typing import Any
 from hpctune.policies._base import (
     Action,
     ActionKind,
+    Decision,
     Event,
     EventKind,
     OptionError,
@@ -73,6 +74,7 @@ __all__ = [
     "ActionKind",
     "AshaPolicy",
     "BanditPolicy",
+    "Decision",
     "DefaultPolicy",
     "EarlyTermPolicy",
     "Event",

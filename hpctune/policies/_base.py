@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -225,6 +225,33 @@ class Action:
         )
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a policy decided on one event: its actions, and what the controller asks with them.
+
+    Build one with :meth:`of`. The controller carries the actions out in order.
+
+    Attributes:
+        actions: The actions (a tuple; :meth:`of` takes any iterable).
+        hold_idle_workers: SLOT_FREE: keep idle workers waiting when the actions leave some
+            without work, because running trials will make new work when they end (PBT: the
+            next assignment runs in the same worker, no new job, no queue wait). ``False``
+            (the default): idle workers without work exit.
+    """
+
+    actions: tuple[Action, ...] = ()
+    hold_idle_workers: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.actions, tuple):
+            object.__setattr__(self, "actions", tuple(self.actions))
+
+    @classmethod
+    def of(cls, actions: Iterable[Action] = (), *, hold_idle_workers: bool = False) -> Decision:
+        """A decision of ``actions`` (a list, a generator, ...)."""
+        return cls(tuple(actions), hold_idle_workers)
+
+
 _EMPTY = np.zeros(0)
 
 
@@ -428,8 +455,9 @@ class Policy(abc.ABC):
         self.context = context
 
     @abc.abstractmethod
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
-        """Return the actions for ``event``."""
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        """Return the decision on ``event``: its actions (:meth:`Decision.of`) and, on
+        SLOT_FREE, whether idle workers without work wait (:attr:`Decision.hold_idle_workers`)."""
 
     def wants_fit(self, step: int) -> bool:
         """Whether a trial reaching ``step`` should get a new learning-curve fit."""
@@ -474,15 +502,6 @@ class Policy(abc.ABC):
         milestones are kept for trials still to come. ``None`` (the default): no milestones.
         """
         return None
-
-    def holds_idle_workers(self, view: StudyView) -> bool:
-        """True to keep idle workers waiting when the policy has no work for them right now.
-
-        The default (False) tells idle workers to exit. A policy whose running trials will make
-        new work when they end (PBT) returns True, so the next assignment runs in the same
-        worker (no new job, no queue wait).
-        """
-        return False
 
     @staticmethod
     def fill_slots(view: StudyView, free_slots: int) -> list[Action]:

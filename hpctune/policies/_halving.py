@@ -23,6 +23,7 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     Policy,
@@ -259,10 +260,10 @@ class SyncHalvingPolicy(Policy):
             room -= take
         return out
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Halve complete rungs and fill free slots on SLOT_FREE; nothing else."""
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return Decision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -301,7 +302,7 @@ class SyncHalvingPolicy(Policy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return actions + placing
+        return Decision.of(actions + placing)
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator

@@ -28,6 +28,7 @@ from hpctune.policies._base import (
     StudyContext,
     StudyView,
 )
+from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.wire.states import Decision
@@ -223,36 +224,40 @@ class AshaPolicy(Policy):
             self._new_assigned.append([trial_id, self.assigned[trial_id]])
         return self.brackets[self.assigned[trial_id]]
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots on SLOT_FREE; continue or terminate at a BOUNDARY."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return []
+            return PolicyDecision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return []
+            return PolicyDecision()
         max_t = self._max_t
         step = int(event.step if event.step is not None else trial.step)
         tid = trial.trial_id
         if step >= max_t:
             if max_t < view.max_steps:
-                return [Action.terminate(tid, reason=f"ASHA: reached max_t={max_t}")]
-            return [Action.continue_(tid)]
+                return PolicyDecision.of(
+                    [Action.terminate(tid, reason=f"ASHA: reached max_t={max_t}")]
+                )
+            return PolicyDecision.of([Action.continue_(tid)])
         bracket = self._bracket_of(tid, rng)
         exact = trial.steps == step
         value = float(view.sign * trial.values[exact][-1]) if exact.any() else None
         if bracket.on_result(tid, step, value) is Decision.STOP:
             milestone, cutoff = bracket.stopped[tid]
             shown = "no value" if value is None else f"{view.sign * value:.6g}"
-            return [
-                Action.terminate(
-                    tid,
-                    reason=f"ASHA: {view.metric} {shown} at rung {milestone} below the cutoff "
-                    f"{view.sign * cutoff:.6g}",
-                )
-            ]
-        return [Action.continue_(tid)]
+            return PolicyDecision.of(
+                [
+                    Action.terminate(
+                        tid,
+                        reason=f"ASHA: {view.metric} {shown} at rung {milestone} below the cutoff "
+                        f"{view.sign * cutoff:.6g}",
+                    )
+                ]
+            )
+        return PolicyDecision.of([Action.continue_(tid)])
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator

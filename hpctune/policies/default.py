@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from hpctune.policies._base import (
-    Action,
+    Decision,
     Event,
     EventKind,
     Policy,
@@ -42,8 +42,8 @@ class DefaultPolicy(Policy):
         super().__init__(context)
         self.options = options or DefaultOptions()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill free slots on SLOT_FREE; let everything else run."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
-        return []
+            return Decision.of(self.fill_slots(view, event.free_slots))
+        return Decision()

@@ -38,6 +38,7 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
@@ -168,26 +169,26 @@ class HybridPolicy(Policy):
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill slots as ASHA; judge a trial at its rungs and by its curve's prediction."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials or event.step is None:
-            return []
+            return Decision()
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
-            return []
+            return Decision()
         if event.kind is EventKind.PREDICTION:
             reason = self._rung_reason(view, trial, event.step, predicted=True)
             if not reason and event.step % self.options.check_every == 0:
                 reason = self._curve_reason(view, trial)
-            return [Action.terminate(trial.trial_id, reason=reason)] if reason else []
+            return Decision.of([Action.terminate(trial.trial_id, reason=reason)] if reason else [])
         if event.kind is not EventKind.BOUNDARY:
-            return []
+            return Decision()
         reason = self._rung_reason(view, trial, event.step, predicted=False)
         if reason:
-            return [Action.terminate(trial.trial_id, reason=reason)]
-        return [Action.continue_(trial.trial_id)]
+            return Decision.of([Action.terminate(trial.trial_id, reason=reason)])
+        return Decision.of([Action.continue_(trial.trial_id)])
 
     def _rung_reason(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> str:
         """Judge the trial if ``step`` is a rung it was not judged at; why it stops there.

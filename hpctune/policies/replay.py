@@ -19,6 +19,7 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
@@ -121,10 +122,10 @@ class ReplayPolicy(Policy):
                 "trials", "the replay plan is empty; create replays with `hpctune replay`"
             )
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill free slots with waiting trials, then the next plan entries whose parent is done."""
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return Decision()
         actions = [
             Action.resume(t.trial_id) for t in view.with_status(*WAITING)[: event.free_slots]
         ]
@@ -160,7 +161,7 @@ class ReplayPolicy(Policy):
                 )
             actions.append(action)
             index += 1
-        return actions
+        return Decision.of(actions, hold_idle_workers=self.holds_idle_workers(view))
 
     def holds_idle_workers(self, view: StudyView) -> bool:
         """True while plan entries wait for a parent that is still running."""

@@ -16,7 +16,8 @@ decision is checked (:data:`CHECKS`, in this order):
 * ``restart``: the policy restored from the journaled state before the decision decides as the
   policy that ran uninterrupted, and ends in the same state;
 * ``slots``: no more START/RESUME/FORK actions than free slots on SLOT_FREE;
-* ``legal``: only actions the controller carries out (:func:`action_problem`).
+* ``legal``: a :class:`~hpctune.policies.Decision` of only actions the controller carries out
+  (:func:`action_problem`).
 
 A failure raises :class:`ConformanceError` naming the policy, the check, the event and the seed
 that reproduces it.
@@ -47,6 +48,7 @@ from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
     Action,
     ActionKind,
+    Decision,
     Event,
     EventKind,
     OptionError,
@@ -266,16 +268,17 @@ def action_problem(view: StudyView, event: Event, actions: Any) -> tuple[str, st
     """The first check (``slots`` or ``legal``) ``actions`` fail for ``event`` on ``view``, and
     why; ``None`` if the controller can carry them all out.
 
-    Legal: a list of :class:`Action`; START, RESUME and FORK only on SLOT_FREE, at most
-    ``free_slots`` of them, and no more STARTs without parameters than ``trials_remaining``;
+    Legal: a list (or a :class:`Decision`'s tuple) of :class:`Action`; START, RESUME and FORK
+    only on SLOT_FREE, at most ``free_slots`` of them, and no more STARTs without parameters
+    than ``trials_remaining``;
     RESUME of a QUEUED or SUSPENDED trial, once, ``until_step`` after its checkpoint; FORK of an
     existing trial at the step of its checkpoint (the latest, the one the view shows), with
     parameters; CONTINUE, SUSPEND and TERMINATE of existing trials not ended, CONTINUE at a
     BOUNDARY only of the event's trial; integer fields integers, a finite priority, parameters
     JSON-able mappings.
     """
-    if not isinstance(actions, list):
-        return "legal", f"decide returned a {type(actions).__name__}, not a list of actions"
+    if not isinstance(actions, list | tuple):
+        return "legal", f"the actions are a {type(actions).__name__}, not a list of actions"
     for action in actions:
         if not isinstance(action, Action) or not isinstance(action.kind, ActionKind):
             return "legal", f"{action!r} is not an Action"
@@ -478,6 +481,7 @@ class _Run:
     # -- one decision ----------------------------------------------------------------------------
 
     def _decide(self, policy: Policy, view: StudyView, event: Event) -> list[Action]:
+        """Check one decision of ``policy``; return its actions."""
         self.index += 1
         self.decisions += 1
         self.event, self.view = event, view
@@ -530,12 +534,16 @@ class _Run:
                 f"after the same decision the uninterrupted policy's state is {after} but the "
                 f"restored one's is {after_restored}",
             )
-        problem = action_problem(view, event, ours)
+        if not isinstance(ours, Decision):
+            self._fail("legal", f"decide returned a {type(ours).__name__}, not a Decision")
+        actions = list(ours.actions)
+        problem = action_problem(view, event, actions)
         if problem is not None:
-            self._fail(problem[0], problem[1], ours)
-        assert isinstance(ours, list)
-        self.actions.update(a.kind.value for a in ours)
-        return ours
+            self._fail(problem[0], problem[1], actions)
+        if not isinstance(ours.hold_idle_workers, bool | np.bool_):
+            self._fail("legal", f"hold_idle_workers is {ours.hold_idle_workers!r}, not a bool")
+        self.actions.update(a.kind.value for a in actions)
+        return actions
 
     def _check_changes(self, policy: Policy, raw: str, canonical: str) -> None:
         """A policy that tracks its changes: its patch turns the state of its last patch into
@@ -561,9 +569,6 @@ class _Run:
         self.event = None
         view = study.view(0)
         self.view = view
-        holds = self._hook(lambda: policy.holds_idle_workers(view))
-        if not isinstance(holds, bool | np.bool_):
-            self._fail("legal", f"holds_idle_workers returned {holds!r}, not a bool")
         self._milestones(policy, view)
         if not self.traits.makes_configurations:
             return
@@ -658,7 +663,11 @@ class _Run:
             seed=self.seed,
             decision=self.index,
             view=self.view,
-            actions=actions if isinstance(actions, list) else None,
+            actions=list(actions.actions)
+            if isinstance(actions, Decision)
+            else actions
+            if isinstance(actions, list)
+            else None,
         )
 
 
@@ -694,12 +703,12 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _key(result: Any) -> Any:
-    """A comparable form of a decision's result (actions, or the exception raised)."""
+    """A comparable form of a decision's result (its actions and hold, or the exception)."""
     if isinstance(result, BaseException):
         return ("raised", type(result).__name__, str(result))
-    if not isinstance(result, list):
+    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
         return ("returned", repr(result))
-    return [_action_key(a) for a in result]
+    return ([_action_key(a) for a in result.actions], repr(result.hold_idle_workers))
 
 
 def _action_key(action: Any) -> Any:
@@ -725,9 +734,10 @@ def _plain(value: Any) -> str:
 def _show(result: Any) -> str:
     if isinstance(result, BaseException):
         return f"raised {_exception_text(result)}"
-    if not isinstance(result, list):
+    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
         return repr(result)
-    return "[" + ", ".join(describe_action(a) for a in result) + "]"
+    hold = ", holding idle workers" if result.hold_idle_workers else ""
+    return "[" + ", ".join(describe_action(a) for a in result.actions) + "]" + hold
 
 
 # -- policies named on the command line -----------------------------------------------------------

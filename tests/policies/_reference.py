@@ -23,6 +23,7 @@ from hpctune.policies import (
     ShaPolicy,
     TruncationPbtPolicy,
 )
+from hpctune.policies import Decision as PolicyDecision
 from hpctune.policies._base import Action, Event, EventKind, StudyView, TrialView
 from hpctune.policies._common import best_until, last_step
 from hpctune.policies._fitness import Objective, compare, fitness
@@ -124,9 +125,9 @@ class _ReferenceHalving(SyncHalvingPolicy):
                 bracket = self._open_bracket()
             bracket.add(tid)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return PolicyDecision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -172,7 +173,7 @@ class _ReferenceHalving(SyncHalvingPolicy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return actions + placing
+        return PolicyDecision.of(actions + placing)
 
 
 class ReferenceSha(_ReferenceHalving, ShaPolicy):

@@ -30,12 +30,12 @@ def test_bandit_terminates_at_its_boundary_only() -> None:
     weak = trial(1, _curve(0.6))  # 0.6 * 1.5 = 0.9 <= 0.9
     close = trial(2, _curve(0.61))
     v = view([leader, weak, close], max_steps=30)
-    assert policy.decide(v, Event.boundary(1, 9), RNG)[0].kind is ActionKind.CONTINUE
-    stop = policy.decide(v, Event.boundary(1, 10), RNG)
+    assert policy.decide(v, Event.boundary(1, 9), RNG).actions[0].kind is ActionKind.CONTINUE
+    stop = list(policy.decide(v, Event.boundary(1, 10), RNG).actions)
     assert [(a.kind, a.trial_id) for a in stop] == [(ActionKind.TERMINATE, 1)]
     assert "global best 0.9" in stop[0].reason
-    assert policy.decide(v, Event.boundary(2, 10), RNG)[0].kind is ActionKind.CONTINUE
-    assert policy.decide(v, Event.report(1, 10), RNG) == []
+    assert policy.decide(v, Event.boundary(2, 10), RNG).actions[0].kind is ActionKind.CONTINUE
+    assert list(policy.decide(v, Event.report(1, 10), RNG).actions) == []
 
 
 def test_bandit_in_min_mode() -> None:
@@ -44,8 +44,8 @@ def test_bandit_in_min_mode() -> None:
     slow = trial(1, [0.5] * 4 + [0.31])  # 0.31 >= 0.2 * 1.5
     fine = trial(2, [0.5] * 4 + [0.29])
     v = view([leader, slow, fine], mode="min", max_steps=30)
-    assert policy.decide(v, Event.boundary(1, 5), RNG)[0].kind is ActionKind.TERMINATE
-    assert policy.decide(v, Event.boundary(2, 5), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(1, 5), RNG).actions[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(2, 5), RNG).actions[0].kind is ActionKind.CONTINUE
 
 
 def test_bandit_job_best_counts_only_steps_up_to_the_boundary() -> None:
@@ -53,12 +53,14 @@ def test_bandit_job_best_counts_only_steps_up_to_the_boundary() -> None:
     leader = trial(0, [0.9, 0.9], TrialStatus.COMPLETED)
     late = trial(1, [0.1, 0.1, 0.95])  # its 0.95 at step 3 comes after the boundary at 2
     v = view([leader, late], max_steps=9)
-    assert policy.decide(v, Event.boundary(1, 2), RNG)[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(1, 2), RNG).actions[0].kind is ActionKind.TERMINATE
 
 
 def test_bandit_fills_slots_as_default_and_checks_options() -> None:
     v = view([], free=2, remaining=5)
-    assert [a.kind for a in BanditPolicy(context()).decide(v, Event.slot_free(2), RNG)] == [
+    assert [
+        a.kind for a in list(BanditPolicy(context()).decide(v, Event.slot_free(2), RNG).actions)
+    ] == [
         ActionKind.START,
         ActionKind.START,
     ]

@@ -25,6 +25,7 @@ from hpctune.policies import (
     POLICIES,
     Action,
     AshaPolicy,
+    Decision,
     DefaultPolicy,
     Event,
     EventKind,
@@ -121,10 +122,10 @@ class OverPlacing(DefaultPolicy):
 
     name: ClassVar[str] = "over-placing"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return [Action.start() for _ in range(event.free_slots + 1)]
-        return []
+            return Decision.of([Action.start() for _ in range(event.free_slots + 1)])
+        return Decision()
 
 
 class Reading(DefaultPolicy):
@@ -133,7 +134,7 @@ class Reading(DefaultPolicy):
     name: ClassVar[str] = "reading"
     action: ClassVar[Callable[[], Any]] = staticmethod(lambda: open(os.devnull).close())
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.REPORT:
             with contextlib.suppress(OSError):  # swallowing the refusal hides nothing
                 type(self).action()
@@ -145,9 +146,9 @@ class ClockReading(DefaultPolicy):
 
     name: ClassVar[str] = "clock-reading"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE and time.monotonic() < 0:
-            return []
+            return Decision()
         return super().decide(view, event, rng)
 
 
@@ -160,7 +161,7 @@ class SetState(DefaultPolicy):
         super().__init__(context)
         self.seen: set[int] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.trial_id is not None:
             self.seen.add(event.trial_id)
         return super().decide(view, event, rng)
@@ -178,7 +179,7 @@ class Forgetful(DefaultPolicy):
         super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -198,11 +199,11 @@ class HiddenState(DefaultPolicy):
         super().__init__(context)
         self.started = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is not EventKind.SLOT_FREE or self.started:
-            return []
+            return Decision()
         self.started = True
-        return [Action.start()]
+        return Decision.of([Action.start()])
 
 
 class Nondeterministic(DefaultPolicy):
@@ -210,9 +211,9 @@ class Nondeterministic(DefaultPolicy):
 
     name: ClassVar[str] = "nondeterministic"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return [Action.continue_(event.trial_id, priority=random.random())]
+            return Decision.of([Action.continue_(event.trial_id, priority=random.random())])
         return super().decide(view, event, rng)
 
 
@@ -221,9 +222,12 @@ class TerminatesEnded(DefaultPolicy):
 
     name: ClassVar[str] = "terminates-ended"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         done = view.with_status(TrialStatus.COMPLETED)
-        return [Action.terminate(t.trial_id) for t in done] + super().decide(view, event, rng)
+        return Decision.of(
+            [Action.terminate(t.trial_id) for t in done]
+            + list(super().decide(view, event, rng).actions)
+        )
 
 
 class Misplacing(DefaultPolicy):
@@ -232,22 +236,22 @@ class Misplacing(DefaultPolicy):
     name: ClassVar[str] = "misplacing"
     mistake: ClassVar[str] = "resume-running"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         running = view.with_status(TrialStatus.RUNNING)
         if self.mistake == "start-at-boundary" and event.kind is EventKind.BOUNDARY:
-            return [Action.start()]
+            return Decision.of([Action.start()])
         if self.mistake == "continue-other" and event.kind is EventKind.BOUNDARY:
-            return [Action.continue_(t.trial_id) for t in running]
+            return Decision.of([Action.continue_(t.trial_id) for t in running])
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return Decision()
         if self.mistake == "resume-running" and running:
-            return [Action.resume(running[0].trial_id)]
+            return Decision.of([Action.resume(running[0].trial_id)])
         if self.mistake == "fork-without-checkpoint":
             bare = [t for t in view.trials.values() if t.checkpoint_step is None]
-            return [Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else []
+            return Decision.of([Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else [])
         if self.mistake == "too-many-starts":
-            return [Action.start() for _ in range(event.free_slots)]
-        return []
+            return Decision.of([Action.start() for _ in range(event.free_slots)])
+        return Decision()
 
 
 class Raising(DefaultPolicy):
@@ -255,9 +259,9 @@ class Raising(DefaultPolicy):
 
     name: ClassVar[str] = "raising"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.PREDICTION:
-            return [Action.terminate(view.predictions[event.trial_id or 0].n)]
+            return Decision.of([Action.terminate(view.predictions[event.trial_id or 0].n)])
         return super().decide(view, event, rng)
 
 
@@ -381,7 +385,7 @@ class Mutating(DefaultPolicy):
     name: ClassVar[str] = "mutating"
     how: ClassVar[str] = "params"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         trial = view.trials.get(event.trial_id) if event.trial_id is not None else None
         if trial is not None and self.how == "params":
             trial.params["seen"] = True  # type: ignore[index]
@@ -462,7 +466,10 @@ def test_the_kit_makes_valid_views(seed: int) -> None:
         if free > 0:
             view = study.view(free)
             assert view_problems(view) == []
-            study.place(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)), free)
+            study.place(
+                list(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)).actions),
+                free,
+            )
         assert view_problems(study.view(0)) == []
 
 

@@ -75,22 +75,26 @@ def test_first_rung_drops_what_is_below_the_quantile_as_asha() -> None:
     policy = HybridPolicy(context())
     trials = [trial(i, [v]) for i, v in enumerate([0.5, 0.6, 0.7, 0.8])]
     v = view(trials, max_steps=20)
-    decided = [policy.decide(v, Event.boundary(i, 1), RNG) for i in range(4)]
+    decided = [list(policy.decide(v, Event.boundary(i, 1), RNG).actions) for i in range(4)]
     # each is above the 75th percentile of those recorded before it
     assert all(kinds(d) == [ActionKind.CONTINUE] for d in decided)
     late = trial(4, [0.55])
     v = view([*trials, late], max_steps=20)
-    assert kinds(policy.decide(v, Event.boundary(4, 1), RNG)) == [ActionKind.TERMINATE]
+    assert kinds(list(policy.decide(v, Event.boundary(4, 1), RNG).actions)) == [
+        ActionKind.TERMINATE
+    ]
     # judged once: the same step again does not judge it twice
     assert policy.recorded[1][4] == pytest.approx(0.55)
-    assert kinds(policy.decide(v, Event.boundary(4, 2), RNG)) == [ActionKind.CONTINUE]
+    assert kinds(list(policy.decide(v, Event.boundary(4, 2), RNG).actions)) == [
+        ActionKind.CONTINUE
+    ]
 
 
 def test_first_rung_in_min_mode_ranks_lower_as_better() -> None:
     policy = HybridPolicy(context())
     trials = [trial(i, [v]) for i, v in enumerate([2.0, 1.9, 1.8, 1.7, 2.5])]
     v = view(trials, max_steps=20, mode="min")
-    out = [kinds(policy.decide(v, Event.boundary(i, 1), RNG)) for i in range(5)]
+    out = [kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) for i in range(5)]
     assert out[:4] == [[ActionKind.CONTINUE]] * 4
     assert out[4] == [ActionKind.TERMINATE]
 
@@ -99,7 +103,7 @@ def _rung4(policy: HybridPolicy, curves: dict[int, list[float]], predictions: di
     """Judge every trial of ``curves`` at rung 4 (its prediction arriving), in id order."""
     trials = [trial(i, c) for i, c in curves.items()]
     v = dataclasses.replace(view(trials, max_steps=40), predictions=predictions)
-    return {i: kinds(policy.decide(v, Event.prediction(i, 4), RNG)) for i in curves}
+    return {i: kinds(list(policy.decide(v, Event.prediction(i, 4), RNG).actions)) for i in curves}
 
 
 def test_noise_guard_keeps_a_noisy_trial_a_smooth_one_at_the_same_level_loses() -> None:
@@ -131,7 +135,9 @@ def test_a_rung_from_model_from_on_waits_for_the_prediction() -> None:
     trials = [trial(i, [0.9, 0.9, 0.9, 0.9]) for i in range(4)] + [trial(4, [0.1] * 4)]
     v = view(trials, max_steps=40)
     for i in range(5):  # at the BOUNDARY of rung 4 nobody is judged
-        assert kinds(policy.decide(v, Event.boundary(i, 4), RNG)) == [ActionKind.CONTINUE]
+        assert kinds(list(policy.decide(v, Event.boundary(i, 4), RNG).actions)) == [
+            ActionKind.CONTINUE
+        ]
     assert 4 not in policy.recorded
     assert [step for step in range(1, 21) if policy.wants_fit(step)] == [4, 5, 10, 15, 16, 20]
 
@@ -144,10 +150,12 @@ def test_curve_rule_stops_what_cannot_beat_the_best() -> None:
         view([best, hopeless, hopeful], max_steps=20),
         predictions={1: certain(5, 20, 0.6), 2: uniform(5, 20)},
     )
-    assert kinds(policy.decide(v, Event.prediction(1, 5), RNG)) == [ActionKind.TERMINATE]
-    assert policy.decide(v, Event.prediction(2, 5), RNG) == []  # P = 0.1 >= 0.05
+    assert kinds(list(policy.decide(v, Event.prediction(1, 5), RNG).actions)) == [
+        ActionKind.TERMINATE
+    ]
+    assert list(policy.decide(v, Event.prediction(2, 5), RNG).actions) == []  # P = 0.1 >= 0.05
     # only at multiples of check_every
-    assert policy.decide(v, Event.prediction(1, 6), RNG) == []
+    assert list(policy.decide(v, Event.prediction(1, 6), RNG).actions) == []
 
 
 def test_unknown_predictions_stop_nothing() -> None:
@@ -156,7 +164,7 @@ def test_unknown_predictions_stop_nothing() -> None:
     v = dataclasses.replace(
         view([trial(0, [0.9] * 5), trial(1, [0.1] * 5)], max_steps=20), predictions={1: unknown}
     )
-    assert policy.decide(v, Event.prediction(1, 5), RNG) == []
+    assert list(policy.decide(v, Event.prediction(1, 5), RNG).actions) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -171,7 +179,9 @@ def test_first_rung_never_stops_a_trial_at_least_as_good_as_every_one_before(
     trials = [trial(i, [v]) for i, v in enumerate(values)]
     v = view(trials, max_steps=16)
     for i, value in enumerate(values):
-        stopped = kinds(policy.decide(v, Event.boundary(i, 1), RNG)) == [ActionKind.TERMINATE]
+        stopped = kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) == [
+            ActionKind.TERMINATE
+        ]
         if value >= max(values[:i], default=-math.inf):
             assert not stopped
     assert set(policy.recorded[1]) == set(range(len(values)))  # stopped or not, recorded
@@ -191,12 +201,12 @@ def test_a_restored_state_decides_as_the_original(values: list[float], cut: int)
     v = view(trials, max_steps=16)
     original = HybridPolicy(context())
     for i in range(cut):
-        original.decide(v, Event.boundary(i, 1), RNG)
+        list(original.decide(v, Event.boundary(i, 1), RNG).actions)
     restored = HybridPolicy(context())
     restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
     for i in range(cut, len(values)):
-        a = original.decide(v, Event.boundary(i, 1), RNG)
-        b = restored.decide(v, Event.boundary(i, 1), RNG)
+        a = list(original.decide(v, Event.boundary(i, 1), RNG).actions)
+        b = list(restored.decide(v, Event.boundary(i, 1), RNG).actions)
         assert a == b
 
 

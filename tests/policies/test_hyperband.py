@@ -32,7 +32,7 @@ def test_brackets_have_li_et_al_sizes_and_resources() -> None:
 def test_new_trials_fill_the_brackets_in_order() -> None:
     policy = HyperbandPolicy(context())
     v = view([trial(i, [0.5], S.RUNNING) for i in range(7)], free=5, remaining=10, max_steps=9)
-    actions = policy.decide(v, Event.slot_free(5), RNG)
+    actions = list(policy.decide(v, Event.slot_free(5), RNG).actions)
     # 7 trials are in bracket s=2 (9 places): 2 more start to step 1, then s=1 starts to 3
     assert [a.until_step for a in actions] == [1, 1, 3, 3, 3]
     assert all(a.kind is ActionKind.START for a in actions)
@@ -43,7 +43,7 @@ def test_each_bracket_halves_on_its_own() -> None:
     first = [trial(i, [0.1 * i], S.SUSPENDED) for i in range(9)]  # bracket s=2, at step 1
     second = [trial(9 + i, [0.5], S.RUNNING, first_step=3) for i in range(5)]  # s=1, running
     v = view(first + second, free=3, remaining=0, max_steps=9)
-    actions = policy.decide(v, Event.slot_free(3), RNG)
+    actions = list(policy.decide(v, Event.slot_free(3), RNG).actions)
     assert sorted(a.trial_id for a in actions if a.kind is ActionKind.TERMINATE) == list(range(6))
     assert [(a.trial_id, a.until_step) for a in actions if a.kind is ActionKind.RESUME] == [
         (8, 3),
@@ -54,4 +54,4 @@ def test_each_bracket_halves_on_its_own() -> None:
     assert [b["s"] for b in state["brackets"]] == [2, 1]
     again = HyperbandPolicy(context())
     again.load_state_dict(state)
-    assert again.decide(v, Event.slot_free(3), RNG) == actions
+    assert list(again.decide(v, Event.slot_free(3), RNG).actions) == actions

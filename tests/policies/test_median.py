@@ -36,39 +36,46 @@ def test_a_trial_whose_best_is_below_the_median_is_stopped_after_the_grace_perio
     weak = trial(0, [0.3, 0.55, 0.58])
     strong = trial(4, [0.3, 0.4, 0.6])
     v = view([weak, strong, *_others()], remaining=0)
-    assert policy.decide(v, Event.boundary(0, 1), RNG)[0].kind is ActionKind.CONTINUE  # grace
+    assert (
+        policy.decide(v, Event.boundary(0, 1), RNG).actions[0].kind is ActionKind.CONTINUE
+    )  # grace
     # others' running means over steps 2..3: 0.5 (trial 4), 0.55, 0.65, 0.75 -> median 0.6
-    stop = policy.decide(v, Event.boundary(0, 3), RNG)  # best 0.58 < 0.6
+    stop = list(policy.decide(v, Event.boundary(0, 3), RNG).actions)  # best 0.58 < 0.6
     assert [(a.kind, a.trial_id) for a in stop] == [(ActionKind.TERMINATE, 0)]
     assert "median" in stop[0].reason
     # for trial 4: 0.565 (trial 0), 0.55, 0.65, 0.75 -> median 0.6075 > its best 0.6
-    assert policy.decide(v, Event.boundary(4, 3), RNG)[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(4, 3), RNG).actions[0].kind is ActionKind.TERMINATE
     lenient = MedianStoppingPolicy(context())  # grace 1, steps 1..3: 0.477, 0.5, 0.6, 0.7 -> 0.55
-    assert lenient.decide(v, Event.boundary(4, 3), RNG)[0].kind is ActionKind.CONTINUE
-    assert policy.decide(v, Event.report(0, 3), RNG) == []
+    assert lenient.decide(v, Event.boundary(4, 3), RNG).actions[0].kind is ActionKind.CONTINUE
+    assert list(policy.decide(v, Event.report(0, 3), RNG).actions) == []
 
 
 def test_mode_min_compares_losses() -> None:
     policy = MedianStoppingPolicy(context())
     others = [trial(i, [1.0 - 0.1 * i] * 3, S.COMPLETED) for i in (1, 2, 3)]  # 0.9, 0.8, 0.7
     v = view([trial(0, [0.95, 0.9, 0.85]), trial(4, [0.9, 0.8, 0.75]), *others], mode="min")
-    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.TERMINATE
-    assert policy.decide(v, Event.boundary(4, 3), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(0, 3), RNG).actions[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(4, 3), RNG).actions[0].kind is ActionKind.CONTINUE
 
 
 def test_with_too_few_samples_a_trial_yields_only_if_others_wait() -> None:
     policy = MedianStoppingPolicy(context())
     lone = [trial(0, [0.5, 0.6]), trial(1, [0.4], S.RUNNING)]
     busy = view(lone, remaining=3)  # new trials are waiting for a slot
-    first = policy.decide(busy, Event.boundary(0, 2), RNG)
+    first = list(policy.decide(busy, Event.boundary(0, 2), RNG).actions)
     assert [(a.kind, a.trial_id) for a in first] == [(ActionKind.SUSPEND, 0)]
-    assert policy.decide(busy, Event.boundary(0, 2), RNG) == first  # same event, same answer
+    assert (
+        list(policy.decide(busy, Event.boundary(0, 2), RNG).actions) == first
+    )  # same event, same answer
     assert policy.paused_at == {0: 2}
     nobody_waits = view(lone, remaining=0)
-    assert policy.decide(nobody_waits, Event.boundary(1, 1), RNG)[0].kind is ActionKind.CONTINUE
+    assert (
+        policy.decide(nobody_waits, Event.boundary(1, 1), RNG).actions[0].kind
+        is ActionKind.CONTINUE
+    )
     slice_ = make_policy("median", {"min_time_slice": 5}, context())
     slice_.load_state_dict({"paused_at": [[0, 1]]})
-    assert slice_.decide(busy, Event.boundary(0, 2), RNG)[0].kind is ActionKind.CONTINUE
+    assert slice_.decide(busy, Event.boundary(0, 2), RNG).actions[0].kind is ActionKind.CONTINUE
 
 
 def test_slot_free_is_first_in_first_out_new_before_suspended() -> None:
@@ -78,7 +85,7 @@ def test_slot_free_is_first_in_first_out_new_before_suspended() -> None:
         free=3,
         remaining=1,
     )
-    actions = policy.decide(v, Event.slot_free(3), RNG)
+    actions = list(policy.decide(v, Event.slot_free(3), RNG).actions)
     assert [(a.kind, a.trial_id) for a in actions] == [
         (ActionKind.RESUME, 1),
         (ActionKind.START, None),
@@ -89,9 +96,9 @@ def test_slot_free_is_first_in_first_out_new_before_suspended() -> None:
 def test_soft_stop_suspends_and_state_round_trips() -> None:
     policy = make_policy("median", {"hard_stop": False}, context())
     v = view([trial(0, [0.3, 0.55, 0.58]), *_others()], remaining=0)
-    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.SUSPEND
+    assert policy.decide(v, Event.boundary(0, 3), RNG).actions[0].kind is ActionKind.SUSPEND
     state = json.loads(json.dumps(policy.state_dict()))
     again = make_policy("median", {"hard_stop": False}, context())
     again.load_state_dict(state)
     later = view([trial(0, [0.3, 0.55, 0.58, 0.59]), *_others()], remaining=0)
-    assert again.decide(later, Event.boundary(0, 4), RNG)[0].kind is ActionKind.CONTINUE
+    assert again.decide(later, Event.boundary(0, 4), RNG).actions[0].kind is ActionKind.CONTINUE

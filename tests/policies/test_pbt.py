@@ -116,14 +116,18 @@ RNG = np.random.default_rng(0)
 
 
 def test_generation_zero_is_sampled_until_the_population_is_full() -> None:
-    actions = pbt().decide(view([], remaining=10), Event.slot_free(3), RNG)
+    actions = list(pbt().decide(view([], remaining=10), Event.slot_free(3), RNG).actions)
     assert [(a.kind, a.params, a.generation, a.end_step) for a in actions] == [
         (ActionKind.START, None, 0, 2)
     ] * 3
-    one_more = pbt().decide(
-        view([tv(0, None, gen=0, status=TrialStatus.RUNNING)] * 1, remaining=10),
-        Event.slot_free(5),
-        RNG,
+    one_more = list(
+        pbt()
+        .decide(
+            view([tv(0, None, gen=0, status=TrialStatus.RUNNING)] * 1, remaining=10),
+            Event.slot_free(5),
+            RNG,
+        )
+        .actions
     )
     assert len(one_more) == 3  # 1 exists, 3 more; nothing has ended to initiate
 
@@ -487,7 +491,7 @@ def test_pbt_is_stateless_so_a_restarted_controller_decides_the_same() -> None:
 def test_waiting_trials_resume_before_new_suggestions() -> None:
     trials = [tv(i, 0.1 * i, gen=0) for i in range(4)]
     trials.append(tv(4, None, gen=1, status=TrialStatus.QUEUED, initiator=0, parent=3))
-    actions = pbt().decide(view(trials), Event.slot_free(2), RNG)
+    actions = list(pbt().decide(view(trials), Event.slot_free(2), RNG).actions)
     assert next((a.kind, a.trial_id) for a in actions) == (ActionKind.RESUME, 4)
     assert actions[1].kind is ActionKind.FORK
     assert actions[1].initiator == 1
@@ -568,9 +572,9 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
     trials = [running(i, 0.1 * i, 4) for i in range(8)]
     v = view(trials, max_steps=20)
     assert policy.quantiles(v) == ([0, 1], [6, 7])
-    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.CONTINUE
-    assert policy.decide(v, Event.boundary(5, 4), RNG)[0].kind is ActionKind.CONTINUE
-    stop = policy.decide(v, Event.boundary(0, 4), np.random.default_rng(2))
+    assert policy.decide(v, Event.boundary(0, 3), RNG).actions[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(5, 4), RNG).actions[0].kind is ActionKind.CONTINUE
+    stop = list(policy.decide(v, Event.boundary(0, 4), np.random.default_rng(2)).actions)
     assert stop[0].kind is ActionKind.TERMINATE
     assert stop[0].trial_id == 0
     state = json.loads(json.dumps(policy.state_dict()))
@@ -580,7 +584,7 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
     assert policy.needed_checkpoints(v) == {policy.pending[0][1]}
     ended = {**v.trials, 0: TrialView(**{**trials[0].__dict__, "status": TrialStatus.TERMINATED})}
     v2 = view(list(ended.values()), max_steps=20)
-    fork = restored.decide(v2, Event.slot_free(1), RNG)
+    fork = list(restored.decide(v2, Event.slot_free(1), RNG).actions)
     assert len(fork) == 1
     assert fork[0].kind is ActionKind.FORK
     assert fork[0].trial_id in (6, 7)
@@ -590,18 +594,18 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
     assert fork[0].end_step is None
     assert restored.pending == []
     # a trial checked at 4 waits a full interval
-    assert policy.decide(v, Event.boundary(1, 6), RNG)[0].kind is ActionKind.TERMINATE
-    assert policy.decide(v, Event.boundary(2, 4), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(1, 6), RNG).actions[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(2, 4), RNG).actions[0].kind is ActionKind.CONTINUE
     assert policy.last_check[2] == 4
-    assert policy.decide(v, Event.boundary(2, 7), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(2, 7), RNG).actions[0].kind is ActionKind.CONTINUE
     assert policy.last_check[2] == 4
 
 
 def test_truncation_starts_the_population_then_only_clones() -> None:
     policy = make_policy("pbt-truncation", {"population_size": 3}, context())
-    assert len(policy.decide(view([], remaining=10), Event.slot_free(5), RNG)) == 3
+    assert len(list(policy.decide(view([], remaining=10), Event.slot_free(5), RNG).actions)) == 3
     full = view([running(i, 0.1, 1) for i in range(3)], remaining=10)
-    assert policy.decide(full, Event.slot_free(2), RNG) == []
+    assert list(policy.decide(full, Event.slot_free(2), RNG).actions) == []
 
 
 def test_truncation_in_a_study_replaces_each_stopped_trial_with_a_clone_of_a_better_one() -> None:

@@ -214,8 +214,8 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
             if event.kind is EventKind.REPORT and not policy.traits.wants_reports:
                 continue
             decisions += 1
-            ours = policy.decide(view, event, _rng(seed, decisions))
-            theirs = reference.decide(view, event, _rng(seed, decisions))
+            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
+            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
             _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
             assert policy.state_dict() == reference.state_dict()
             for action in ours:
@@ -229,8 +229,8 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
             view = reuse(study.view(free))
             decisions += 1
             event = Event.slot_free(free)
-            ours = policy.decide(view, event, _rng(seed, decisions))
-            theirs = reference.decide(view, event, _rng(seed, decisions))
+            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
+            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
             _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
             assert policy.state_dict() == reference.state_dict()
             needed = policy.needed_checkpoints(view)
@@ -334,8 +334,13 @@ def test_the_median_rule_matches_the_reference_on_large_changing_studies(seed: i
             event = Event.boundary(tid, step)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                expected = reference.decide(view, event, rng)
-            assert policy.decide(view, event, rng) == expected, (seed, index, tid, step)
+                expected = list(reference.decide(view, event, rng).actions)
+            assert list(policy.decide(view, event, rng).actions) == expected, (
+                seed,
+                index,
+                tid,
+                step,
+            )
             checked += expected[0].kind.value != "continue"
     assert checked > 0
 
@@ -402,7 +407,7 @@ def test_pbt_suggests_as_the_reference_for_many_free_slots(seed: int) -> None:
     policy, reference = PbtPolicy(context(), options), ReferencePbt(context(), options)
     for free in (1, 7, 40):
         event = Event.slot_free(free)
-        ours = policy.decide(view, event, _rng(seed, free))
-        assert ours == reference.decide(view, event, _rng(seed, free))
+        ours = list(policy.decide(view, event, _rng(seed, free)).actions)
+        assert ours == list(reference.decide(view, event, _rng(seed, free)).actions)
     assert policy.needed_checkpoints(view) == reference.needed_checkpoints(view)
     assert any(a.initiator is not None for a in ours)

@@ -77,8 +77,8 @@ def test_asha_judges_by_the_rungs_of_its_context() -> None:
     assert policy.stage_milestones(view([], max_steps=9), None, RNG) == [1, 2, 4, 8, 16]
     trials = [trial(i, [0.9 - 0.1 * i] * 4) for i in range(3)]
     v = view(trials, max_steps=16)
-    assert policy.decide(v, Event.boundary(0, 4), RNG) == [Action.continue_(0)]
-    assert policy.decide(v, Event.boundary(1, 4), RNG)[0].kind is ActionKind.TERMINATE
+    assert list(policy.decide(v, Event.boundary(0, 4), RNG).actions) == [Action.continue_(0)]
+    assert policy.decide(v, Event.boundary(1, 4), RNG).actions[0].kind is ActionKind.TERMINATE
     state = policy.state_dict()
     assert [m for m, _ in state["brackets"][0]["rungs"]] == [8, 4, 2, 1]
     assert json.loads(json.dumps(state)) == state
