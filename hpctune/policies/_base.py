@@ -1,9 +1,11 @@
-"""The policy interface: pure schedulers fed frozen views of a study, returning actions.
+"""The policy interface: pure schedulers fed frozen views of a study, returning decisions.
 
-A policy sees a read-only :class:`StudyView` and one :class:`Event` at a time (HyperDrive's
-up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`, *ApplicationStat* is
-:attr:`EventKind.REPORT`, *OnIterationFinish* is :attr:`EventKind.BOUNDARY`) and returns a list of
-:class:`Action`. It does no I/O, reads no clock (the view carries the time) and draws random
+A policy is built with its study's :class:`StudyContext` and declares what it can do in its
+:class:`PolicyTraits`. It sees a read-only :class:`StudyView` and one :class:`Event` at a time
+(HyperDrive's up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`,
+*ApplicationStat* is :attr:`EventKind.REPORT`, *OnIterationFinish* is
+:attr:`EventKind.BOUNDARY`) and returns a :class:`Decision` (its :class:`Action` list and what
+goes with it). It does no I/O, reads no clock (the view carries the time) and draws random
 numbers only from the generator it is given. The same object runs under the local executor, on
 Slurm and in the simulator. Whatever it must remember across restarts goes through
 :meth:`Policy.state_dict`, which the controller writes to the journal.
