@@ -44,7 +44,7 @@ from hpctune.elastic.allocation import static_allocation
 from hpctune.elastic.experiment import halving_stages
 from hpctune.elastic.planner import PlanResult, naive_elastic
 from hpctune.elastic.profiling import profile_from_steps, step_samples
-from hpctune.policies import make_policy
+from hpctune.policies import StudyContext, make_policy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,7 +63,8 @@ def from_trace(
 ) -> tuple[ExperimentSpec, Profile]:
     """A trace's workload: one SHA bracket over its epochs, its step times, Amdahl's scaling."""
     trace = Trace.load(path)
-    policy = make_policy("sha", {"bracket_size": bracket})
+    context = StudyContext(max_steps=int(trace.curves.shape[1]), mode=trace.mode)
+    policy = make_policy("sha", {"bracket_size": bracket}, context)
     shape = policy.shapes(trace.curves.shape[1])[0]  # type: ignore[attr-defined]
     spec = ExperimentSpec(
         halving_stages(min(shape.capacity, trace.curves.shape[0]), shape.milestones, 3),

@@ -258,28 +258,31 @@ def _timed(
 
 def measure(name: str, n: int, budget: float) -> dict[str, Any]:
     """The figures of policy ``name`` on a study of ``n`` trials."""
-    from hpctune.policies import Event, make_policy
+    from hpctune.policies import Event, StudyContext, make_policy
     from hpctune.wire.states import TrialStatus as S
 
-    policy = make_policy(name, OPTIONS[name])
     if name == "pbt":
         o = OPTIONS[name]
         view = pbt_study(n, o["population_size"], o["steps_per_generation"])
     else:
         view = study(n)
+    context = StudyContext(max_steps=view.max_steps, mode=view.mode, boundary=view.boundary)
+    policy = make_policy(name, OPTIONS[name], context)
     if name == "pop":
         view = dataclasses.replace(view, predictions=predictions(view))
     if name == "asha":
         policy.load_state_dict(json.loads(json.dumps(asha_state(view))))
     figures: dict[str, Any] = {"trials": len(view.trials)}
 
-    if policy.boundary_decisions:
+    if policy.traits.boundary_decisions:
         rng = np.random.default_rng(0)
 
         def boundary_pass(v: Any) -> list[Callable[[], Any]]:
             running = [t for t in v.trials.values() if t.status is S.RUNNING and len(t.steps)]
             return [
-                lambda t=t: policy.decide(v, Event.boundary(t.trial_id, int(t.steps[-1])), rng)
+                lambda t=t: list(
+                    policy.decide(v, Event.boundary(t.trial_id, int(t.steps[-1])), rng).actions
+                )
                 for t in running
             ]
 
@@ -298,10 +301,12 @@ def measure(name: str, n: int, budget: float) -> dict[str, Any]:
         figures["boundary_decisions"] = done
 
     rng = np.random.default_rng(1)
-    policy.decide(dataclasses.replace(view, free_slots=0), Event.slot_free(0), rng)
+    list(policy.decide(dataclasses.replace(view, free_slots=0), Event.slot_free(0), rng).actions)
     calls = [
-        lambda: policy.decide(
-            dataclasses.replace(view, free_slots=FREE), Event.slot_free(FREE), rng
+        lambda: list(
+            policy.decide(
+                dataclasses.replace(view, free_slots=FREE), Event.slot_free(FREE), rng
+            ).actions
         )
         for _ in range(20)
     ]

@@ -318,7 +318,7 @@ def case_simulate(configs: int, steps: int) -> dict[str, Any]:
 
 
 def case_pbt(trials: int, free: int) -> dict[str, Any]:
-    from hpctune.policies import Event, StudyView, TrialView, make_policy
+    from hpctune.policies import Event, StudyContext, StudyView, TrialView, make_policy
     from hpctune.study.space import SearchSpace
     from hpctune.wire.states import TrialStatus
 
@@ -342,9 +342,10 @@ def case_pbt(trials: int, free: int) -> dict[str, Any]:
         metric="score", mode="max", max_steps=10**6, boundary=1, now=float(trials),
         trials=views, free_slots=free, total_slots=free, trials_remaining=None, space=space,
     )  # fmt: skip
-    policy = make_policy("pbt", {"population_size": population, "steps_per_generation": 2})
+    options = {"population_size": population, "steps_per_generation": 2}
+    policy = make_policy("pbt", options, StudyContext(max_steps=view.max_steps))
     actions, seconds = timed(
-        lambda: policy.decide(view, Event.slot_free(free), np.random.default_rng(0))
+        lambda: list(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)).actions)
     )
     return {"case": "pbt", "trials": trials, "free_slots": free, "seconds": round(seconds, 3),
             "actions": len(actions), "goal": "< 0.1 s", "load": round(load(), 2)}  # fmt: skip

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from hpctune.analysis.traces import Trace
-from hpctune.policies import Action, Event, Policy, StudyView
-from hpctune.simulator import build_policy, simulate
+from hpctune.policies import Decision, Event, Policy, StudyView
+from hpctune.simulator import SimulatorConfig, build_policy, simulate, simulation_context
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("default", "asha", "sha", "hyperband", "median", "hybrid", "pbt")
@@ -37,7 +37,7 @@ class Counted:
         self.calls = 0
         original = policy.decide
 
-        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
             self.calls += 1
             return original(view, event, rng)
 
@@ -46,7 +46,9 @@ class Counted:
 
 def run(trace: Trace, name: str, slots: int, seed: int, max_steps: int | None) -> dict[str, Any]:
     """One simulation of ``name`` on ``slots`` slots; its decisions and their rate."""
-    policy = build_policy(name)
+    policy = build_policy(
+        name, None, simulation_context(trace, SimulatorConfig(max_steps=max_steps))
+    )
     counter = Counted(policy)
     start = time.perf_counter()
     result = simulate(trace, policy, slots=slots, seed=seed, max_steps=max_steps)

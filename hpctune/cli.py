@@ -1042,7 +1042,7 @@ def simulate(
         stages=stages,
     )
     from hpctune.curves import FitOptions
-    from hpctune.simulator import PredictionCache, build_policy
+    from hpctune.simulator import PredictionCache, build_policy, simulation_context
     from hpctune.simulator._predictions import prefetch_for
 
     cache = PredictionCache(
@@ -1051,7 +1051,8 @@ def simulate(
         options=FitOptions(model=curve_model),  # type: ignore[arg-type]
         path=predictions_path,
     )
-    built = [build_policy(name, options[name]) for name in names]
+    context = simulation_context(trace, config)
+    built = [build_policy(name, options[name], context) for name in names]
     prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
     from hpctune.simulator.progress import run_progress
 

@@ -27,6 +27,7 @@ from hpctune.simulator import (
     Simulator,
     SimulatorConfig,
     SimulatorError,
+    simulation_context,
 )
 from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 from tests.conftest import REPO
@@ -57,12 +58,13 @@ def _run(
     slots: int = 1,
     restart_at: tuple[float, ...] = (),
 ) -> Simulator:
+    trace, config = _trace(configs), SimulatorConfig(faults=faults)
     sim = Simulator(
-        _trace(configs),
-        make_policy(policy, options or {}),
+        trace,
+        make_policy(policy, options or {}, simulation_context(trace, config)),
         slots=slots,
         order=list(range(configs)),
-        config=SimulatorConfig(faults=faults),
+        config=config,
     )
     sim.run(restart_at=restart_at)
     return sim
@@ -241,13 +243,14 @@ def _pop(
     """POP (boundary 10) on six digits configurations, each fit answered 0.3 s after it was
     asked for; the journaled predictions as (trial, points, time)."""
     trace, cache = digits
+    config = SimulatorConfig(fit_seconds=0.3)
     sim = Simulator(
         trace,
-        make_policy("pop", {"boundary": 10, "target": 0.97}),
+        make_policy("pop", {"boundary": 10, "target": 0.97}, simulation_context(trace, config)),
         slots=2,
         order=list(range(trace.num_configs)),
         predictions=cache,
-        config=SimulatorConfig(fit_seconds=0.3),
+        config=config,
     )
     sim.run(restart_at=restart_at)
     rows = [r for r in sim.journal.rows["log"] if r["kind"] == "prediction"]

@@ -18,7 +18,7 @@ import pytest
 
 from hpctune.analysis.traces import Trace
 from hpctune.policies import POLICIES, make_policy
-from hpctune.simulator import PredictionCache, Simulator
+from hpctune.simulator import PredictionCache, Simulator, simulation_context
 
 TRACE = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5").subset(
     range(48)
@@ -39,7 +39,7 @@ def test_a_controller_rebuilt_from_the_journal_decides_as_the_one_that_ran(
     name: str, seed: int
 ) -> None:
     def simulator() -> Simulator:
-        policy = make_policy(name, OPTIONS.get(name, {}))
+        policy = make_policy(name, OPTIONS.get(name, {}), simulation_context(TRACE))
         return Simulator(TRACE, policy, slots=4, seed=seed, predictions=PREDICTIONS)
 
     reference = simulator().run()
@@ -59,14 +59,21 @@ def test_a_controller_rebuilt_from_the_journal_decides_as_the_one_that_ran(
 def test_the_restart_check_can_fail() -> None:
     """A controller rebuilt without the policy's journaled state decides differently (ASHA
     forgets the values recorded at its rungs), and the comparison above sees it."""
-    policy = make_policy("asha", {"reduction_factor": 2})
+    policy = make_policy("asha", {"reduction_factor": 2}, simulation_context(TRACE))
     reference = Simulator(TRACE, policy, slots=4, seed=0).run()
-    sim = Simulator(TRACE, make_policy("asha", {"reduction_factor": 2}), slots=4, seed=0)
+    sim = Simulator(
+        TRACE,
+        make_policy("asha", {"reduction_factor": 2}, simulation_context(TRACE)),
+        slots=4,
+        seed=0,
+    )
     original = sim.restart_controller
 
     def forgetful() -> None:
         original()
-        sim.controller.policy = make_policy("asha", {"reduction_factor": 2})  # state lost
+        sim.controller.policy = make_policy(
+            "asha", {"reduction_factor": 2}, simulation_context(TRACE)
+        )  # state lost
 
     sim.restart_controller = forgetful  # type: ignore[method-assign]
     result = sim.run(restart_at=[0.3 * reference.end_time, 0.6 * reference.end_time])
@@ -77,7 +84,9 @@ def test_the_restart_check_can_fail() -> None:
 def test_the_controller_journals_only_registered_record_kinds() -> None:
     """A record kind missing from the journal's registry is refused when written (readers of
     the same format would refuse the journal), naming the place to register it."""
-    sim = Simulator(TRACE.subset(range(4)), make_policy("asha", {}), slots=2, seed=0)
+    sim = Simulator(
+        TRACE.subset(range(4)), make_policy("asha", {}, simulation_context(TRACE)), slots=2, seed=0
+    )
     with pytest.raises(ValueError, match="'bogus' is not registered: add it to LOG_KINDS"):
         sim.controller._log("bogus", note="x")
     sim.controller._log("warning", message="registered kinds are journaled")

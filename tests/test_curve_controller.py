@@ -3,6 +3,7 @@ journal, the view and the policy without anyone waiting for a fit; a restart pic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -19,8 +20,16 @@ from hpctune.curves import Budget, FitOptions
 from hpctune.curves.service import read_result
 from hpctune.journal import open_study
 from hpctune.journal.store import JournalReader
-from hpctune.policies import Action, DefaultPolicy, Event, EventKind, StudyView
-from hpctune.study.spec import load_spec
+from hpctune.policies import (
+    Action,
+    Decision,
+    DefaultPolicy,
+    Event,
+    EventKind,
+    StudyContext,
+    StudyView,
+)
+from hpctune.study.spec import load_spec, study_context
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import write_study
@@ -46,14 +55,15 @@ def train(ctx):
 class PredictingPolicy(DefaultPolicy):
     """Default, but it wants predictions and decides at boundaries (workers wait for that)."""
 
-    wants_predictions = True
-    boundary_decisions = True
+    traits = dataclasses.replace(
+        DefaultPolicy.traits, wants_predictions=True, boundary_decisions=True
+    )
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.seen: list[tuple[int, int, int, TrialStatus, bool]] = []
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.PREDICTION:
             assert event.trial_id is not None
             assert event.step is not None
@@ -62,9 +72,9 @@ class PredictingPolicy(DefaultPolicy):
             self.seen.append(
                 (event.trial_id, event.step, prediction.n, trial.status, prediction.unknown)
             )
-            return []
+            return Decision()
         if event.kind is EventKind.BOUNDARY:
-            return [Action.continue_(event.trial_id)]  # type: ignore[arg-type]
+            return Decision.of([Action.continue_(event.trial_id)])  # type: ignore[arg-type]
         return super().decide(view, event, rng)
 
 
@@ -88,7 +98,7 @@ def _study(
 
 def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
     controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
-    controller.policy = PredictingPolicy()
+    controller.policy = PredictingPolicy(study_context(controller.spec))
     return controller
 
 

@@ -11,6 +11,7 @@ from hpctune.policies import OptionError, make_policy
 from hpctune.stagetree.plan import PlanError, SearchPlan
 from hpctune.study.schedules import ScheduleArgError
 from hpctune.study.space import NoGridError, parse_space
+from tests.policies._views import context
 
 
 @pytest.mark.parametrize("error", [OptionError, NoGridError, ScheduleArgError, PlanError])
@@ -22,7 +23,7 @@ def test_input_errors_are_hpctune_errors_with_exit_code_2(error: type[Exception]
 
 def test_raised_ones_carry_their_message() -> None:
     with pytest.raises(HpctuneError, match="reduction_factor"):
-        make_policy("asha", {"reduction_factor": 1})
+        make_policy("asha", {"reduction_factor": 1}, context())
     with pytest.raises(HpctuneError, match="grid"):
         parse_space({"lr": {"type": "float", "low": 0.1, "high": 1.0}}, path=None).grid()
     with pytest.raises(HpctuneError):

@@ -12,6 +12,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.policies import ActionKind, Event, OptionError, StudyView, TrialView, make_policy
 from hpctune.study.space import parse_space
 from hpctune.wire.states import TrialStatus
+from tests.policies._views import context
 
 # (trial, parent, parent_step, end_step, lr)
 TREE = [
@@ -93,23 +94,28 @@ def _view(trials: list[TrialView]) -> StudyView:
 
 
 def test_replay_policy_creates_entries_in_order_once_parents_are_done() -> None:
-    policy = make_policy("replay", {"trials": replay_plan(record(), [6])})
+    policy = make_policy("replay", {"trials": replay_plan(record(), [6])}, context())
     rng = np.random.default_rng(0)
-    first = policy.decide(_view([]), Event.slot_free(2), rng)
+    first = list(policy.decide(_view([]), Event.slot_free(2), rng).actions)
     assert [(a.kind, a.params, a.seed, a.end_step) for a in first] == [
         (ActionKind.START, {"lr": 0.1}, 100, 2)
     ]  # entry 1 waits for its parent
     running = TrialView(0, TrialStatus.RUNNING, {"lr": 0.1}, step=1)
-    assert policy.decide(_view([running]), Event.slot_free(1), rng) == []
-    assert policy.holds_idle_workers(_view([running]))
+    waiting = policy.decide(_view([running]), Event.slot_free(1), rng)
+    assert waiting.actions == ()
+    assert waiting.hold_idle_workers  # the worker waits for the parent's end
     done = TrialView(0, TrialStatus.COMPLETED, {"lr": 0.1}, step=2, checkpoint_step=2)
-    fork = policy.decide(_view([done]), Event.slot_free(2), rng)
+    fork = list(policy.decide(_view([done]), Event.slot_free(2), rng).actions)
     assert [(a.kind, a.trial_id, a.step, a.seed, a.end_step) for a in fork] == [
         (ActionKind.FORK, 0, 2, 102, 4)
     ]
     # parents of entries still to come, and the target
     assert policy.needed_checkpoints(_view([done])) == {0, 1, 2, 3}
     with pytest.raises(OptionError, match="plan is empty"):
-        make_policy("replay", {}).check_space(_view([]).space)  # type: ignore[arg-type]
+        make_policy("replay", {}, context()).check_space(_view([]).space)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="earlier entry"):
-        make_policy("replay", {"trials": [{"params": {}, "seed": 1, "end_step": 2, "parent": 0}]})
+        make_policy(
+            "replay",
+            {"trials": [{"params": {}, "seed": 1, "end_step": 2, "parent": 0}]},
+            context(),
+        )

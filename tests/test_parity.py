@@ -25,7 +25,7 @@ from hpctune.analysis.traces import Trace
 from hpctune.journal import open_study
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
-from hpctune.simulator import simulate
+from hpctune.simulator import simulate, simulation_context
 from hpctune.simulator._config import SimulatorConfig
 from hpctune.simulator._engine import Simulator
 from hpctune.wire.states import StudyState
@@ -189,18 +189,19 @@ def test_a_real_study_and_its_simulation_decide_alike(
         key=lambda t: t.generator_index or 0,
     )
     generation0 = [t.trial_id for t in generated]  # their rows of the trace
+    config = SimulatorConfig(
+        startup=startup,
+        segment_start=segment_start,
+        target=target,
+        stages=stages,
+        num_trials=len(generation0),
+    )
     sim = Simulator(
         trace,
-        make_policy(policy["name"], options),
+        make_policy(policy["name"], options, simulation_context(trace, config)),
         slots=1,
         seed=7,
-        config=SimulatorConfig(
-            startup=startup,
-            segment_start=segment_start,
-            target=target,
-            stages=stages,
-            num_trials=len(generation0),
-        ),
+        config=config,
         order=generation0,
     )
     result = sim.run()
@@ -221,6 +222,7 @@ def test_simulate_of_an_exported_study_is_the_same_function_as_simulator() -> No
     """``simulate`` is :class:`Simulator` with a built policy (what the parity test uses)."""
     trace = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5")
     a = simulate(trace, "asha", {"reduction_factor": 3}, slots=4, seed=2)
-    b = Simulator(trace, make_policy("asha", {"reduction_factor": 3}), slots=4, seed=2).run()
+    policy = make_policy("asha", {"reduction_factor": 3}, simulation_context(trace))
+    b = Simulator(trace, policy, slots=4, seed=2).run()
     assert a.decisions == b.decisions
     assert a.time_to_target == b.time_to_target

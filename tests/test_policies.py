@@ -21,6 +21,7 @@ from hpctune.policies import (
     parse_options,
 )
 from hpctune.wire.states import TrialStatus
+from tests.policies._views import context
 
 
 def _view(
@@ -56,7 +57,9 @@ def test_default_fills_free_slots_queued_then_suspended_then_new() -> None:
         TrialStatus.SUSPENDED,
     ]
     view = _view(statuses, remaining=5, free=4, priorities=[0.1, 0.0, 0.0, 0.9])
-    actions = DefaultPolicy().decide(view, Event.slot_free(4), np.random.default_rng(0))
+    actions = list(
+        DefaultPolicy(context()).decide(view, Event.slot_free(4), np.random.default_rng(0)).actions
+    )
     assert [(a.kind, a.trial_id) for a in actions] == [
         (ActionKind.RESUME, 1),
         (ActionKind.RESUME, 3),
@@ -67,28 +70,37 @@ def test_default_fills_free_slots_queued_then_suspended_then_new() -> None:
 
 def test_default_starts_no_more_trials_than_the_budget_allows() -> None:
     view = _view([TrialStatus.COMPLETED], remaining=1, free=3)
-    actions = DefaultPolicy().decide(view, Event.slot_free(3), np.random.default_rng(0))
+    actions = list(
+        DefaultPolicy(context()).decide(view, Event.slot_free(3), np.random.default_rng(0)).actions
+    )
     assert [a.kind for a in actions] == [ActionKind.START]
     view = _view([TrialStatus.COMPLETED], remaining=0, free=3)
-    assert DefaultPolicy().decide(view, Event.slot_free(3), np.random.default_rng(0)) == []
+    assert (
+        list(
+            DefaultPolicy(context())
+            .decide(view, Event.slot_free(3), np.random.default_rng(0))
+            .actions
+        )
+        == []
+    )
 
 
 def test_default_ignores_reports_and_boundaries() -> None:
     view = _view([TrialStatus.RUNNING], remaining=0, free=0)
-    policy = DefaultPolicy()
-    assert policy.decide(view, Event.report(0, 3), np.random.default_rng(0)) == []
-    assert policy.decide(view, Event.boundary(0, 3), np.random.default_rng(0)) == []
-    assert policy.boundary_decisions is False
+    policy = DefaultPolicy(context())
+    assert list(policy.decide(view, Event.report(0, 3), np.random.default_rng(0)).actions) == []
+    assert list(policy.decide(view, Event.boundary(0, 3), np.random.default_rng(0)).actions) == []
+    assert policy.traits.boundary_decisions is False
     assert policy.state_dict() == {}
 
 
 def test_make_policy_names_unknown_policies_and_options() -> None:
-    assert isinstance(make_policy("default", {}), DefaultPolicy)
+    assert isinstance(make_policy("default", {}, context()), DefaultPolicy)
     with pytest.raises(OptionError, match="known policies: default") as err:
-        make_policy("pop2", {})
+        make_policy("pop2", {}, context())
     assert err.value.key == "name"
     with pytest.raises(OptionError, match="unknown option") as err:
-        make_policy("default", {"eta": 3})
+        make_policy("default", {"eta": 3}, context())
     assert err.value.key == "eta"
 
 
@@ -126,8 +138,8 @@ def test_contract_no_policy_places_more_trials_than_free_slots(
     statuses: list[TrialStatus], remaining: int | None, free: int, name: str, seed: int
 ) -> None:
     view = _view(statuses, remaining=remaining, free=free)
-    policy = make_policy(name, {})
-    actions = policy.decide(view, Event.slot_free(free), np.random.default_rng(seed))
+    policy = make_policy(name, {}, context())
+    actions = list(policy.decide(view, Event.slot_free(free), np.random.default_rng(seed)).actions)
     placing = [
         a for a in actions if a.kind in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK)
     ]
@@ -140,5 +152,5 @@ def test_contract_no_policy_places_more_trials_than_free_slots(
                 TrialStatus.QUEUED,
                 TrialStatus.SUSPENDED,
             )
-    again = policy.decide(view, Event.slot_free(free), np.random.default_rng(seed))
+    again = list(policy.decide(view, Event.slot_free(free), np.random.default_rng(seed)).actions)
     assert again == actions  # deterministic for a seed

@@ -17,7 +17,13 @@ import pytest
 
 from hpctune.analysis.traces import Trace
 from hpctune.policies import POLICIES, make_policy
-from hpctune.simulator import Faults, PredictionCache, Simulator, SimulatorConfig
+from hpctune.simulator import (
+    Faults,
+    PredictionCache,
+    Simulator,
+    SimulatorConfig,
+    simulation_context,
+)
 from hpctune.testing._io_guard import forbid_io
 from hpctune.wire.states import StudyState
 from tests.conftest import REPO
@@ -57,12 +63,13 @@ def test_a_study_in_memory_does_no_io_and_reads_no_clock(
     settings: dict[str, Any],
 ) -> None:
     trace, cache = digits
+    config = SimulatorConfig(**settings)
     sim = Simulator(
         trace,
-        make_policy(policy, options),
+        make_policy(policy, options, simulation_context(trace, config)),
         slots=3,
         predictions=cache,
-        config=SimulatorConfig(**settings),
+        config=config,
     )
     with forbid_io() as violations:
         result = sim.run(restart_at=(0.3, 0.7))
@@ -89,7 +96,8 @@ def test_the_guard_catches_a_controller_that_reads_the_wall_clock(
         return step(self)
 
     monkeypatch.setattr(Controller, "step", step_reading_the_clock)
-    sim = Simulator(trace, make_policy("default", {}), slots=3, predictions=cache)
+    policy = make_policy("default", {}, simulation_context(trace))
+    sim = Simulator(trace, policy, slots=3, predictions=cache)
     with forbid_io() as violations, pytest.raises(ForbiddenIOError):
         sim.run()
     assert [str(v) for v in violations] == ["time.time()"]

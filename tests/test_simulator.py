@@ -19,19 +19,25 @@ from hpctune.policies import (
     POLICIES,
     Action,
     ActionKind,
+    Decision,
+    DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     make_policy,
 )
 from hpctune.simulator import (
     PredictionCache,
     SimClock,
+    SimulatorConfig,
     SimulatorError,
     quantiles,
     run_many,
     simulate,
+    simulation_context,
 )
 from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, write_study
@@ -144,46 +150,49 @@ class _SuspendFirstAtReport(Policy):
     """Suspends trial 0 on its first REPORT (not a boundary), then fills slots as Default."""
 
     name: ClassVar[str] = "suspend-first"
-    wants_reports: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_reports=True)
 
-    def __init__(self) -> None:
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.done = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.REPORT and event.trial_id == 0 and not self.done:
             self.done = True
-            return [Action.suspend(0)]
-        return []
+            return Decision.of([Action.suspend(0)])
+        return Decision()
 
 
 class _StopAtBoundaryWithoutWaiting(Policy):
     """Terminates trial 0 at its first boundary but tells workers not to wait there."""
 
     name: ClassVar[str] = "no-wait"
-    boundary_decisions: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.BOUNDARY and event.trial_id == 0:
-            return [Action.terminate(0)]
-        return []
+            return Decision.of([Action.terminate(0)])
+        return Decision()
 
 
 def test_decisions_off_a_waiting_boundary_are_read_at_the_next_report() -> None:
     trace = _trace([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]], [[1.0] * 6])
     # boundary 3: suspended at report 1, read at report 2; the last checkpoint is the
     # segment's start (step 0), so the trial redoes steps 1 and 2 when it resumes
-    result = simulate(trace, _SuspendFirstAtReport(), slots=1, boundary=3, order=[0])
+    context = simulation_context(trace, SimulatorConfig(boundary=3))
+    result = simulate(trace, _SuspendFirstAtReport(context), slots=1, boundary=3, order=[0])
     assert _spans(result) == [
         (0, 0, 0.0, 2.0, 0, 2, "suspended"),
         (0, 0, 2.0, 8.0, 0, 6, "completed"),
     ]
     assert result.training_hours == pytest.approx(8 / 3600)
     # a policy that does not decide at boundaries: the worker goes on, reads it one step later
-    result = simulate(trace, _StopAtBoundaryWithoutWaiting(), slots=1, boundary=3, order=[0])
+    no_wait = _StopAtBoundaryWithoutWaiting(context)
+    result = simulate(trace, no_wait, slots=1, boundary=3, order=[0])
     assert _spans(result) == [(0, 0, 0.0, 4.0, 0, 4, "terminated")]
 
 
@@ -243,29 +252,33 @@ class _Restarting(Policy):
 
     name: ClassVar[str] = "restarting"
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, context: StudyContext, name: str, options: Mapping[str, Any]) -> None:
+        super().__init__(context)
         self.inner_name, self.inner_options = name, dict(options)
         self.state: dict[str, Any] = {}
         self.restarts = 0
-        inner = make_policy(name, options)
-        self.boundary_decisions = inner.boundary_decisions  # type: ignore[misc]
-        self.wants_predictions = inner.wants_predictions  # type: ignore[misc]
+        inner = make_policy(name, options, context)
+        # every event reaches it; its state is the inner policy's whole state (no patches)
+        self.traits = PolicyTraits(  # type: ignore[misc]
+            boundary_decisions=inner.traits.boundary_decisions,
+            wants_predictions=inner.traits.wants_predictions,
+        )
         self.wants_fit = inner.wants_fit  # type: ignore[method-assign]
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
-        policy = make_policy(self.inner_name, self.inner_options)
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        policy = make_policy(self.inner_name, self.inner_options, self.context)
         policy.load_state_dict(json.loads(json.dumps(self.state, allow_nan=False)))
         self.restarts += 1
-        actions = policy.decide(view, event, rng)
+        decision = policy.decide(view, event, rng)
         self.state = policy.state_dict()
-        return actions
+        return decision
 
 
 # Policies that make configurations (PBT, replay) cannot run on a trace (the simulator refuses
 # them, see test_policies_that_make_configurations_are_refused); tests/policies/test_pbt.py,
 # tests/test_lineage.py and tests/test_pbt_*.py cover them.
 @pytest.mark.parametrize(
-    "name", sorted(n for n, cls in POLICIES.items() if not cls.makes_configurations)
+    "name", sorted(n for n, cls in POLICIES.items() if not cls.traits.makes_configurations)
 )
 def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(name: str) -> None:
     fits = name in ("pop", "earlyterm")  # learning-curve fits: fewer configurations
@@ -277,7 +290,7 @@ def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(na
         options["boundary"] = 10
     cache = PredictionCache(trace)
     plain = simulate(trace, name, options, slots=3, seed=1, predictions=cache)
-    proxy = _Restarting(name, options)
+    proxy = _Restarting(simulation_context(trace), name, options)
     restarted = simulate(trace, proxy, slots=3, seed=1, predictions=cache)
     assert proxy.restarts > (20 if fits else 100)
     assert restarted.decisions == plain.decisions
@@ -445,7 +458,11 @@ def test_forked_trials_continue_from_the_parents_step_on_the_nearest_configurati
 
     sim = Simulator(
         PBT_TRACE,
-        make_policy("pbt", {"population_size": 4, "steps_per_generation": 2}),
+        make_policy(
+            "pbt",
+            {"population_size": 4, "steps_per_generation": 2},
+            simulation_context(PBT_TRACE),
+        ),
         slots=2,
         seed=3,
     )
@@ -512,6 +529,69 @@ def test_every_stage_scheduler_runs_the_stage_tree_to_its_end(policy: str) -> No
     assert len(outcomes["bfs"]) == 3
 
 
+class _CountingDefault(DefaultPolicy):
+    """Default under another name, counting its decisions; its traits are given per test."""
+
+    name: ClassVar[str] = "counting-default"
+
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
+        self.decisions = 0
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        self.decisions += 1
+        return super().decide(view, event, rng)
+
+
+@pytest.mark.parametrize("admits", [True, False])
+def test_the_stage_tree_controller_admits_every_trial_by_the_trait_not_the_name(
+    admits: bool,
+) -> None:
+    """A policy not named "default" with the trait ``admits_every_trial`` runs over a stage
+    tree as Default does: the controller admits every trial and never asks it; without the
+    trait the controller asks it for trials."""
+    policy = _CountingDefault(simulation_context(STAGE_TRACE))
+    policy.traits = PolicyTraits(  # type: ignore[misc]
+        boundary_decisions=False,
+        wants_boundaries=False,
+        admits_every_trial=admits,
+        runs_on_stage_trees=True,
+    )
+    result = simulate(STAGE_TRACE, policy, slots=2, seed=0, stages=True)
+    default = simulate(STAGE_TRACE, "default", slots=2, seed=0, stages=True)
+    assert {(t.trial, t.status, t.step) for t in result.trials} == {
+        (t.trial, t.status, t.step) for t in default.trials
+    }
+    assert (policy.decisions == 0) is admits
+
+
+class _Rounds(Policy):
+    """Starts trials in rounds: a new round when no trial runs; its decisions hold idle workers
+    as ``hold`` says (PBT's wait for the running trials' ends, as data of the decision)."""
+
+    name: ClassVar[str] = "rounds"
+    hold: ClassVar[bool] = False
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        if event.kind is not EventKind.SLOT_FREE:
+            return Decision()
+        if view.with_status(TrialStatus.RUNNING):
+            return Decision(hold_idle_workers=self.hold)
+        return Decision.of(self.fill_slots(view, event.free_slots), hold_idle_workers=self.hold)
+
+
+@pytest.mark.parametrize(("hold", "workers"), [(True, 2), (False, 3)])
+def test_idle_workers_wait_when_the_decision_holds_them(hold: bool, workers: int) -> None:
+    """Two rounds of two trials on two slots: the worker whose trial ends first waits for the
+    next round when the decision holds it (two workers in all), else it exits and the next
+    round needs a new one."""
+    trace = _trace([[0.1, 0.2]] * 4, [[1, 1], [3, 3], [1, 1], [1, 1]])
+    policy = type("Rounds", (_Rounds,), {"hold": hold})(simulation_context(trace))
+    result = simulate(trace, policy, slots=2, seed=0, order=[0, 1, 2, 3])
+    assert [t.status for t in result.trials] == [TrialStatus.COMPLETED] * 4
+    assert len(result.workers) == workers
+
+
 def test_stage_trees_refuse_policies_that_cannot_run_over_them() -> None:
     with pytest.raises(SimulatorError, match="stage trees run with the policies"):
         simulate(THREE, "pop", slots=2, stages=True)
@@ -522,15 +602,16 @@ class _BoundsRecorder(Policy):
 
     name: ClassVar[str] = "bounds-recorder"
 
-    def __init__(self) -> None:
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.bounds: set[tuple[float, float]] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         self.bounds.add(view.bounds)
         if event.kind is EventKind.SLOT_FREE:
             n = min(event.free_slots, view.trials_remaining or 0)
-            return [Action.start() for _ in range(n)]
-        return []
+            return Decision.of([Action.start() for _ in range(n)])
+        return Decision()
 
 
 def test_the_metric_range_comes_from_the_trace_unless_given() -> None:
@@ -543,11 +624,11 @@ def test_the_metric_range_comes_from_the_trace_unless_given() -> None:
         random_level=2.3,
         metric_bounds=(0.0, 2.5),
     )
-    recorder = _BoundsRecorder()
+    recorder = _BoundsRecorder(simulation_context(loss))
     simulate(loss, recorder, slots=1)
     assert recorder.bounds == {(0.0, 2.5)}
     assert PredictionCache(loss).bounds == (0.0, 2.5)
-    given = _BoundsRecorder()
+    given = _BoundsRecorder(simulation_context(loss))
     simulate(loss, given, slots=1, bounds=(0.0, 3.0))
     assert given.bounds == {(0.0, 3.0)}
     assert PredictionCache(THREE).bounds == (0.0, 1.0)  # a trace without a range

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hpctune.analysis.traces import Trace
-from hpctune.simulator import PredictionCache, run_many, simulate
+from hpctune.simulator import PredictionCache, run_many, simulate, simulation_context
 from hpctune.simulator.plots import plot_split
 from hpctune.wire.states import TrialStatus
 from tests.conftest import REPO
@@ -131,12 +131,16 @@ def test_pop_and_earlyterm_decide_the_same_without_their_per_view_memos(trace: T
             self._trial_best.clear()
             return super().decide(view, event, rng)
 
+    context = simulation_context(trace)
     for seed in (0, 1):
         for fresh, remembering in (
-            (Forgetful(PopOptions(boundary=5)), PopPolicy(PopOptions(boundary=5))),
             (
-                ForgetfulEarlyTerm(EarlyTermOptions(boundary=5)),
-                EarlyTermPolicy(EarlyTermOptions(boundary=5)),
+                Forgetful(context, PopOptions(boundary=5)),
+                PopPolicy(context, PopOptions(boundary=5)),
+            ),
+            (
+                ForgetfulEarlyTerm(context, EarlyTermOptions(boundary=5)),
+                EarlyTermPolicy(context, EarlyTermOptions(boundary=5)),
             ),
         ):
             a = simulate(trace, fresh, slots=3, seed=seed)

@@ -99,11 +99,10 @@ def work_left(record: StudyRecord) -> tuple[int, int]:
 def _forking(record: StudyRecord) -> bool:
     name = str(record.spec.get("policy", {}).get("name", ""))
     try:
-        from hpctune.policies import make_policy
+        from hpctune.policies import POLICIES
 
-        options = record.spec.get("policy", {}).get("options", {})
-        return bool(make_policy(name, options).makes_configurations)
-    except ValueError:  # an unknown policy (newer version): not forking, as far as we know
+        return POLICIES[name].traits.makes_configurations
+    except KeyError:  # an unknown policy (newer version): not forking, as far as we know
         return False
 
 

@@ -30,7 +30,7 @@ from hpctune.journal.store import JournalReader, JournalWriter
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
 from hpctune.study.seeding import component_seed
-from hpctune.study.spec import StudySpec
+from hpctune.study.spec import StudySpec, study_context
 from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.files import dumps, write_json_atomic
 from hpctune.wire.layout import StudyPaths
@@ -184,7 +184,9 @@ class ControllerBase:
         self.state = state
         self.spec = StudySpec.from_dict(self.state.spec)
         self.executor = executor if isinstance(executor, Executor) else executor(self.spec)
-        self.policy = policy or make_policy(self.spec.policy.name, self.spec.policy.options)
+        self.policy = policy or make_policy(
+            self.spec.policy.name, self.spec.policy.options, study_context(self.spec)
+        )
         self.policy.load_state_dict(self.state.policy_state)
         self.generator = generator or make_generator(
             self.spec.generator.name,
@@ -362,7 +364,7 @@ class ControllerBase:
         that tracks its changes (``tracks_state_changes``: ASHA) gives the patch itself, and a
         commit costs the change alone, neither the state's building nor its comparison.
         """
-        if self.policy.tracks_state_changes:
+        if self.policy.traits.tracks_state_changes:
             self._journal_tracked_state()
             return
         raw = self.policy.state_dict()

@@ -41,7 +41,7 @@ class CurveFittingController(WorkerManagingController):
 
     def _start_curves(self) -> None:
         """Start the fit service if the policy wants predictions; reload and resubmit."""
-        if not self.policy.wants_predictions or self.curve_service is not None:
+        if not self.policy.traits.wants_predictions or self.curve_service is not None:
             return
         from hpctune.curves.service import CurveService, read_result
 

@@ -361,9 +361,9 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
     def _schedule(self, writable: bool = True) -> None:
         """Give the policy its events, then free slots (not while writes fail: ``writable``)."""
         events, self._events = self._events, []
-        if not self.policy.wants_reports:
+        if not self.policy.traits.wants_reports:
             events = [e for e in events if e.kind is not EventKind.REPORT]
-        if not (self.policy.wants_boundaries or self.policy.boundary_decisions):
+        if not (self.policy.traits.wants_boundaries or self.policy.traits.boundary_decisions):
             events = [e for e in events if e.kind is not EventKind.BOUNDARY]
         if events:
             view = self._view()
@@ -372,7 +372,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
                 if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
-                actions = self.policy.decide(view, event, self._rng(event))
+                actions = self.policy.decide(view, event, self._rng(event)).actions
                 for action in actions:
                     self._apply(action, event)
                 if event.kind is EventKind.BOUNDARY and not any(
@@ -391,7 +391,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         trial (a policy that decides at boundaries answers every one; the worker would
         otherwise wait ``decision_wait``)."""
         seg = self._running_segment(trial)
-        if seg is None or not self.policy.boundary_decisions or seg.decision:
+        if seg is None or not self.policy.traits.boundary_decisions or seg.decision:
             return
         message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
         self._outbox.append(partial(self.wire.write_decision, message))
@@ -409,7 +409,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         checkpoints of the other ended trials deleted.
         """
         needed: set[int] | None = None
-        if self.policy.makes_configurations:
+        if self.policy.traits.makes_configurations:
             needed = self.policy.needed_checkpoints(self._view())
             if needed is None:
                 return  # the policy keeps everything (e.g. keep_last_checkpoints)
@@ -472,7 +472,8 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         view = self._view(free_slots)
         placed = 0
         event = Event.slot_free(free_slots)
-        for action in self.policy.decide(view, event, self._rng(event)):
+        decision = self.policy.decide(view, event, self._rng(event))
+        for action in decision.actions:
             if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
                 self._apply(action, None)
                 continue
@@ -485,7 +486,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             worker_id = idle.pop(0).worker_id if idle else self._new_worker()
             self._assign(trial, worker_id, action.until_step)
             placed += 1
-        if idle and active and self.policy.holds_idle_workers(view):
+        if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations
         for worker in self._idle_to_release(idle):  # the policy has nothing for them
             self._order_exit(worker, "no work for it")
@@ -493,10 +494,11 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             self._set_study(StudyState.FINISHED, "no trial left to run")
 
     def _fill_stage_slots(self) -> None:
-        """Stage trees: admit trials (all of them, or as the tuner asks), give free workers
+        """Stage trees: admit trials (all of them for a policy with the trait
+        ``admits_every_trial``, else as the tuner asks), give free workers
         paths of the stage tree, delete checkpoints nothing needs. The study ends when nothing
         runs and nothing is requested."""
-        if self.spec.policy.name == "default":
+        if self.policy.traits.admits_every_trial:
             if self.state.generated < self.spec.num_trials:
                 self._admit_trials(self._view())
         else:
@@ -511,7 +513,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             plan = self._stage_plan()
         self._publish_stages(plan)
         keep = None
-        if self.policy.makes_configurations:  # PBT: the ended trials that may still be parents
+        if self.policy.traits.makes_configurations:  # PBT: the ended trials still parents
             keep = self.policy.needed_checkpoints(self._view())
         self._collect_stage_checkpoints(plan, milestones, keep)
         if self.state.active_segments():
@@ -522,7 +524,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             self._order_exit(worker, "no work for it")
         queued = [t.trial_id for t in self.state.trials.values() if t.status is TrialStatus.QUEUED]
         if not queued:
-            if self.policy.makes_configurations:  # PBT names no parent any more: collect again
+            if self.policy.traits.makes_configurations:  # PBT names no parent now: collect
                 keep = self.policy.needed_checkpoints(self._view())
                 self._collect_stage_checkpoints(plan, milestones, keep)
             self._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
@@ -536,7 +538,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
 
     def _tuner_milestones(self) -> list[int]:
         """Every step the tuner may judge a trial at (its rungs; none for grid and random)."""
-        if self.spec.policy.name == "default":
+        if self.policy.traits.admits_every_trial:
             return []
         rng = np.random.default_rng(0)  # no draw: the rungs of every bracket
         return self.policy.stage_milestones(self._view(), None, rng) or []
@@ -552,17 +554,17 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         running; so does PBT, whose children fork from their parents' checkpoints (their paths
         go on from the parent's, and identical children are one stage).
         """
-        judging = self.policy.boundary_decisions
+        judging = self.policy.traits.boundary_decisions
         if judging:
             self._judge_at_milestones()
-        if judging or self.policy.makes_configurations:  # one new trial per free worker
+        if judging or self.policy.traits.makes_configurations:  # one new trial per free worker
             running = sum(t.status is TrialStatus.RUNNING for t in self.state.trials.values())
             slots = max(self.spec.resources.slots - running, 0)  # less the queued: fill_slots
         else:
             slots = max(self.spec.num_trials, 1)
         view = self._view(slots)
         event = Event.slot_free(slots)
-        for action in self.policy.decide(view, event, self._rng(event)):
+        for action in self.policy.decide(view, event, self._rng(event)).actions:
             if action.kind in (ActionKind.START, ActionKind.FORK):
                 trial = self._trial_for(action, view)
                 if trial is not None:
@@ -598,7 +600,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
                 continue
             view = view or self._view()  # the tuner judges each trial by its own values
             event = Event.boundary(trial.trial_id, step)
-            actions = self.policy.decide(view, event, self._rng(event))
+            actions = self.policy.decide(view, event, self._rng(event)).actions
             if any(a.kind is ActionKind.TERMINATE for a in actions):
                 for action in actions:
                     self._apply(action, None)
@@ -766,7 +768,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             checkpoint_sha256=ref.sha256 if ref is not None else None,
             # over a stage tree a tuner judges at segment ends (requests), never mid-segment
             decision_wait=self.decision_wait
-            if self.policy.boundary_decisions and not self.stages_enabled
+            if self.policy.traits.boundary_decisions and not self.stages_enabled
             else 0.0,
             checkpoint_steps=seg.checkpoint_steps,
             epoch=self.epoch,

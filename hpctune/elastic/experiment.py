@@ -165,6 +165,7 @@ def experiment_from_study(spec: Any) -> ExperimentSpec:
     from hpctune.policies import make_policy
     from hpctune.policies._common import geometric_rungs
     from hpctune.policies._halving import SyncHalvingPolicy
+    from hpctune.study.spec import study_context
 
     name = spec.policy.name
     if name not in POLICIES_PLANNED:
@@ -173,7 +174,7 @@ def experiment_from_study(spec: Any) -> ExperimentSpec:
             f"advance ({', '.join(POLICIES_PLANNED)}), not {name!r}; set [policy] name = "
             '"sha" (or "hyperband", "asha")'
         )
-    policy = make_policy(name, spec.policy.options)
+    policy = make_policy(name, spec.policy.options, study_context(spec))
     options = policy.options  # type: ignore[attr-defined]
     max_t = min(options.max_t or spec.max_steps, spec.max_steps)
     left = spec.num_trials

@@ -12,10 +12,13 @@ from typing import Any
 from hpctune.policies._base import (
     Action,
     ActionKind,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
     parse_options,
@@ -49,8 +52,9 @@ POLICIES: Mapping[str, type[Policy]] = {
 }
 
 
-def make_policy(name: str, options: Mapping[str, Any]) -> Policy:
-    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``).
+def make_policy(name: str, options: Mapping[str, Any], context: StudyContext) -> Policy:
+    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``)
+    for the study ``context`` (:func:`hpctune.study.spec.study_context`).
 
     Raises:
         OptionError: The name is unknown or an option is invalid (``key`` names which).
@@ -61,7 +65,7 @@ def make_policy(name: str, options: Mapping[str, Any]) -> Policy:
         )
     cls = POLICIES[name]
     parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
-    return cls(parsed)  # type: ignore[call-arg]
+    return cls(context, parsed)  # type: ignore[call-arg]
 
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "ActionKind",
     "AshaPolicy",
     "BanditPolicy",
+    "Decision",
     "DefaultPolicy",
     "EarlyTermPolicy",
     "Event",
@@ -80,9 +85,11 @@ __all__ = [
     "OptionError",
     "PbtPolicy",
     "Policy",
+    "PolicyTraits",
     "PopPolicy",
     "ReplayPolicy",
     "ShaPolicy",
+    "StudyContext",
     "StudyView",
     "TrialView",
     "TruncationPbtPolicy",

@@ -1,9 +1,11 @@
-"""The policy interface: pure schedulers fed frozen views of a study, returning actions.
+"""The policy interface: pure schedulers fed frozen views of a study, returning decisions.
 
-A policy sees a read-only :class:`StudyView` and one :class:`Event` at a time (HyperDrive's
-up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`, *ApplicationStat* is
-:attr:`EventKind.REPORT`, *OnIterationFinish* is :attr:`EventKind.BOUNDARY`) and returns a list of
-:class:`Action`. It does no I/O, reads no clock (the view carries the time) and draws random
+A policy is built with its study's :class:`StudyContext` and declares what it can do in its
+:class:`PolicyTraits`. It sees a read-only :class:`StudyView` and one :class:`Event` at a time
+(HyperDrive's up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`,
+*ApplicationStat* is :attr:`EventKind.REPORT`, *OnIterationFinish* is
+:attr:`EventKind.BOUNDARY`) and returns a :class:`Decision` (its :class:`Action` list and what
+goes with it). It does no I/O, reads no clock (the view carries the time) and draws random
 numbers only from the generator it is given. The same object runs under the local executor, on
 Slurm and in the simulator. Whatever it must remember across restarts goes through
 :meth:`Policy.state_dict`, which the controller writes to the journal.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -225,6 +227,33 @@ class Action:
         )
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a policy decided on one event: its actions, and what the controller asks with them.
+
+    Build one with :meth:`of`. The controller carries the actions out in order.
+
+    Attributes:
+        actions: The actions (a tuple; :meth:`of` takes any iterable).
+        hold_idle_workers: SLOT_FREE: keep idle workers waiting when the actions leave some
+            without work, because running trials will make new work when they end (PBT: the
+            next assignment runs in the same worker, no new job, no queue wait). ``False``
+            (the default): idle workers without work exit.
+    """
+
+    actions: tuple[Action, ...] = ()
+    hold_idle_workers: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.actions, tuple):
+            object.__setattr__(self, "actions", tuple(self.actions))
+
+    @classmethod
+    def of(cls, actions: Iterable[Action] = (), *, hold_idle_workers: bool = False) -> Decision:
+        """A decision of ``actions`` (a list, a generator, ...)."""
+        return cls(tuple(actions), hold_idle_workers)
+
+
 _EMPTY = np.zeros(0)
 
 
@@ -292,8 +321,8 @@ class StudyView:
         total_slots: Workers the study may hold.
         trials_remaining: New trials the generator may still create (``None``: unbounded).
         predictions: The latest learning-curve prediction of each trial that has one (only for
-            policies with ``wants_predictions``); it may be older than the trial's last report:
-            its ``n`` tells how many points it used.
+            policies with the trait ``wants_predictions``); it may be older than the trial's
+            last report: its ``n`` tells how many points it used.
         bounds: ``(low, high)``: the metric's range (the study's ``metric_bounds``).
         random_level: The metric of a model that learnt nothing, if the study declares it.
         space: The study's search space (``None`` in the simulator, whose trace fixes the
@@ -329,6 +358,80 @@ class StudyView:
         )
 
 
+@dataclass(frozen=True)
+class StudyContext:
+    """What a policy knows of its study from the start: it is built with it and sets itself
+    up in its constructor (rungs, brackets), never on its first decision.
+
+    Built from the study's spec by :func:`hpctune.study.spec.study_context` (the controller,
+    the spec's own checks), from the simulated study by the simulator and from each random
+    study by the conformance kit. Every view the policy is given agrees with it.
+
+    Attributes:
+        max_steps: The last step of a trial.
+        mode: ``"max"`` or ``"min"``.
+        boundary: The evaluation boundary, in steps.
+
+    Raises:
+        ValueError: ``max_steps`` or ``boundary`` below 1, or a mode other than max or min.
+    """
+
+    max_steps: int
+    mode: Mode = "max"
+    boundary: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.boundary < 1:
+            raise ValueError(
+                f"a study context needs max_steps >= 1 and boundary >= 1, but got "
+                f"max_steps={self.max_steps}, boundary={self.boundary}"
+            )
+        if self.mode not in ("max", "min"):
+            raise ValueError(f'a study context\'s mode must be "max" or "min", not {self.mode!r}')
+
+
+@dataclass(frozen=True)
+class PolicyTraits:
+    """What a policy can do and wants, as data the controller, simulator and stage trees read.
+
+    The core never asks a policy's name: each capability is a field here, declared once per
+    policy class (:attr:`Policy.traits`).
+
+    Attributes:
+        boundary_decisions: The policy acts at boundaries (continue, suspend, terminate), so a
+            worker waits for its decision there; ``False`` when it never does (segments end
+            where the policy asked, ``until_step``).
+        wants_predictions: It gets learning-curve fits of its trials' curves at boundaries
+            (:meth:`Policy.wants_fit`), asynchronously: a PREDICTION event and
+            ``view.predictions`` once a fit is done.
+        wants_reports: REPORT events (reports between boundaries) reach it (none of the
+            registered policies decides there; the controller then builds no view for them).
+        wants_boundaries: BOUNDARY events reach it even without :attr:`boundary_decisions`
+            (``False``: Default, which decides nothing at boundaries).
+        makes_configurations: It creates trials with configurations of its own (forks,
+            explicit parameters: PBT, replay) and names the checkpoints it may still fork
+            from (:meth:`Policy.needed_checkpoints`); in the trace-driven simulator a forked
+            trial goes on along the recorded configuration nearest to its parameters.
+        tracks_state_changes: It gives the patches of its state itself
+            (:meth:`Policy.state_changes`), so a commit journals the change alone (ASHA).
+        admits_every_trial: Over a stage tree the controller admits every trial of the study
+            itself (the generator's, up to ``num_trials``) and asks the policy nothing, as
+            Default's grid and random searches want.
+        runs_on_stage_trees: The policy can run over a stage tree (``[stages] enabled``): it
+            admits every trial, asks for trials trained to a step (``until_step``), judges
+            trials at known steps (:meth:`Policy.stage_milestones`) or forks from checkpoints.
+    """
+
+    boundary_decisions: bool = True
+    wants_predictions: bool = False
+    wants_reports: bool = False
+    wants_boundaries: bool = True
+    makes_configurations: bool = False
+    tracks_state_changes: bool = False
+    admits_every_trial: bool = False
+    runs_on_stage_trees: bool = False
+
+
 class Policy(abc.ABC):
     """Base class of all policies (schedulers).
 
@@ -338,34 +441,29 @@ class Policy(abc.ABC):
     SLOT_FREE event; CONTINUE, SUSPEND or TERMINATE for the trial of a BOUNDARY event).
 
     Subclasses set :attr:`name`, may declare an ``Options`` dataclass (parsed by
-    :func:`parse_options`) and set :attr:`boundary_decisions` to ``False`` when they never act at
-    boundaries, so that workers need not wait for a decision there. Policies that set
-    :attr:`wants_predictions` get learning-curve fits of their trials' curves at every boundary
-    (asynchronously: a PREDICTION event and ``view.predictions`` once a fit is done). REPORT
-    events (a report between boundaries) reach only policies that set :attr:`wants_reports`
-    (none of the registered ones decides there; the controller then builds no view for them);
-    BOUNDARY events skip policies that set :attr:`wants_boundaries` to ``False`` and do not
-    decide at boundaries (Default; a subclass that sets :attr:`boundary_decisions` gets them).
-    Policies that set :attr:`makes_configurations` create trials with configurations of their own
-    (forks, explicit parameters: PBT, replay); in the trace-driven simulator a forked trial goes
-    on along the recorded configuration nearest to its parameters.
+    :func:`parse_options`) and declare what they can do and want in :attr:`traits` (a
+    :class:`PolicyTraits`; the default: decisions at boundaries, no predictions, no forks).
+    A policy is built with its study's :class:`StudyContext` (``Policy(context, options)``)
+    and sets itself up there: nothing waits for the first view.
+
+    Args:
+        context: The study the policy schedules (kept as :attr:`context`).
     """
 
     name: ClassVar[str] = ""
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = False
-    wants_reports: ClassVar[bool] = False
-    wants_boundaries: ClassVar[bool] = True
-    makes_configurations: ClassVar[bool] = False
-    tracks_state_changes: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits()
+
+    def __init__(self, context: StudyContext) -> None:
+        self.context = context
 
     @abc.abstractmethod
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
-        """Return the actions for ``event``."""
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        """Return the decision on ``event``: its actions (:meth:`Decision.of`) and, on
+        SLOT_FREE, whether idle workers without work wait (:attr:`Decision.hold_idle_workers`)."""
 
     def wants_fit(self, step: int) -> bool:
         """Whether a trial reaching ``step`` should get a new learning-curve fit."""
-        return self.wants_predictions
+        return self.traits.wants_predictions
 
     def state_dict(self) -> dict[str, Any]:
         """Return the policy's state as JSON-able data (empty for stateless policies)."""
@@ -375,7 +473,7 @@ class Policy(abc.ABC):
         """Restore the state returned by :meth:`state_dict`."""
 
     def state_changes(self) -> dict[str, Any]:
-        """For policies that set :attr:`tracks_state_changes`: the patch (the form of
+        """For policies with the trait ``tracks_state_changes``: the patch (the form of
         :mod:`hpctune.journal.delta`) that turns the JSON form of :meth:`state_dict` as of the
         last call (or of construction, or :meth:`load_state_dict`) into the state now; empty
         when nothing changed. The controller then journals a commit's change at the cost of
@@ -388,7 +486,7 @@ class Policy(abc.ABC):
     def needed_checkpoints(self, view: StudyView) -> set[int] | None:
         """The ended trials whose latest checkpoint the policy may still fork from.
 
-        For policies with :attr:`makes_configurations`, the controller deletes the latest
+        For policies with the trait ``makes_configurations``, the controller deletes the latest
         checkpoint of an ended trial that is not in the set (unless a trial not yet ended was
         forked from it). ``None`` (the default) keeps every trial's latest checkpoint.
         """
@@ -406,15 +504,6 @@ class Policy(abc.ABC):
         milestones are kept for trials still to come. ``None`` (the default): no milestones.
         """
         return None
-
-    def holds_idle_workers(self, view: StudyView) -> bool:
-        """True to keep idle workers waiting when the policy has no work for them right now.
-
-        The default (False) tells idle workers to exit. A policy whose running trials will make
-        new work when they end (PBT) returns True, so the next assignment runs in the same
-        worker (no new job, no queue wait).
-        """
-        return False
 
     @staticmethod
     def fill_slots(view: StudyView, free_slots: int) -> list[Action]:

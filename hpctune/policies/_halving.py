@@ -21,7 +21,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView, TrialView
+from hpctune.policies._base import (
+    Action,
+    Decision,
+    Event,
+    EventKind,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+    TrialView,
+)
 from hpctune.policies._common import value_at
 from hpctune.wire.states import TrialStatus
 
@@ -191,12 +201,18 @@ class SyncHalvingPolicy(Policy):
     Boundaries need no decision: segments end at milestones by themselves.
     """
 
-    boundary_decisions: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, runs_on_stage_trees=True
+    )
     eta: int = 3
 
-    def __init__(self) -> None:
-        self._max_t: int | None = None
-        self._cycle: list[BracketShape] = []
+    def __init__(self, context: StudyContext, max_t: int | None, eta: int) -> None:
+        """Set up for ``context`` with the ``max_t`` option (``None``: the study's
+        ``max_steps``); subclasses set their options first (:meth:`shapes` reads them)."""
+        super().__init__(context)
+        self.eta = eta
+        self._max_t = min(max_t or context.max_steps, context.max_steps)
+        self._cycle = self.shapes(self._max_t)
         self.next_shape = 0
         self.brackets: list[SyncBracket] = []
         self.dropped: dict[int, str] = {}  # trial -> why it was terminated
@@ -205,15 +221,6 @@ class SyncHalvingPolicy(Policy):
     def shapes(self, max_t: int) -> list[BracketShape]:
         """The bracket shapes, in the order brackets open (then again from the first)."""
         raise NotImplementedError
-
-    def _max_t_option(self) -> int | None:
-        return None
-
-    def _ensure(self, view: StudyView) -> None:
-        if self._max_t is None:
-            self._max_t = min(self._max_t_option() or view.max_steps, view.max_steps)
-        if not self._cycle:
-            self._cycle = self.shapes(self._max_t)
 
     def _member_ids(self) -> set[int]:
         """The trials of every bracket (made again from the brackets after a restore)."""
@@ -253,11 +260,10 @@ class SyncHalvingPolicy(Policy):
             room -= take
         return out
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Halve complete rungs and fill free slots on SLOT_FREE; nothing else."""
         if event.kind is not EventKind.SLOT_FREE:
-            return []
-        self._ensure(view)
+            return Decision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -296,19 +302,16 @@ class SyncHalvingPolicy(Policy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return actions + placing
+        return Decision.of(actions + placing)
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator
     ) -> list[int] | None:
         """Every milestone of the brackets (the rungs trials are asked to reach)."""
-        self._ensure(view)
         return sorted({m for shape in self._cycle for m in shape.milestones})
 
     def state_dict(self) -> dict[str, Any]:
         """``max_t``, the position in the cycle of shapes and every bracket (JSON-able)."""
-        if self._max_t is None:
-            return {}
         return {
             "max_t": self._max_t,
             "next_shape": self.next_shape,

@@ -18,7 +18,17 @@ from typing import Any, ClassVar
 import numpy as np
 from sortedcontainers import SortedList
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+)
+from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.wire.states import Decision
@@ -174,10 +184,13 @@ class AshaPolicy(Policy):
     """
 
     name: ClassVar[str] = "asha"
-    tracks_state_changes: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        tracks_state_changes=True, runs_on_stage_trees=True
+    )
     Options = AshaOptions
 
-    def __init__(self, options: AshaOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: AshaOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or AshaOptions()
         o = self.options
         require("grace_period", o.grace_period, 1)
@@ -187,23 +200,18 @@ class AshaPolicy(Policy):
             raise OptionError(
                 "max_t", f"must be >= grace_period ({o.grace_period}), but got {o.max_t}"
             )
-        self._max_t: int | None = None
-        self.brackets: list[AshaBracket] = []
+        self._max_t = min(o.max_t or context.max_steps, context.max_steps)
+        self.brackets = self._make_brackets(self._max_t)
         self.assigned: dict[int, int] = {}
         self._new_assigned: list[list[int]] = []  # bracket assignments not yet in a patch
-        self._patched_empty = True  # the state as of the last patch was empty (no brackets)
+        self._whole_next = True  # no patch given yet: the first gives the whole state
 
-    def _ensure(self, view: StudyView) -> int:
-        """Build the brackets once ``max_t`` is known (the study's ``max_steps`` by default)."""
-        if self._max_t is None:
-            self._max_t = min(self.options.max_t or view.max_steps, view.max_steps)
-            self.brackets = [
-                AshaBracket(
-                    self.options.grace_period, self.options.reduction_factor, self._max_t, s
-                )
-                for s in range(self.options.brackets)
-            ]
-        return self._max_t
+    def _make_brackets(self, max_t: int) -> list[AshaBracket]:
+        """The brackets for ``max_t`` (the study's ``max_steps`` unless the option is lower)."""
+        o = self.options
+        return [
+            AshaBracket(o.grace_period, o.reduction_factor, max_t, s) for s in range(o.brackets)
+        ]
 
     def _bracket_of(self, trial_id: int, rng: np.random.Generator) -> AshaBracket:
         if trial_id not in self.assigned:
@@ -216,50 +224,52 @@ class AshaPolicy(Policy):
             self._new_assigned.append([trial_id, self.assigned[trial_id]])
         return self.brackets[self.assigned[trial_id]]
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots on SLOT_FREE; continue or terminate at a BOUNDARY."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return []
+            return PolicyDecision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return []
-        max_t = self._ensure(view)
+            return PolicyDecision()
+        max_t = self._max_t
         step = int(event.step if event.step is not None else trial.step)
         tid = trial.trial_id
         if step >= max_t:
             if max_t < view.max_steps:
-                return [Action.terminate(tid, reason=f"ASHA: reached max_t={max_t}")]
-            return [Action.continue_(tid)]
+                return PolicyDecision.of(
+                    [Action.terminate(tid, reason=f"ASHA: reached max_t={max_t}")]
+                )
+            return PolicyDecision.of([Action.continue_(tid)])
         bracket = self._bracket_of(tid, rng)
         exact = trial.steps == step
         value = float(view.sign * trial.values[exact][-1]) if exact.any() else None
         if bracket.on_result(tid, step, value) is Decision.STOP:
             milestone, cutoff = bracket.stopped[tid]
             shown = "no value" if value is None else f"{view.sign * value:.6g}"
-            return [
-                Action.terminate(
-                    tid,
-                    reason=f"ASHA: {view.metric} {shown} at rung {milestone} below the cutoff "
-                    f"{view.sign * cutoff:.6g}",
-                )
-            ]
-        return [Action.continue_(tid)]
+            return PolicyDecision.of(
+                [
+                    Action.terminate(
+                        tid,
+                        reason=f"ASHA: {view.metric} {shown} at rung {milestone} below the cutoff "
+                        f"{view.sign * cutoff:.6g}",
+                    )
+                ]
+            )
+        return PolicyDecision.of([Action.continue_(tid)])
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator
     ) -> list[int] | None:
         """The rungs of the trial's bracket (of every bracket for ``None``), then ``max_t``."""
-        max_t = self._ensure(view)
+        max_t = self._max_t
         brackets = self.brackets if trial_id is None else [self._bracket_of(trial_id, rng)]
         rungs = sorted({m for b in brackets for m, _ in b.rungs} | {max_t})
         return rungs
 
     def state_dict(self) -> dict[str, Any]:
         """Brackets, recorded values and bracket assignments (JSON-able)."""
-        if self._max_t is None:
-            return {}
         return {
             "max_t": self._max_t,
             "brackets": [b.state_dict() for b in self.brackets],
@@ -267,13 +277,14 @@ class AshaPolicy(Policy):
         }
 
     def state_changes(self) -> dict[str, Any]:
-        """The patch of :meth:`state_dict` since the last call: the whole state once the
-        brackets exist, then the values, stops and bracket assignments added (O(changes))."""
-        if self._patched_empty:
+        """The patch of :meth:`state_dict` since the last call: the whole state first (unless
+        restored from a journaled one), then the values, stops and bracket assignments added
+        (O(changes))."""
+        if self._whole_next:
             state = self.state_dict()
             self._take_all()
-            self._patched_empty = not state
-            return {"set": state} if state else {}
+            self._whole_next = False
+            return {"set": state}
         brackets = {str(i): p for i, b in enumerate(self.brackets) if (p := b.take_changes())}
         patch: dict[str, Any] = {}
         if brackets:
@@ -290,16 +301,14 @@ class AshaPolicy(Policy):
         self._new_assigned = []
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (``{}``, a study that has none yet, leaves the policy as
+        built; the state's ``max_t`` is the one the journal's study was run with)."""
         if not state:
             return
         self._max_t = int(state["max_t"])
-        self.brackets = [
-            AshaBracket(self.options.grace_period, self.options.reduction_factor, self._max_t, s)
-            for s in range(self.options.brackets)
-        ]
+        self.brackets = self._make_brackets(self._max_t)
         for bracket, data in zip(self.brackets, state["brackets"], strict=True):
             bracket.load_state_dict(data)
         self.assigned = {int(t): int(b) for t, b in state["assigned"]}
         self._new_assigned = []
-        self._patched_empty = False  # the restored state is the baseline of the next patch
+        self._whole_next = False  # the restored state is the baseline of the next patch

@@ -14,7 +14,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Decision,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    StudyContext,
+    StudyView,
+)
 from hpctune.policies._common import best_until, require
 
 
@@ -57,36 +66,35 @@ class BanditPolicy(Policy):
     name: ClassVar[str] = "bandit"
     Options = BanditOptions
 
-    def __init__(self, options: BanditOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: BanditOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or BanditOptions()
         require("boundary", self.options.boundary, 1)
         if not self.options.epsilon >= 0:
             raise OptionError("epsilon", f"must be >= 0, but got {self.options.epsilon!r}")
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill slots on SLOT_FREE; at a boundary that is a multiple of ``b``, eliminate."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return []
+            return Decision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return []
+            return Decision()
         step = int(event.step if event.step is not None else trial.step)
         tid = trial.trial_id
         if step % self.options.boundary != 0 or step >= view.max_steps:
-            return [Action.continue_(tid)]
+            return Decision.of([Action.continue_(tid)])
         sign = view.sign
         job_best = sign * best_until(trial, step, sign)
         bests = [best_until(t, view.max_steps, sign) for t in view.trials.values()]
         finite = [b for b in bests if not math.isnan(b)]
         global_best = sign * max(finite) if finite else math.nan
         if eliminated(job_best, global_best, self.options.epsilon, view.mode):
-            return [
-                Action.terminate(
-                    tid,
-                    reason=f"bandit: best {view.metric} {job_best:.6g} by step {step} is not "
-                    f"within (1 + {self.options.epsilon:g}) of the global best {global_best:.6g}",
-                )
-            ]
-        return [Action.continue_(tid)]
+            reason = (
+                f"bandit: best {view.metric} {job_best:.6g} by step {step} is not within "
+                f"(1 + {self.options.epsilon:g}) of the global best {global_best:.6g}"
+            )
+            return Decision.of([Action.terminate(tid, reason=reason)])
+        return Decision.of([Action.continue_(tid)])

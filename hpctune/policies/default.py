@@ -7,7 +7,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, Policy, StudyView
+from hpctune.policies._base import (
+    Decision,
+    Event,
+    EventKind,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+)
 
 
 @dataclass(frozen=True)
@@ -22,15 +30,20 @@ class DefaultPolicy(Policy):
     """
 
     name: ClassVar[str] = "default"
-    boundary_decisions: ClassVar[bool] = False
-    wants_boundaries: ClassVar[bool] = False
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False,
+        wants_boundaries=False,
+        admits_every_trial=True,
+        runs_on_stage_trees=True,
+    )
     Options = DefaultOptions
 
-    def __init__(self, options: DefaultOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: DefaultOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or DefaultOptions()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill free slots on SLOT_FREE; let everything else run."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
-        return []
+            return Decision.of(self.fill_slots(view, event.free_slots))
+        return Decision()

@@ -16,10 +16,13 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -39,11 +42,11 @@ class EarlyTermPolicy(Policy):
     """Run trials as Default does; terminate those unlikely to beat the best (see module)."""
 
     name: ClassVar[str] = "earlyterm"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = EarlyTermOptions
 
-    def __init__(self, options: EarlyTermOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: EarlyTermOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or EarlyTermOptions()
         require("boundary", self.options.boundary, 1)
         if not 0 < self.options.delta < 1:
@@ -56,34 +59,36 @@ class EarlyTermPolicy(Policy):
         """Fit at evaluation boundaries only."""
         return step % self.options.boundary == 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill slots as Default; at boundaries and on predictions apply the criterion."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials:
-            return []
+            return Decision()
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
-            return []
+            return Decision()
         at_boundary = (
             event.kind is EventKind.BOUNDARY
             and event.step is not None
             and (event.step % self.options.boundary == 0)
         )
         if not (at_boundary or event.kind is EventKind.PREDICTION):
-            return []
+            return Decision()
         prediction = view.predictions.get(trial.trial_id)
         if self._best_memo is None or self._best_memo[0] is not view:
             self._best_memo = (view, best_value(view, self._trial_best))
         best = self._best_memo[1]
         if prediction is None or prediction.unknown or best is None:
-            return []
+            return Decision()
         p_val = prediction.prob_final_at_least(best)
         if not math.isnan(p_val) and p_val < self.options.delta:
-            return [
-                Action.terminate(
-                    trial.trial_id,
-                    reason=f"P(final >= best {best:.4g}) = {p_val:.3f} < {self.options.delta}",
-                )
-            ]
-        return []
+            return Decision.of(
+                [
+                    Action.terminate(
+                        trial.trial_id,
+                        reason=f"P(final >= best {best:.4g}) = {p_val:.3f} < {self.options.delta}",
+                    )
+                ]
+            )
+        return Decision()

@@ -38,10 +38,13 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -101,11 +104,11 @@ class HybridPolicy(Policy):
     """
 
     name: ClassVar[str] = "hybrid"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = HybridOptions
 
-    def __init__(self, options: HybridOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: HybridOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or HybridOptions()
         o = self.options
         require("grace_period", o.grace_period, 1)
@@ -119,7 +122,8 @@ class HybridPolicy(Policy):
             raise OptionError("optimism", f"must be in [0.001, 0.999], but got {o.optimism}")
         if not (math.isfinite(o.noise_guard) and o.noise_guard >= 0):
             raise OptionError("noise_guard", f"must be >= 0, but got {o.noise_guard}")
-        self.milestones: list[int] | None = None
+        rungs = geometric_rungs(o.grace_period, o.reduction_factor, context.max_steps)
+        self.milestones = rungs[: o.rungs] if o.rungs else rungs
         # the signed scores (larger is better) recorded at each rung, by trial, and sorted
         self.recorded: dict[int, dict[int, float]] = {}
         self._sorted: dict[int, SortedList] = {}
@@ -130,8 +134,6 @@ class HybridPolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         """The rungs and the scores recorded at each (JSON-able)."""
-        if self.milestones is None:
-            return {}
         return {
             "milestones": list(self.milestones),
             "recorded": [
@@ -167,34 +169,26 @@ class HybridPolicy(Policy):
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill slots as ASHA; judge a trial at its rungs and by its curve's prediction."""
         if event.kind is EventKind.SLOT_FREE:
-            return self.fill_slots(view, event.free_slots)
+            return Decision.of(self.fill_slots(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials or event.step is None:
-            return []
+            return Decision()
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
-            return []
+            return Decision()
         if event.kind is EventKind.PREDICTION:
             reason = self._rung_reason(view, trial, event.step, predicted=True)
             if not reason and event.step % self.options.check_every == 0:
                 reason = self._curve_reason(view, trial)
-            return [Action.terminate(trial.trial_id, reason=reason)] if reason else []
+            return Decision.of([Action.terminate(trial.trial_id, reason=reason)] if reason else [])
         if event.kind is not EventKind.BOUNDARY:
-            return []
+            return Decision()
         reason = self._rung_reason(view, trial, event.step, predicted=False)
         if reason:
-            return [Action.terminate(trial.trial_id, reason=reason)]
-        return [Action.continue_(trial.trial_id)]
-
-    def _ensure_milestones(self, view: StudyView) -> list[int]:
-        if self.milestones is None:
-            rungs = geometric_rungs(
-                self.options.grace_period, self.options.reduction_factor, view.max_steps
-            )
-            self.milestones = rungs[: self.options.rungs] if self.options.rungs else rungs
-        return self.milestones
+            return Decision.of([Action.terminate(trial.trial_id, reason=reason)])
+        return Decision.of([Action.continue_(trial.trial_id)])
 
     def _rung_reason(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> str:
         """Judge the trial if ``step`` is a rung it was not judged at; why it stops there.
@@ -202,8 +196,7 @@ class HybridPolicy(Policy):
         Rungs below ``model_from`` are judged at the BOUNDARY event, the others when the
         prediction fitted at that rung arrives (``predicted``). Empty if the trial goes on.
         """
-        milestones = self._ensure_milestones(view)
-        if step not in milestones or (step >= self.options.model_from) != predicted:
+        if step not in self.milestones or (step >= self.options.model_from) != predicted:
             return ""
         recorded = self.recorded.setdefault(step, {})
         if trial.trial_id in recorded:

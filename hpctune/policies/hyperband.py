@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hpctune.policies._base import StudyContext
 from hpctune.policies._common import require
 from hpctune.policies._halving import (
     BracketShape,
@@ -48,18 +49,14 @@ class HyperbandPolicy(SyncHalvingPolicy):
     name: ClassVar[str] = "hyperband"
     Options = HyperbandOptions
 
-    def __init__(self, options: HyperbandOptions | None = None) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext, options: HyperbandOptions | None = None) -> None:
         self.options = options or HyperbandOptions()
         o = self.options
         require("reduction_factor", o.reduction_factor, 2)
         require("grace_period", o.grace_period, 1)
         if o.max_t is not None:
             require("max_t", o.max_t, o.grace_period, f" (grace_period {o.grace_period})")
-        self.eta = o.reduction_factor
-
-    def _max_t_option(self) -> int | None:
-        return self.options.max_t
+        super().__init__(context, o.max_t, o.reduction_factor)
 
     def shapes(self, max_t: int) -> list[BracketShape]:
         """Brackets ``s = s_max .. 0`` with Li et al.'s sizes and resources."""

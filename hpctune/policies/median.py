@@ -23,9 +23,12 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -348,9 +351,11 @@ class MedianStoppingPolicy(Policy):
     """
 
     name: ClassVar[str] = "median"
+    traits: ClassVar[PolicyTraits] = PolicyTraits(runs_on_stage_trees=True)
     Options = MedianOptions
 
-    def __init__(self, options: MedianOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: MedianOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or MedianOptions()
         o = self.options
         require("grace_period", o.grace_period, 0)
@@ -368,16 +373,16 @@ class MedianStoppingPolicy(Policy):
         index.sync(view)
         return index
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill slots FIFO on SLOT_FREE; apply the rule at a BOUNDARY."""
         if event.kind is EventKind.SLOT_FREE:
-            return self._fifo(view, event.free_slots)
+            return Decision.of(self._fifo(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return []
+            return Decision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return []
-        return [self._rule(view, trial, int(event.step or trial.step))]
+            return Decision()
+        return Decision.of([self._rule(view, trial, int(event.step or trial.step))])
 
     def _rule(self, view: StudyView, trial: TrialView, step: int) -> Action:
         o = self.options

@@ -43,10 +43,13 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -235,11 +238,13 @@ class PbtPolicy(Policy):
     """
 
     name: ClassVar[str] = "pbt"
-    boundary_decisions: ClassVar[bool] = False
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, makes_configurations=True, runs_on_stage_trees=True
+    )
     Options = PbtOptions
 
-    def __init__(self, options: PbtOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: PbtOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or PbtOptions()
         o = self.options
         require("population_size", o.population_size, 2)
@@ -266,20 +271,23 @@ class PbtPolicy(Policy):
 
     # -- the events ---------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill free slots: waiting trials first (lost workers', a stopped study's), then new
         suggestions; at other events stop what :meth:`get_early_stopping_trials` names."""
         if event.kind is not EventKind.SLOT_FREE:
-            return [
-                Action.terminate(t, reason="PBT: early stopping")
-                for t in self.get_early_stopping_trials(view)
-                if t == event.trial_id
-            ]
+            return Decision.of(
+                [
+                    Action.terminate(t, reason="PBT: early stopping")
+                    for t in self.get_early_stopping_trials(view)
+                    if t == event.trial_id
+                ]
+            )
         actions = [
             Action.resume(t.trial_id) for t in view.with_status(*WAITING)[: event.free_slots]
         ]
+        holds = self.holds_idle_workers(view)  # as the view shows the study before the actions
         actions += self.get_new_suggestions(view, event.free_slots - len(actions), rng)
-        return actions
+        return Decision.of(actions, hold_idle_workers=holds)
 
     def get_early_stopping_trials(self, view: StudyView) -> list[int]:
         """Running trials to stop now (§3.4); none: trials are short sessions already."""

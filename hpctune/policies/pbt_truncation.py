@@ -22,7 +22,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Decision,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+)
 from hpctune.policies._common import require
 from hpctune.policies._fitness import Objective
 from hpctune.policies._mutation import explore
@@ -71,10 +81,11 @@ class TruncationPbtPolicy(Policy):
     """
 
     name: ClassVar[str] = "pbt-truncation"
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(makes_configurations=True)
     Options = TruncationOptions
 
-    def __init__(self, options: TruncationOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: TruncationOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or TruncationOptions()
         o = self.options
         require("population_size", o.population_size, 2)
@@ -100,14 +111,14 @@ class TruncationPbtPolicy(Policy):
         """``exclude`` must name parameters of the space."""
         check_exclude_in_space(self.exclude, space)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """SLOT_FREE: waiting trials, then clones, then the initial population; BOUNDARY: the
         exploit check."""
         if event.kind is EventKind.SLOT_FREE:
-            return self._fill(view, event.free_slots)
+            return Decision.of(self._fill(view, event.free_slots))
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return self._check(view, event.trial_id, int(event.step or 0), rng)
-        return []
+            return Decision.of(self._check(view, event.trial_id, int(event.step or 0), rng))
+        return Decision()
 
     def _fill(self, view: StudyView, free: int) -> list[Action]:
         actions = [Action.resume(t.trial_id) for t in view.with_status(*WAITING)[:free]]

@@ -38,10 +38,13 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     TrialView,
 )
@@ -139,11 +142,11 @@ class PopPolicy(Policy):
     """HyperDrive's POP (see the module docstring for the algorithm and its sources)."""
 
     name: ClassVar[str] = "pop"
-    boundary_decisions: ClassVar[bool] = True
-    wants_predictions: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(wants_predictions=True)
     Options = PopOptions
 
-    def __init__(self, options: PopOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: PopOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or PopOptions()
         o = self.options
         require("boundary", o.boundary, 1)
@@ -196,21 +199,21 @@ class PopPolicy(Policy):
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Classify at boundaries and on new predictions; fill slots by class."""
         self._update_target(view)
         if event.kind is EventKind.SLOT_FREE:
-            return self._fill(view, event.free_slots)
+            return Decision.of(self._fill(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials:
-            return []
+            return Decision()
         trial = view.trials[event.trial_id]
         if event.kind is EventKind.PREDICTION:
-            return self._prune_on_prediction(view, trial)
+            return Decision.of(self._prune_on_prediction(view, trial))
         if event.kind is not EventKind.BOUNDARY or event.step is None:
-            return []
+            return Decision()
         if event.step % self.options.boundary != 0 or trial.status is not TrialStatus.RUNNING:
-            return []
-        return self._at_boundary(view, trial)
+            return Decision()
+        return Decision.of(self._at_boundary(view, trial))
 
     def _at_boundary(self, view: StudyView, trial: TrialView) -> list[Action]:
         poor = self._poor_reason(view, trial)

@@ -17,7 +17,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import Action, Event, EventKind, OptionError, Policy, StudyView
+from hpctune.policies._base import (
+    Action,
+    Decision,
+    Event,
+    EventKind,
+    OptionError,
+    Policy,
+    PolicyTraits,
+    StudyContext,
+    StudyView,
+)
 from hpctune.policies.pbt import WAITING
 from hpctune.study.space import SearchSpace
 from hpctune.wire.states import TrialStatus
@@ -95,11 +105,13 @@ class ReplayPolicy(Policy):
     """
 
     name: ClassVar[str] = "replay"
-    boundary_decisions: ClassVar[bool] = False
-    makes_configurations: ClassVar[bool] = True
+    traits: ClassVar[PolicyTraits] = PolicyTraits(
+        boundary_decisions=False, makes_configurations=True
+    )
     Options = ReplayOptions
 
-    def __init__(self, options: ReplayOptions | None = None) -> None:
+    def __init__(self, context: StudyContext, options: ReplayOptions | None = None) -> None:
+        super().__init__(context)
         self.options = options or ReplayOptions()
         self.plan = parse_plan(self.options.trials)
 
@@ -110,10 +122,10 @@ class ReplayPolicy(Policy):
                 "trials", "the replay plan is empty; create replays with `hpctune replay`"
             )
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         """Fill free slots with waiting trials, then the next plan entries whose parent is done."""
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return Decision()
         actions = [
             Action.resume(t.trial_id) for t in view.with_status(*WAITING)[: event.free_slots]
         ]
@@ -149,7 +161,7 @@ class ReplayPolicy(Policy):
                 )
             actions.append(action)
             index += 1
-        return actions
+        return Decision.of(actions, hold_idle_workers=self.holds_idle_workers(view))
 
     def holds_idle_workers(self, view: StudyView) -> bool:
         """True while plan entries wait for a parent that is still running."""

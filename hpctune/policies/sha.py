@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from hpctune.policies._base import StudyContext
 from hpctune.policies._common import require
 from hpctune.policies._halving import (
     BracketShape,
@@ -51,8 +52,7 @@ class ShaPolicy(SyncHalvingPolicy):
     name: ClassVar[str] = "sha"
     Options = ShaOptions
 
-    def __init__(self, options: ShaOptions | None = None) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext, options: ShaOptions | None = None) -> None:
         self.options = options or ShaOptions()
         o = self.options
         require("reduction_factor", o.reduction_factor, 2)
@@ -61,10 +61,7 @@ class ShaPolicy(SyncHalvingPolicy):
             require("max_t", o.max_t, o.grace_period, f" (grace_period {o.grace_period})")
         if o.bracket_size is not None:
             require("bracket_size", o.bracket_size, 1)
-        self.eta = o.reduction_factor
-
-    def _max_t_option(self) -> int | None:
-        return self.options.max_t
+        super().__init__(context, o.max_t, o.reduction_factor)
 
     def shapes(self, max_t: int) -> list[BracketShape]:
         """One shape: ``s = s_max``, ``η**s_max`` trials (or ``bracket_size``)."""

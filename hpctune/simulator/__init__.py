@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hpctune.simulator._api import ManyResult, build_policy, label, run_many, simulate
 from hpctune.simulator._config import Faults, SimClock, SimulatorConfig, SimulatorError
-from hpctune.simulator._engine import Simulator
+from hpctune.simulator._engine import Simulator, simulation_context
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
     DecisionRecord,
@@ -44,5 +44,6 @@ __all__ = [
     "quantiles",
     "run_many",
     "simulate",
+    "simulation_context",
     "summarize",
 ]

@@ -10,10 +10,10 @@ from typing import Any
 
 from hpctune.analysis.nearest import trace_space
 from hpctune.analysis.traces import Trace
-from hpctune.policies import OptionError, Policy, make_policy
+from hpctune.policies import OptionError, Policy, StudyContext, make_policy
 from hpctune.policies.generators import Generator, make_generator
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
-from hpctune.simulator._engine import Simulator
+from hpctune.simulator._engine import Simulator, simulation_context
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
 from hpctune.study.seeding import component_seed
@@ -36,10 +36,11 @@ def _config(config: SimulatorConfig | None, settings: Mapping[str, Any]) -> Simu
     return dataclasses.replace(config, **settings) if settings else config
 
 
-def build_policy(name: str, options: Mapping[str, Any] | None = None) -> Policy:
-    """Build a policy of the registry, turning option errors into :class:`SimulatorError`."""
+def build_policy(name: str, options: Mapping[str, Any] | None, context: StudyContext) -> Policy:
+    """Build a policy of the registry for ``context`` (:func:`simulation_context`), turning
+    option errors into :class:`SimulatorError`."""
     try:
-        return make_policy(name, dict(options or {}))
+        return make_policy(name, dict(options or {}), context)
     except OptionError as exc:
         where = "policy" if exc.key == "name" else f"policy {name}: option {exc.key}"
         raise SimulatorError(f"{where}: {exc.message}") from None
@@ -98,11 +99,12 @@ def simulate(
         SimulatorError: A setting, the policy or one of its options is invalid.
         TraceError: The trace file cannot be read.
     """
+    data = _trace(trace)
+    config = _config(config, settings)
     if isinstance(policy, str):
-        policy = build_policy(policy, options)
+        policy = build_policy(policy, options, simulation_context(data, config))
     elif options:
         raise SimulatorError("options are given with a policy object; build it with them")
-    data = _trace(trace)
     built = None
     if generator is not None:
         built = build_generator(data, generator, generator_options, seed)
@@ -111,7 +113,7 @@ def simulate(
         policy,
         slots=slots,
         seed=seed,
-        config=_config(config, settings),
+        config=config,
         order=None if order is None else list(order),
         predictions=predictions,
         generator=built,
@@ -183,7 +185,7 @@ def run_many(
         predictions = PredictionCache(data, bounds=cfg.metric_bounds(data))
     for spec in policies:
         name, options = (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
-        build_policy(name, options)  # fail before running anything
+        build_policy(name, options, simulation_context(data, cfg))  # fail before running
         if generator is not None:
             build_generator(data, generator, generator_options, 0)
         key = label(name, options)

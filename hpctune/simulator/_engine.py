@@ -33,7 +33,7 @@ from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.state import StudyRecord
-from hpctune.policies import ActionKind, Policy, StudyView
+from hpctune.policies import ActionKind, Policy, StudyContext, StudyView
 from hpctune.policies.generators import Generator, Proposal
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._predictions import PredictionCache
@@ -45,9 +45,9 @@ from hpctune.simulator._results import (
     WorkerSpan,
 )
 from hpctune.simulator._workers import TraceRows, Workers
-from hpctune.stagetree.options import STAGE_POLICIES
+from hpctune.stagetree.options import stage_policies
 from hpctune.study.seeding import component_seed, index_rng
-from hpctune.study.spec import StudySpec
+from hpctune.study.spec import StudySpec, study_context
 from hpctune.wire.files import dumps
 from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 
@@ -188,11 +188,20 @@ def simulation_spec(
         "random_level": None if math.isnan(trace.random_level) else trace.random_level,
         "report_timeout": 0.0,
         "stages": {"enabled": config.stages, "scheduler": config.stage_scheduler},
-        "best": "last" if policy.makes_configurations else "peak",
+        "best": "last" if policy.traits.makes_configurations else "peak",
         "keep_checkpoints": "last",
     }
     spec = StudySpec.from_dict(data)
     return dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, max_pending=slots))
+
+
+def simulation_context(trace: Trace, config: SimulatorConfig | None = None) -> StudyContext:
+    """The study context a policy simulated on ``trace`` with ``config`` is built with (that
+    of :func:`simulation_spec`'s study: :func:`~hpctune.study.spec.study_context`)."""
+    config = config or SimulatorConfig()
+    return StudyContext(
+        max_steps=config.max_steps or trace.num_epochs, mode=trace.mode, boundary=config.boundary
+    )
 
 
 class Simulator:
@@ -200,7 +209,8 @@ class Simulator:
 
     Args:
         trace: The workload.
-        policy: The policy object (fresh, or restored with ``load_state_dict``).
+        policy: The policy object (fresh, or restored with ``load_state_dict``), built with
+            :func:`simulation_context` of ``trace`` and ``config``.
         slots: How many workers may run at once.
         seed: The study's seed: the configuration order and the policy's random numbers.
         config: Costs and study settings.
@@ -231,9 +241,9 @@ class Simulator:
         self.config.check(trace)
         if slots < 1:
             raise SimulatorError(f"slots must be >= 1, but got {slots}")
-        if self.config.stages and policy.name not in STAGE_POLICIES:
+        if self.config.stages and not policy.traits.runs_on_stage_trees:
             raise SimulatorError(
-                f"stages: stage trees run with the policies {', '.join(STAGE_POLICIES)}, not "
+                f"stages: stage trees run with the policies {', '.join(stage_policies())}, not "
                 f"{policy.name!r}"
             )
         self.trace = trace
@@ -271,6 +281,12 @@ class Simulator:
             config=self.config,
             num_trials=self.num_trials,
         )
+        context = study_context(spec)
+        if policy.context != context:
+            raise SimulatorError(
+                f"the policy {policy.name!r} was built for the study {policy.context}, but the "
+                f"simulated study is {context}; build it with simulation_context(trace, config)"
+            )
         self.record = StudyRecord()
         created = {
             "state": StudyState.CREATED.value,
@@ -288,7 +304,7 @@ class Simulator:
             trace, self.config, self.clock, slots, self.rows, self.record, self._on_report
         )
         self.curves: SimCurveService | None = None
-        if policy.wants_predictions:
+        if policy.traits.wants_predictions:
             from hpctune.curves.fitter import FitOptions
             from hpctune.wire.layout import StudyPaths
 
@@ -350,7 +366,7 @@ class Simulator:
             self.workers.wire,
             self.workers.executor,
             self.clock,
-            policy=make_policy(self.policy.name, _options_dict(self.policy)),
+            policy=make_policy(self.policy.name, _options_dict(self.policy), self.policy.context),
             generator=self.generator,
             curve_service=self.curves,  # type: ignore[arg-type]
             worker_timeout=self.config.faults.worker_timeout,
@@ -578,4 +594,11 @@ def _options_dict(policy: Policy) -> dict[str, Any]:
     return {name: getattr(options, name) for name in options.__dataclass_fields__}
 
 
-__all__ = ["SimClock", "Simulator", "SimulatorConfig", "SimulatorError", "simulation_spec"]
+__all__ = [
+    "SimClock",
+    "Simulator",
+    "SimulatorConfig",
+    "SimulatorError",
+    "simulation_context",
+    "simulation_spec",
+]

@@ -145,7 +145,7 @@ def prefetch_for(
         {
             n
             for policy in policies
-            if policy.wants_predictions
+            if policy.traits.wants_predictions
             for n in range(3, max_steps)
             if policy.wants_fit(n)
         }

@@ -18,8 +18,13 @@ from hpctune.errors import StudySpecError, check_table_keys
 
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
-# tuners that run over stage trees
-STAGE_POLICIES = ("default", "sha", "hyperband", "asha", "median", "pbt")
+
+
+def stage_policies() -> list[str]:
+    """The registered policies that run over stage trees (the trait ``runs_on_stage_trees``)."""
+    from hpctune.policies import POLICIES
+
+    return [name for name, cls in POLICIES.items() if cls.traits.runs_on_stage_trees]
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class StagesSpec:
 
     Attributes:
         enabled: Run the study as a stage tree (shared prefixes trained once); policies
-            ``default``, ``sha``, ``hyperband``, ``asha``, ``median`` and ``pbt``.
+            those with the trait ``runs_on_stage_trees`` (:func:`stage_policies`).
         scheduler: Which ready stages a free worker gets: ``"critical-path"`` (Hippo §4.3: the
             longest path, whole), ``"bfs"`` or ``"most-children"`` (one stage at a time).
         store: A directory shared by studies (absolute), or ``None``: stage checkpoints are
@@ -92,11 +97,11 @@ def parse_stages(
             f"`stages.scheduler` must be one of {', '.join(repr(s) for s in SCHEDULERS)}, "
             f"but got {scheduler!r}",
         )
-    if enabled and policy not in STAGE_POLICIES:
+    if enabled and policy not in stage_policies():
         raise StudySpecError(
             path,
             "stages.enabled",
-            f"stage trees run with the policies {', '.join(STAGE_POLICIES)} (tuners that ask "
+            f"stage trees run with the policies {', '.join(stage_policies())} (tuners that ask "
             "for trials trained to a step or judge them at known rungs, not ones that decide at "
             "every boundary), not with "
             f'{policy!r}; set [policy] name = "default" or "sha", or stages.enabled = false',

@@ -18,7 +18,7 @@ from hpctune.controller.launch import create_study
 from hpctune.errors import UsageError
 from hpctune.journal.reader import open_study
 from hpctune.policies import make_policy
-from hpctune.study.spec import ComponentSpec, StudySpec
+from hpctune.study.spec import ComponentSpec, StudySpec, study_context
 from hpctune.wire.layout import StudyPaths
 
 
@@ -39,7 +39,7 @@ def replay_spec(
     name = f"{spec.name}-replay-{'-'.join(str(t) for t in targets)}"
     target = Path(directory) if directory is not None else study.directory.with_name(name)
     policy = ComponentSpec("replay", {"trials": plan})
-    make_policy(policy.name, policy.options).check_space(spec.space)
+    make_policy(policy.name, policy.options, study_context(spec)).check_space(spec.space)
     roots = sum(entry["parent"] is None for entry in plan)
     new = dataclasses.replace(
         spec,

@@ -30,7 +30,7 @@ from typing import Any
 from hpctune.analysis.best import BEST_MODES, DEFAULT_KEEP, KEEP_MODES
 from hpctune.curves.options import CurvesSpec, parse_curves
 from hpctune.errors import StudySpecError
-from hpctune.policies import OptionError, make_policy
+from hpctune.policies import OptionError, StudyContext, make_policy
 from hpctune.policies.generators import make_generator
 from hpctune.slurm.options import SlurmSpec, parse_slurm
 from hpctune.stagetree.options import StagesSpec, parse_stages
@@ -627,7 +627,8 @@ def parse_spec(
 
     policy = _component(data, "policy", "default", source)
     try:
-        policy_object = make_policy(policy.name, policy.options)
+        context = StudyContext(max_steps=max_steps, mode=mode, boundary=boundary)
+        policy_object = make_policy(policy.name, policy.options, context)
         policy_object.check_space(space)
     except OptionError as exc:
         raise StudySpecError(source, f"policy.{exc.key}", exc.message) from None
@@ -635,7 +636,7 @@ def parse_spec(
         raise StudySpecError(source, "policy", str(exc)) from None
     # a policy that makes configurations (PBT) trains a model through a lineage: its final one
     best = _choice(
-        study, "best", "last" if policy_object.makes_configurations else "peak", BEST_MODES
+        study, "best", "last" if policy_object.traits.makes_configurations else "peak", BEST_MODES
     )
     keep_checkpoints = _choice(study, "keep_checkpoints", DEFAULT_KEEP, KEEP_MODES)
 
@@ -908,3 +909,9 @@ __all__ = [
     "load_spec",
     "parse_spec",
 ]
+
+
+def study_context(spec: StudySpec) -> StudyContext:
+    """What the study's policy is built with (:class:`~hpctune.policies.StudyContext`): its
+    ``max_steps``, ``mode`` and ``boundary``."""
+    return StudyContext(max_steps=spec.max_steps, mode=spec.mode, boundary=spec.boundary)

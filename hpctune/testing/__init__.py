@@ -1,7 +1,8 @@
 """Tools to test code written for hpctune: the policy conformance kit.
 
-Run ``check_policy(lambda: MyPolicy(...))`` (or ``hpctune check-policy module:MyPolicy``) before a
-new policy is used: see :mod:`hpctune.testing.policy_conformance` and docs/policies.md.
+Run ``check_policy(lambda context: MyPolicy(context, ...))`` (or ``hpctune check-policy
+module:MyPolicy``) before a new policy is used: see :mod:`hpctune.testing.policy_conformance`
+and docs/policies.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,15 @@ import numpy as np
 from scipy.special import ndtri
 
 from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
-from hpctune.policies._base import Action, ActionKind, Event, EventKind, StudyView, TrialView
+from hpctune.policies._base import (
+    Action,
+    ActionKind,
+    Event,
+    EventKind,
+    StudyContext,
+    StudyView,
+    TrialView,
+)
 from hpctune.study.space import SearchSpace, parse_space
 from hpctune.wire.files import dumps
 from hpctune.wire.states import Mode, TrialStatus
@@ -164,6 +172,11 @@ class StudyWalk:
                 n = len(trial.values)
                 if 2 <= n < self.max_steps and rng.random() < 0.6:
                     self.predictions[trial.trial_id] = self._prediction(trial, n)
+
+    @property
+    def context(self) -> StudyContext:
+        """The study's context, which the policy under check is built with."""
+        return StudyContext(max_steps=self.max_steps, mode=self.mode, boundary=self.boundary)
 
     # -- the study's parts ---------------------------------------------------------------------
 

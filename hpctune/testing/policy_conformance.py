@@ -16,7 +16,8 @@ decision is checked (:data:`CHECKS`, in this order):
 * ``restart``: the policy restored from the journaled state before the decision decides as the
   policy that ran uninterrupted, and ends in the same state;
 * ``slots``: no more START/RESUME/FORK actions than free slots on SLOT_FREE;
-* ``legal``: only actions the controller carries out (:func:`action_problem`).
+* ``legal``: a :class:`~hpctune.policies.Decision` of only actions the controller carries out
+  (:func:`action_problem`).
 
 A failure raises :class:`ConformanceError` naming the policy, the check, the event and the seed
 that reproduces it.
@@ -47,10 +48,13 @@ from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
     Action,
     ActionKind,
+    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyTraits,
+    StudyContext,
     StudyView,
     parse_options,
 )
@@ -264,16 +268,17 @@ def action_problem(view: StudyView, event: Event, actions: Any) -> tuple[str, st
     """The first check (``slots`` or ``legal``) ``actions`` fail for ``event`` on ``view``, and
     why; ``None`` if the controller can carry them all out.
 
-    Legal: a list of :class:`Action`; START, RESUME and FORK only on SLOT_FREE, at most
-    ``free_slots`` of them, and no more STARTs without parameters than ``trials_remaining``;
+    Legal: a list (or a :class:`Decision`'s tuple) of :class:`Action`; START, RESUME and FORK
+    only on SLOT_FREE, at most ``free_slots`` of them, and no more STARTs without parameters
+    than ``trials_remaining``;
     RESUME of a QUEUED or SUSPENDED trial, once, ``until_step`` after its checkpoint; FORK of an
     existing trial at the step of its checkpoint (the latest, the one the view shows), with
     parameters; CONTINUE, SUSPEND and TERMINATE of existing trials not ended, CONTINUE at a
     BOUNDARY only of the event's trial; integer fields integers, a finite priority, parameters
     JSON-able mappings.
     """
-    if not isinstance(actions, list):
-        return "legal", f"decide returned a {type(actions).__name__}, not a list of actions"
+    if not isinstance(actions, list | tuple):
+        return "legal", f"the actions are a {type(actions).__name__}, not a list of actions"
     for action in actions:
         if not isinstance(action, Action) or not isinstance(action.kind, ActionKind):
             return "legal", f"{action!r} is not an Action"
@@ -363,8 +368,12 @@ def _problem(view: StudyView, event: Event, action: Action, resumed: set[int]) -
 # -- the run -------------------------------------------------------------------------------------
 
 
+#: The study a policy is first built for, to learn its name and traits and check its space.
+PROBE_CONTEXT = StudyContext(max_steps=12, mode="max", boundary=1)
+
+
 def check_policy(
-    make: Callable[[], Policy],
+    make: Callable[[StudyContext], Policy],
     *,
     seed: int = 0,
     n_views: int = 200,
@@ -374,7 +383,8 @@ def check_policy(
     """Check the policies ``make()`` builds on ``n_views`` decisions of random studies.
 
     Args:
-        make: Builds a new policy with the options to check (called for every restart).
+        make: Builds a new policy with the options to check for a study's context (called
+            for every random study, with its context, and for every restart).
         seed: The first study's seed (the next ones: ``seed + 1``, ...).
         n_views: Decisions to check (a view and an event each), over as many studies as needed.
         rounds: Rounds of each study (a round: training, events, then free slots).
@@ -393,9 +403,9 @@ def check_policy(
         raise ValueError(f"n_views and rounds must be >= 1, but got {n_views} and {rounds}")
     started = time.perf_counter()
     space = space if space is not None else default_space()
-    first = make()
+    first = make(PROBE_CONTEXT)
     first.check_space(space)
-    run = _Run(make, type(first).name or type(first).__name__)
+    run = _Run(make, type(first).name or type(first).__name__, first.traits)
     studies = 0
     while run.decisions < n_views and studies < 10 * n_views:
         run.walk(seed + studies, space, rounds, n_views)
@@ -415,8 +425,9 @@ def check_policy(
 class _Run:
     """The state of one :func:`check_policy` run."""
 
-    make: Callable[[], Policy]
+    make: Callable[[StudyContext], Policy]
     name: str
+    traits: PolicyTraits
     decisions: int = 0
     events: Counter[str] = field(default_factory=Counter)
     actions: Counter[str] = field(default_factory=Counter)
@@ -427,11 +438,20 @@ class _Run:
     event: Event | None = None
     view: StudyView | None = None
     patched: str = "{}"  # the policy's state (JSON) as of its last patch (state-changes)
+    context: StudyContext = PROBE_CONTEXT  # the study's, which every policy is built with
 
     def walk(self, seed: int, space: SearchSpace, rounds: int, n_views: int) -> None:
         """Walk one study for ``rounds`` rounds (or until ``n_views`` decisions in all)."""
         self.seed, self.index, self.event, self.view = seed, 0, None, None
-        policy = self.make()
+        study = StudyWalk(
+            np.random.default_rng(seed),
+            space,
+            makes_configurations=self.traits.makes_configurations,
+            wants_predictions=self.traits.wants_predictions,
+            wants_fit=lambda step: bool(self._hook(lambda: policy.wants_fit(step))),
+        )
+        self.context = study.context
+        policy = self.make(self.context)
         loaded = self._call(lambda: policy.load_state_dict({}))  # as a new study's controller
         if isinstance(loaded, BaseException):
             self._fail(
@@ -439,13 +459,6 @@ class _Run:
                 f"load_state_dict({{}}) (a new study's state) raised {_exception_text(loaded)}",
             )
         self.patched = self._state(policy)[0]  # the state its next patch starts from
-        study = StudyWalk(
-            np.random.default_rng(seed),
-            space,
-            makes_configurations=policy.makes_configurations,
-            wants_predictions=policy.wants_predictions,
-            wants_fit=lambda step: bool(self._hook(lambda: policy.wants_fit(step))),
-        )
         for _ in range(rounds):
             self.event = None
             events = study.advance()
@@ -468,6 +481,7 @@ class _Run:
     # -- one decision ----------------------------------------------------------------------------
 
     def _decide(self, policy: Policy, view: StudyView, event: Event) -> list[Action]:
+        """Check one decision of ``policy``; return its actions."""
         self.index += 1
         self.decisions += 1
         self.event, self.view = event, view
@@ -520,17 +534,21 @@ class _Run:
                 f"after the same decision the uninterrupted policy's state is {after} but the "
                 f"restored one's is {after_restored}",
             )
-        problem = action_problem(view, event, ours)
+        if not isinstance(ours, Decision):
+            self._fail("legal", f"decide returned a {type(ours).__name__}, not a Decision")
+        actions = list(ours.actions)
+        problem = action_problem(view, event, actions)
         if problem is not None:
-            self._fail(problem[0], problem[1], ours)
-        assert isinstance(ours, list)
-        self.actions.update(a.kind.value for a in ours)
-        return ours
+            self._fail(problem[0], problem[1], actions)
+        if not isinstance(ours.hold_idle_workers, bool | np.bool_):
+            self._fail("legal", f"hold_idle_workers is {ours.hold_idle_workers!r}, not a bool")
+        self.actions.update(a.kind.value for a in actions)
+        return actions
 
     def _check_changes(self, policy: Policy, raw: str, canonical: str) -> None:
         """A policy that tracks its changes: its patch turns the state of its last patch into
         the state now (``raw``, ``canonical``)."""
-        if not policy.tracks_state_changes:
+        if not self.traits.tracks_state_changes:
             return
         changes = self._hook(policy.state_changes)
         try:
@@ -551,11 +569,8 @@ class _Run:
         self.event = None
         view = study.view(0)
         self.view = view
-        holds = self._hook(lambda: policy.holds_idle_workers(view))
-        if not isinstance(holds, bool | np.bool_):
-            self._fail("legal", f"holds_idle_workers returned {holds!r}, not a bool")
         self._milestones(policy, view)
-        if not policy.makes_configurations:
+        if not self.traits.makes_configurations:
             return
         needed = self._hook(lambda: policy.needed_checkpoints(view))
         if needed is not None:  # ids of trials to come are allowed (replay's targets)
@@ -623,7 +638,7 @@ class _Run:
 
     def _restore(self, raw: str, canonical: str) -> Policy:
         """A new policy given the journaled state ``raw``; its state must come back unchanged."""
-        policy = self.make()
+        policy = self.make(self.context)
         loaded = self._call(lambda: policy.load_state_dict(json.loads(raw)))
         if isinstance(loaded, BaseException):
             self._fail(
@@ -648,7 +663,11 @@ class _Run:
             seed=self.seed,
             decision=self.index,
             view=self.view,
-            actions=actions if isinstance(actions, list) else None,
+            actions=list(actions.actions)
+            if isinstance(actions, Decision)
+            else actions
+            if isinstance(actions, list)
+            else None,
         )
 
 
@@ -684,12 +703,12 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _key(result: Any) -> Any:
-    """A comparable form of a decision's result (actions, or the exception raised)."""
+    """A comparable form of a decision's result (its actions and hold, or the exception)."""
     if isinstance(result, BaseException):
         return ("raised", type(result).__name__, str(result))
-    if not isinstance(result, list):
+    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
         return ("returned", repr(result))
-    return [_action_key(a) for a in result]
+    return ([_action_key(a) for a in result.actions], repr(result.hold_idle_workers))
 
 
 def _action_key(action: Any) -> Any:
@@ -715,33 +734,36 @@ def _plain(value: Any) -> str:
 def _show(result: Any) -> str:
     if isinstance(result, BaseException):
         return f"raised {_exception_text(result)}"
-    if not isinstance(result, list):
+    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
         return repr(result)
-    return "[" + ", ".join(describe_action(a) for a in result) + "]"
+    hold = ", holding idle workers" if result.hold_idle_workers else ""
+    return "[" + ", ".join(describe_action(a) for a in result.actions) + "]" + hold
 
 
 # -- policies named on the command line -----------------------------------------------------------
 
 
-def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[], Policy]:
+def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[StudyContext], Policy]:
     """The factory ``hpctune check-policy TARGET --options JSON`` checks.
 
     ``TARGET`` is a registered policy name (``asha``) or ``MODULE:NAME``: a :class:`Policy`
-    subclass (built from its ``Options`` dataclass when it has one, as ``[policy]`` options are)
-    or a function returning a policy (called with the options as keyword arguments). Modules are
-    imported with the current directory on ``sys.path``.
+    subclass (built as ``cls(context, options)`` from its ``Options`` dataclass when it has
+    one, as ``[policy]`` options are, else as ``cls(context)``) or a function returning a
+    policy (called with the options and ``context``, the :class:`StudyContext`, as keyword
+    arguments).
+    Modules are imported with the current directory on ``sys.path``.
 
     Raises:
         UsageError: The target cannot be imported, is no policy, or refuses the options.
     """
-    factory: Callable[[], Policy]
+    factory: Callable[[StudyContext], Policy]
     if ":" not in target:
         if target not in POLICIES:
             raise UsageError(
                 f"{target!r} is neither a registered policy ({', '.join(POLICIES)}) nor "
                 "MODULE:CLASS_OR_FACTORY"
             )
-        factory = lambda: make_policy(target, options)  # noqa: E731
+        factory = lambda context: make_policy(target, options, context)  # noqa: E731
     else:
         obj = _import_target(target)
         if isinstance(obj, type) and issubclass(obj, Policy):
@@ -749,9 +771,9 @@ def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[], Poli
         elif isinstance(obj, type) or not callable(obj):
             raise UsageError(f"{target} is not a Policy subclass or a function returning one")
         else:
-            factory = lambda: obj(**options)  # noqa: E731
+            factory = lambda context: obj(context=context, **options)  # noqa: E731
     try:
-        policy = factory()
+        policy = factory(PROBE_CONTEXT)
     except (OptionError, TypeError, ValueError) as exc:
         raise UsageError(f"{target} with options {dict(options)}: {exc}") from exc
     if not isinstance(policy, Policy):
@@ -776,7 +798,7 @@ def _import_target(target: str) -> Any:
 
 def _class_factory(
     cls: type[Policy], options: Mapping[str, Any], target: str
-) -> Callable[[], Policy]:
+) -> Callable[[StudyContext], Policy]:
     options_type = getattr(cls, "Options", None)
     if options_type is None:
         if options:
@@ -786,4 +808,4 @@ def _class_factory(
         parsed = parse_options(options_type, options)
     except OptionError as exc:
         raise UsageError(f"{target}: option {exc}") from exc
-    return lambda: cls(parsed)  # type: ignore[call-arg]
+    return lambda context: cls(context, parsed)  # type: ignore[call-arg]

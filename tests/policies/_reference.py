@@ -23,6 +23,7 @@ from hpctune.policies import (
     ShaPolicy,
     TruncationPbtPolicy,
 )
+from hpctune.policies import Decision as PolicyDecision
 from hpctune.policies._base import Action, Event, EventKind, StudyView, TrialView
 from hpctune.policies._common import best_until, last_step
 from hpctune.policies._fitness import Objective, compare, fitness
@@ -63,16 +64,11 @@ class ReferenceAshaBracket(AshaBracket):
 class ReferenceAsha(AshaPolicy):
     """ASHA with :class:`ReferenceAshaBracket`."""
 
-    def _ensure(self, view: StudyView) -> int:
-        max_t = super()._ensure(view)
-        for bracket in self.brackets:
+    def _make_brackets(self, max_t: int) -> list[AshaBracket]:
+        brackets = super()._make_brackets(max_t)
+        for bracket in brackets:
             bracket.__class__ = ReferenceAshaBracket
-        return max_t
-
-    def load_state_dict(self, state: Any) -> None:
-        super().load_state_dict(state)
-        for bracket in self.brackets:
-            bracket.__class__ = ReferenceAshaBracket
+        return brackets
 
 
 class ReferenceMedian(MedianStoppingPolicy):
@@ -131,10 +127,9 @@ class _ReferenceHalving(SyncHalvingPolicy):
                 bracket = self._open_bracket()
             bracket.add(tid)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is not EventKind.SLOT_FREE:
-            return []
-        self._ensure(view)
+            return PolicyDecision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -180,7 +175,7 @@ class _ReferenceHalving(SyncHalvingPolicy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return actions + placing
+        return PolicyDecision.of(actions + placing)
 
 
 class ReferenceSha(_ReferenceHalving, ShaPolicy):

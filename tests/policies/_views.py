@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hpctune.policies import StudyView, TrialView
-from hpctune.wire.states import TrialStatus
+from hpctune.policies import StudyContext, StudyView, TrialView
+from hpctune.wire.states import Mode, TrialStatus
 
 
 def trial(
@@ -30,6 +30,11 @@ def trial(
         values=np.asarray(values, dtype=float),
         times=steps.astype(float),
     )
+
+
+def context(max_steps: int = 9, *, mode: Mode = "max", boundary: int = 1) -> StudyContext:
+    """The context a policy is built with for a study of :func:`view`'s defaults."""
+    return StudyContext(max_steps=max_steps, mode=mode, boundary=boundary)
 
 
 def view(

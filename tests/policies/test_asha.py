@@ -10,7 +10,7 @@ import pytest
 from hpctune.policies import ActionKind, AshaPolicy, Event, OptionError, make_policy
 from hpctune.policies.asha import AshaBracket
 from hpctune.wire.states import Decision, TrialStatus
-from tests.policies._views import RNG, trial, view
+from tests.policies._views import RNG, context, trial, view
 
 
 def test_rungs_are_grace_times_eta_powers_below_max_t() -> None:
@@ -43,58 +43,58 @@ def test_a_trial_below_the_cutoff_of_earlier_trials_is_stopped() -> None:
 
 
 def test_policy_terminates_below_the_cutoff_and_continues_otherwise() -> None:
-    policy = AshaPolicy(AshaPolicy.Options(reduction_factor=2))
+    policy = AshaPolicy(context(), AshaPolicy.Options(reduction_factor=2))
     a, b, c = trial(0, [0.5]), trial(1, [0.9]), trial(2, [0.2])
     v = view([a, b, c], max_steps=4)
-    assert policy.decide(v, Event.boundary(0, 1), RNG)[0].kind is ActionKind.CONTINUE
-    assert policy.decide(v, Event.boundary(1, 1), RNG)[0].kind is ActionKind.CONTINUE
-    stop = policy.decide(v, Event.boundary(2, 1), RNG)
+    assert policy.decide(v, Event.boundary(0, 1), RNG).actions[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(1, 1), RNG).actions[0].kind is ActionKind.CONTINUE
+    stop = list(policy.decide(v, Event.boundary(2, 1), RNG).actions)
     assert [(x.kind, x.trial_id) for x in stop] == [(ActionKind.TERMINATE, 2)]
     assert "cutoff 0.7" in stop[0].reason
-    assert policy.decide(v, Event.report(2, 1), RNG) == []
+    assert list(policy.decide(v, Event.report(2, 1), RNG).actions) == []
     # at max_steps there is nothing to decide
-    assert policy.decide(v, Event.boundary(0, 4), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(0, 4), RNG).actions[0].kind is ActionKind.CONTINUE
 
 
 def test_policy_mode_min_stops_the_high_losses() -> None:
-    policy = AshaPolicy(AshaPolicy.Options(reduction_factor=2))
+    policy = AshaPolicy(context(), AshaPolicy.Options(reduction_factor=2))
     v = view([trial(0, [0.5]), trial(1, [0.9]), trial(2, [0.2])], mode="min")
-    kinds = [policy.decide(v, Event.boundary(t, 1), RNG)[0].kind for t in (0, 1, 2)]
+    kinds = [policy.decide(v, Event.boundary(t, 1), RNG).actions[0].kind for t in (0, 1, 2)]
     assert kinds == [ActionKind.CONTINUE, ActionKind.TERMINATE, ActionKind.CONTINUE]
 
 
 def test_max_t_below_max_steps_stops_trials_there() -> None:
-    policy = make_policy("asha", {"max_t": 3})
+    policy = make_policy("asha", {"max_t": 3}, context())
     v = view([trial(0, [0.5, 0.6, 0.7])], max_steps=9)
-    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(0, 3), RNG).actions[0].kind is ActionKind.TERMINATE
 
 
 def test_several_brackets_draw_from_the_generator_and_restore() -> None:
-    policy = AshaPolicy(AshaPolicy.Options(brackets=3, reduction_factor=2))
+    policy = AshaPolicy(context(), AshaPolicy.Options(brackets=3, reduction_factor=2))
     v = view([trial(i, [0.1 * i]) for i in range(20)], max_steps=16)
     for i in range(20):
-        policy.decide(v, Event.boundary(i, 1), np.random.default_rng(i))
+        list(policy.decide(v, Event.boundary(i, 1), np.random.default_rng(i)).actions)
     assert set(policy.assigned.values()) <= {0, 1, 2}
     assert len(set(policy.assigned.values())) > 1
     state = json.loads(json.dumps(policy.state_dict(), allow_nan=False))
-    again = AshaPolicy(AshaPolicy.Options(brackets=3, reduction_factor=2))
+    again = AshaPolicy(context(), AshaPolicy.Options(brackets=3, reduction_factor=2))
     again.load_state_dict(state)
     assert again.state_dict() == state
 
 
 def test_slot_free_fills_every_slot() -> None:
-    policy = AshaPolicy()
+    policy = AshaPolicy(context())
     v = view([trial(0, [0.5], TrialStatus.QUEUED)], free=3, remaining=5)
-    kinds = [a.kind for a in policy.decide(v, Event.slot_free(3), RNG)]
+    kinds = [a.kind for a in list(policy.decide(v, Event.slot_free(3), RNG).actions)]
     assert kinds == [ActionKind.RESUME, ActionKind.START, ActionKind.START]
 
 
 def test_options_are_checked() -> None:
     with pytest.raises(OptionError) as err:
-        make_policy("asha", {"reduction_factor": 1})
+        make_policy("asha", {"reduction_factor": 1}, context())
     assert err.value.key == "reduction_factor"
     with pytest.raises(OptionError) as err:
-        make_policy("asha", {"grace_period": 4, "max_t": 2})
+        make_policy("asha", {"grace_period": 4, "max_t": 2}, context())
     assert err.value.key == "max_t"
     with pytest.raises(OptionError, match="unknown option"):
-        make_policy("asha", {"eta": 3})
+        make_policy("asha", {"eta": 3}, context())

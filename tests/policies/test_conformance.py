@@ -25,10 +25,12 @@ from hpctune.policies import (
     POLICIES,
     Action,
     AshaPolicy,
+    Decision,
     DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    StudyContext,
     StudyView,
     TruncationPbtPolicy,
     make_policy,
@@ -44,6 +46,7 @@ from hpctune.testing import (
     view_problems,
 )
 from hpctune.wire.states import TrialStatus
+from tests.policies._views import context
 
 PLAN = [
     {"params": {"lr": 0.1}, "seed": 1, "end_step": 3, "parent": None},
@@ -99,7 +102,7 @@ def test_every_registered_policy_is_in_the_conformance_run() -> None:
 @pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
 def test_registered_policy_conforms(config: tuple[str, dict[str, Any]]) -> None:
     name, options = config
-    report = check_policy(lambda: make_policy(name, options), seed=100, n_views=250)
+    report = check_policy(lambda ctx: make_policy(name, options, ctx), seed=100, n_views=250)
     assert report.policy == name
     assert report.decisions == 250
     assert report.checks == CHECKS
@@ -120,10 +123,10 @@ class OverPlacing(DefaultPolicy):
 
     name: ClassVar[str] = "over-placing"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE:
-            return [Action.start() for _ in range(event.free_slots + 1)]
-        return []
+            return Decision.of([Action.start() for _ in range(event.free_slots + 1)])
+        return Decision()
 
 
 class Reading(DefaultPolicy):
@@ -132,7 +135,7 @@ class Reading(DefaultPolicy):
     name: ClassVar[str] = "reading"
     action: ClassVar[Callable[[], Any]] = staticmethod(lambda: open(os.devnull).close())
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.REPORT:
             with contextlib.suppress(OSError):  # swallowing the refusal hides nothing
                 type(self).action()
@@ -144,9 +147,9 @@ class ClockReading(DefaultPolicy):
 
     name: ClassVar[str] = "clock-reading"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.SLOT_FREE and time.monotonic() < 0:
-            return []
+            return Decision()
         return super().decide(view, event, rng)
 
 
@@ -155,11 +158,11 @@ class SetState(DefaultPolicy):
 
     name: ClassVar[str] = "set-state"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.seen: set[int] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.trial_id is not None:
             self.seen.add(event.trial_id)
         return super().decide(view, event, rng)
@@ -173,11 +176,11 @@ class Forgetful(DefaultPolicy):
 
     name: ClassVar[str] = "forgetful"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -193,15 +196,15 @@ class HiddenState(DefaultPolicy):
 
     name: ClassVar[str] = "hidden-state"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
         self.started = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is not EventKind.SLOT_FREE or self.started:
-            return []
+            return Decision()
         self.started = True
-        return [Action.start()]
+        return Decision.of([Action.start()])
 
 
 class Nondeterministic(DefaultPolicy):
@@ -209,9 +212,9 @@ class Nondeterministic(DefaultPolicy):
 
     name: ClassVar[str] = "nondeterministic"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return [Action.continue_(event.trial_id, priority=random.random())]
+            return Decision.of([Action.continue_(event.trial_id, priority=random.random())])
         return super().decide(view, event, rng)
 
 
@@ -220,9 +223,12 @@ class TerminatesEnded(DefaultPolicy):
 
     name: ClassVar[str] = "terminates-ended"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         done = view.with_status(TrialStatus.COMPLETED)
-        return [Action.terminate(t.trial_id) for t in done] + super().decide(view, event, rng)
+        return Decision.of(
+            [Action.terminate(t.trial_id) for t in done]
+            + list(super().decide(view, event, rng).actions)
+        )
 
 
 class Misplacing(DefaultPolicy):
@@ -231,22 +237,22 @@ class Misplacing(DefaultPolicy):
     name: ClassVar[str] = "misplacing"
     mistake: ClassVar[str] = "resume-running"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         running = view.with_status(TrialStatus.RUNNING)
         if self.mistake == "start-at-boundary" and event.kind is EventKind.BOUNDARY:
-            return [Action.start()]
+            return Decision.of([Action.start()])
         if self.mistake == "continue-other" and event.kind is EventKind.BOUNDARY:
-            return [Action.continue_(t.trial_id) for t in running]
+            return Decision.of([Action.continue_(t.trial_id) for t in running])
         if event.kind is not EventKind.SLOT_FREE:
-            return []
+            return Decision()
         if self.mistake == "resume-running" and running:
-            return [Action.resume(running[0].trial_id)]
+            return Decision.of([Action.resume(running[0].trial_id)])
         if self.mistake == "fork-without-checkpoint":
             bare = [t for t in view.trials.values() if t.checkpoint_step is None]
-            return [Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else []
+            return Decision.of([Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else [])
         if self.mistake == "too-many-starts":
-            return [Action.start() for _ in range(event.free_slots)]
-        return []
+            return Decision.of([Action.start() for _ in range(event.free_slots)])
+        return Decision()
 
 
 class Raising(DefaultPolicy):
@@ -254,19 +260,19 @@ class Raising(DefaultPolicy):
 
     name: ClassVar[str] = "raising"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         if event.kind is EventKind.PREDICTION:
-            return [Action.terminate(view.predictions[event.trial_id or 0].n)]
+            return Decision.of([Action.terminate(view.predictions[event.trial_id or 0].n)])
         return super().decide(view, event, rng)
 
 
-def _caught(make: Callable[[], Policy], check: str) -> ConformanceError:
+def _caught(make: Callable[[StudyContext], Policy], check: str) -> ConformanceError:
     """Check that the kit catches ``make``'s policy with ``check``, reproducibly."""
     with pytest.raises(ConformanceError) as info:
         check_policy(make, seed=7, n_views=300)
     err = info.value
     assert err.check == check, str(err)
-    assert err.policy == make().name
+    assert err.policy == make(context()).name
     assert f"failed the check {check!r}" in str(err)
     assert f"seed={err.seed}, n_views={err.views}" in str(err)
     with pytest.raises(ConformanceError) as again:  # the reproducer fails at the same decision
@@ -329,8 +335,9 @@ def test_state_missing_from_the_journal_is_caught_at_restart() -> None:
 class ForgetsClones(TruncationPbtPolicy):
     """Ray's PBT without its waiting clones in the journal."""
 
-    def __init__(self) -> None:
-        super().__init__(TruncationPbtPolicy.Options(population_size=4, perturbation_interval=2))
+    def __init__(self, context: StudyContext) -> None:
+        options = TruncationPbtPolicy.Options(population_size=4, perturbation_interval=2)
+        super().__init__(context, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "pending": []}
@@ -379,7 +386,7 @@ class Mutating(DefaultPolicy):
     name: ClassVar[str] = "mutating"
     how: ClassVar[str] = "params"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> list[Action]:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
         trial = view.trials.get(event.trial_id) if event.trial_id is not None else None
         if trial is not None and self.how == "params":
             trial.params["seen"] = True  # type: ignore[index]
@@ -444,7 +451,7 @@ def test_an_exception_in_decide_is_caught() -> None:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_kit_makes_valid_views(seed: int) -> None:
-    policy = DefaultPolicy()
+    policy = DefaultPolicy(context())
     study = StudyWalk(
         np.random.default_rng(seed),
         default_space(),
@@ -460,7 +467,10 @@ def test_the_kit_makes_valid_views(seed: int) -> None:
         if free > 0:
             view = study.view(free)
             assert view_problems(view) == []
-            study.place(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)), free)
+            study.place(
+                list(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)).actions),
+                free,
+            )
         assert view_problems(study.view(0)) == []
 
 

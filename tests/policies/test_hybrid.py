@@ -17,7 +17,7 @@ from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
 from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise
 from hpctune.simulator import simulate
-from tests.policies._views import RNG, trial, view
+from tests.policies._views import RNG, context, trial, view
 
 
 def certain(n: int, x_max: int, value: float) -> CurvePrediction:
@@ -47,7 +47,7 @@ def test_defaults_are_the_measured_ones() -> None:
         optimism=0.99,
         noise_guard=2.0,
     )
-    assert isinstance(make_policy("hybrid", {}), HybridPolicy)
+    assert isinstance(make_policy("hybrid", {}, context()), HybridPolicy)
 
 
 @pytest.mark.parametrize(
@@ -67,30 +67,34 @@ def test_defaults_are_the_measured_ones() -> None:
 )
 def test_invalid_options_name_the_option(options: dict) -> None:
     with pytest.raises(OptionError) as err:
-        make_policy("hybrid", options)
+        make_policy("hybrid", options, context())
     assert err.value.key == next(iter(options))
 
 
 def test_first_rung_drops_what_is_below_the_quantile_as_asha() -> None:
-    policy = HybridPolicy()
+    policy = HybridPolicy(context())
     trials = [trial(i, [v]) for i, v in enumerate([0.5, 0.6, 0.7, 0.8])]
     v = view(trials, max_steps=20)
-    decided = [policy.decide(v, Event.boundary(i, 1), RNG) for i in range(4)]
+    decided = [list(policy.decide(v, Event.boundary(i, 1), RNG).actions) for i in range(4)]
     # each is above the 75th percentile of those recorded before it
     assert all(kinds(d) == [ActionKind.CONTINUE] for d in decided)
     late = trial(4, [0.55])
     v = view([*trials, late], max_steps=20)
-    assert kinds(policy.decide(v, Event.boundary(4, 1), RNG)) == [ActionKind.TERMINATE]
+    assert kinds(list(policy.decide(v, Event.boundary(4, 1), RNG).actions)) == [
+        ActionKind.TERMINATE
+    ]
     # judged once: the same step again does not judge it twice
     assert policy.recorded[1][4] == pytest.approx(0.55)
-    assert kinds(policy.decide(v, Event.boundary(4, 2), RNG)) == [ActionKind.CONTINUE]
+    assert kinds(list(policy.decide(v, Event.boundary(4, 2), RNG).actions)) == [
+        ActionKind.CONTINUE
+    ]
 
 
 def test_first_rung_in_min_mode_ranks_lower_as_better() -> None:
-    policy = HybridPolicy()
+    policy = HybridPolicy(context())
     trials = [trial(i, [v]) for i, v in enumerate([2.0, 1.9, 1.8, 1.7, 2.5])]
     v = view(trials, max_steps=20, mode="min")
-    out = [kinds(policy.decide(v, Event.boundary(i, 1), RNG)) for i in range(5)]
+    out = [kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) for i in range(5)]
     assert out[:4] == [[ActionKind.CONTINUE]] * 4
     assert out[4] == [ActionKind.TERMINATE]
 
@@ -99,7 +103,7 @@ def _rung4(policy: HybridPolicy, curves: dict[int, list[float]], predictions: di
     """Judge every trial of ``curves`` at rung 4 (its prediction arriving), in id order."""
     trials = [trial(i, c) for i, c in curves.items()]
     v = dataclasses.replace(view(trials, max_steps=40), predictions=predictions)
-    return {i: kinds(policy.decide(v, Event.prediction(i, 4), RNG)) for i in curves}
+    return {i: kinds(list(policy.decide(v, Event.prediction(i, 4), RNG).actions)) for i in curves}
 
 
 def test_noise_guard_keeps_a_noisy_trial_a_smooth_one_at_the_same_level_loses() -> None:
@@ -107,10 +111,12 @@ def test_noise_guard_keeps_a_noisy_trial_a_smooth_one_at_the_same_level_loses() 
     smooth = [0.6, 0.65, 0.68, 0.7]
     noisy = [0.5, 0.8, 0.4, 0.7]  # the same value at the rung, much noise
     assert noise(trial(0, noisy), 4) > 0.1 > noise(trial(0, smooth), 4)
-    guarded = _rung4(HybridPolicy(), {**leaders, 4: smooth, 5: noisy}, {})
+    guarded = _rung4(HybridPolicy(context()), {**leaders, 4: smooth, 5: noisy}, {})
     assert guarded[4] == [ActionKind.TERMINATE]
     assert guarded[5] == []
-    plain = _rung4(HybridPolicy(HybridOptions(noise_guard=0.0)), {**leaders, 5: noisy}, {})
+    plain = _rung4(
+        HybridPolicy(context(), HybridOptions(noise_guard=0.0)), {**leaders, 5: noisy}, {}
+    )
     assert plain[5] == [ActionKind.TERMINATE]
 
 
@@ -118,43 +124,47 @@ def test_a_rung_from_model_from_on_scores_the_optimistic_prediction() -> None:
     leaders = {i: [0.7, 0.8, 0.85, 0.9] for i in range(4)}
     flat = [0.6, 0.6, 0.6, 0.6]
     # the same curve: predicted to stay at 0.6, it is stopped; predicted to rise to 0.95, kept
-    stays = _rung4(HybridPolicy(), {**leaders, 4: flat}, {4: certain(4, 40, 0.6)})
-    rises = _rung4(HybridPolicy(), {**leaders, 4: flat}, {4: certain(4, 40, 0.95)})
+    stays = _rung4(HybridPolicy(context()), {**leaders, 4: flat}, {4: certain(4, 40, 0.6)})
+    rises = _rung4(HybridPolicy(context()), {**leaders, 4: flat}, {4: certain(4, 40, 0.95)})
     assert stays[4] == [ActionKind.TERMINATE]
     assert rises[4] == []
 
 
 def test_a_rung_from_model_from_on_waits_for_the_prediction() -> None:
-    policy = HybridPolicy()
+    policy = HybridPolicy(context())
     trials = [trial(i, [0.9, 0.9, 0.9, 0.9]) for i in range(4)] + [trial(4, [0.1] * 4)]
     v = view(trials, max_steps=40)
     for i in range(5):  # at the BOUNDARY of rung 4 nobody is judged
-        assert kinds(policy.decide(v, Event.boundary(i, 4), RNG)) == [ActionKind.CONTINUE]
+        assert kinds(list(policy.decide(v, Event.boundary(i, 4), RNG).actions)) == [
+            ActionKind.CONTINUE
+        ]
     assert 4 not in policy.recorded
     assert [step for step in range(1, 21) if policy.wants_fit(step)] == [4, 5, 10, 15, 16, 20]
 
 
 def test_curve_rule_stops_what_cannot_beat_the_best() -> None:
-    policy = HybridPolicy(HybridOptions(rungs=1))
+    policy = HybridPolicy(context(), HybridOptions(rungs=1))
     best = trial(0, [0.5, 0.7, 0.8, 0.85, 0.9])
     hopeless, hopeful = trial(1, [0.3, 0.4, 0.45, 0.5, 0.5]), trial(2, [0.3, 0.4, 0.45, 0.5, 0.5])
     v = dataclasses.replace(
         view([best, hopeless, hopeful], max_steps=20),
         predictions={1: certain(5, 20, 0.6), 2: uniform(5, 20)},
     )
-    assert kinds(policy.decide(v, Event.prediction(1, 5), RNG)) == [ActionKind.TERMINATE]
-    assert policy.decide(v, Event.prediction(2, 5), RNG) == []  # P = 0.1 >= 0.05
+    assert kinds(list(policy.decide(v, Event.prediction(1, 5), RNG).actions)) == [
+        ActionKind.TERMINATE
+    ]
+    assert list(policy.decide(v, Event.prediction(2, 5), RNG).actions) == []  # P = 0.1 >= 0.05
     # only at multiples of check_every
-    assert policy.decide(v, Event.prediction(1, 6), RNG) == []
+    assert list(policy.decide(v, Event.prediction(1, 6), RNG).actions) == []
 
 
 def test_unknown_predictions_stop_nothing() -> None:
-    policy = HybridPolicy(HybridOptions(rungs=1))
+    policy = HybridPolicy(context(), HybridOptions(rungs=1))
     unknown = CurvePrediction.unknown_result(5, 20, (0.0, 1.0), "max", "test")
     v = dataclasses.replace(
         view([trial(0, [0.9] * 5), trial(1, [0.1] * 5)], max_steps=20), predictions={1: unknown}
     )
-    assert policy.decide(v, Event.prediction(1, 5), RNG) == []
+    assert list(policy.decide(v, Event.prediction(1, 5), RNG).actions) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -165,11 +175,13 @@ def test_unknown_predictions_stop_nothing() -> None:
 def test_first_rung_never_stops_a_trial_at_least_as_good_as_every_one_before(
     values: list[float], guard: float
 ) -> None:
-    policy = HybridPolicy(HybridOptions(noise_guard=guard))
+    policy = HybridPolicy(context(), HybridOptions(noise_guard=guard))
     trials = [trial(i, [v]) for i, v in enumerate(values)]
     v = view(trials, max_steps=16)
     for i, value in enumerate(values):
-        stopped = kinds(policy.decide(v, Event.boundary(i, 1), RNG)) == [ActionKind.TERMINATE]
+        stopped = kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) == [
+            ActionKind.TERMINATE
+        ]
         if value >= max(values[:i], default=-math.inf):
             assert not stopped
     assert set(policy.recorded[1]) == set(range(len(values)))  # stopped or not, recorded
@@ -187,14 +199,14 @@ def test_a_restored_state_decides_as_the_original(values: list[float], cut: int)
     cut = min(cut, len(values))
     trials = [trial(i, [v]) for i, v in enumerate(values)]
     v = view(trials, max_steps=16)
-    original = HybridPolicy()
+    original = HybridPolicy(context())
     for i in range(cut):
-        original.decide(v, Event.boundary(i, 1), RNG)
-    restored = HybridPolicy()
+        list(original.decide(v, Event.boundary(i, 1), RNG).actions)
+    restored = HybridPolicy(context())
     restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
     for i in range(cut, len(values)):
-        a = original.decide(v, Event.boundary(i, 1), RNG)
-        b = restored.decide(v, Event.boundary(i, 1), RNG)
+        a = list(original.decide(v, Event.boundary(i, 1), RNG).actions)
+        b = list(restored.decide(v, Event.boundary(i, 1), RNG).actions)
         assert a == b
 
 

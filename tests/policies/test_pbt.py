@@ -36,11 +36,12 @@ from hpctune.policies import (
     TruncationPbtPolicy,
     make_policy,
 )
-from hpctune.simulator import Simulator, SimulatorConfig
+from hpctune.simulator import Simulator, SimulatorConfig, simulation_context
 from hpctune.study.space import parse_space
 from hpctune.study.spec import load_spec
 from hpctune.wire.states import TrialStatus
 from tests.conftest import write_study
+from tests.policies._views import context
 
 SPACE_TABLE: dict[str, Any] = {
     "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
@@ -104,7 +105,9 @@ def view(
 
 
 def pbt(**options: object) -> PbtPolicy:
-    policy = make_policy("pbt", {"population_size": 4, "steps_per_generation": 2, **options})
+    policy = make_policy(
+        "pbt", {"population_size": 4, "steps_per_generation": 2, **options}, context()
+    )
     assert isinstance(policy, PbtPolicy)
     return policy
 
@@ -113,14 +116,18 @@ RNG = np.random.default_rng(0)
 
 
 def test_generation_zero_is_sampled_until_the_population_is_full() -> None:
-    actions = pbt().decide(view([], remaining=10), Event.slot_free(3), RNG)
+    actions = list(pbt().decide(view([], remaining=10), Event.slot_free(3), RNG).actions)
     assert [(a.kind, a.params, a.generation, a.end_step) for a in actions] == [
         (ActionKind.START, None, 0, 2)
     ] * 3
-    one_more = pbt().decide(
-        view([tv(0, None, gen=0, status=TrialStatus.RUNNING)] * 1, remaining=10),
-        Event.slot_free(5),
-        RNG,
+    one_more = list(
+        pbt()
+        .decide(
+            view([tv(0, None, gen=0, status=TrialStatus.RUNNING)] * 1, remaining=10),
+            Event.slot_free(5),
+            RNG,
+        )
+        .actions
     )
     assert len(one_more) == 3  # 1 exists, 3 more; nothing has ended to initiate
 
@@ -300,9 +307,12 @@ class _Warnings(logging.Handler):
 
 
 def simulate_pbt(policy: Policy, trace: Trace, *, slots: int, seed: int = 0) -> PbtRun:
-    """Run ``policy`` (generation 0: ``population_size`` trials of the trace in a seeded order)
-    with the controller on simulated workers, as ``hpctune simulate`` does."""
-    population = policy.options.population_size  # type: ignore[attr-defined]
+    """Run ``policy``'s class with its options (generation 0: ``population_size`` trials of the
+    trace in a seeded order) with the controller on simulated workers, as ``hpctune simulate``
+    does; the policy run is built for the trace's study."""
+    options = policy.options  # type: ignore[attr-defined]
+    policy = type(policy)(simulation_context(trace), options)  # type: ignore[call-arg]
+    population = options.population_size
     # a study trains at most population x max_steps steps of at most 1.5 s, on >= 1 slot: a
     # policy that never ends (e.g. starting children afresh forever) is cut off, unfinished
     limit = 2 * 1.5 * population * trace.num_epochs
@@ -481,7 +491,7 @@ def test_pbt_is_stateless_so_a_restarted_controller_decides_the_same() -> None:
 def test_waiting_trials_resume_before_new_suggestions() -> None:
     trials = [tv(i, 0.1 * i, gen=0) for i in range(4)]
     trials.append(tv(4, None, gen=1, status=TrialStatus.QUEUED, initiator=0, parent=3))
-    actions = pbt().decide(view(trials), Event.slot_free(2), RNG)
+    actions = list(pbt().decide(view(trials), Event.slot_free(2), RNG).actions)
     assert next((a.kind, a.trial_id) for a in actions) == (ActionKind.RESUME, 4)
     assert actions[1].kind is ActionKind.FORK
     assert actions[1].initiator == 1
@@ -499,7 +509,7 @@ def test_options_are_checked_with_their_names() -> None:
         ({"generations": 3}, "generations"),
     ]:
         with pytest.raises(OptionError) as info:
-            make_policy("pbt", options)
+            make_policy("pbt", options, context())
         assert info.value.key == key
     for options, key in [
         ({"quantile_fraction": 0.6}, "quantile_fraction"),
@@ -507,7 +517,7 @@ def test_options_are_checked_with_their_names() -> None:
         ({"perturbation_interval": 0}, "perturbation_interval"),
     ]:
         with pytest.raises(OptionError) as info:
-            make_policy("pbt-truncation", options)
+            make_policy("pbt-truncation", options, context())
         assert info.value.key == key
     with pytest.raises(OptionError, match="not in the search space"):
         pbt(exclude=["momentum"]).check_space(SPACE)
@@ -555,24 +565,26 @@ def running(tid: int, value: float, step: int) -> TrialView:
 
 
 def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 4})
+    policy = make_policy(
+        "pbt-truncation", {"population_size": 8, "perturbation_interval": 4}, context()
+    )
     assert isinstance(policy, TruncationPbtPolicy)
     trials = [running(i, 0.1 * i, 4) for i in range(8)]
     v = view(trials, max_steps=20)
     assert policy.quantiles(v) == ([0, 1], [6, 7])
-    assert policy.decide(v, Event.boundary(0, 3), RNG)[0].kind is ActionKind.CONTINUE
-    assert policy.decide(v, Event.boundary(5, 4), RNG)[0].kind is ActionKind.CONTINUE
-    stop = policy.decide(v, Event.boundary(0, 4), np.random.default_rng(2))
+    assert policy.decide(v, Event.boundary(0, 3), RNG).actions[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(5, 4), RNG).actions[0].kind is ActionKind.CONTINUE
+    stop = list(policy.decide(v, Event.boundary(0, 4), np.random.default_rng(2)).actions)
     assert stop[0].kind is ActionKind.TERMINATE
     assert stop[0].trial_id == 0
     state = json.loads(json.dumps(policy.state_dict()))
-    restored = TruncationPbtPolicy(policy.options)
+    restored = TruncationPbtPolicy(context(), policy.options)
     restored.load_state_dict(state)
     assert restored.state_dict() == policy.state_dict()
     assert policy.needed_checkpoints(v) == {policy.pending[0][1]}
     ended = {**v.trials, 0: TrialView(**{**trials[0].__dict__, "status": TrialStatus.TERMINATED})}
     v2 = view(list(ended.values()), max_steps=20)
-    fork = restored.decide(v2, Event.slot_free(1), RNG)
+    fork = list(restored.decide(v2, Event.slot_free(1), RNG).actions)
     assert len(fork) == 1
     assert fork[0].kind is ActionKind.FORK
     assert fork[0].trial_id in (6, 7)
@@ -582,22 +594,24 @@ def test_truncation_bottom_quantile_clones_a_top_trial_every_interval() -> None:
     assert fork[0].end_step is None
     assert restored.pending == []
     # a trial checked at 4 waits a full interval
-    assert policy.decide(v, Event.boundary(1, 6), RNG)[0].kind is ActionKind.TERMINATE
-    assert policy.decide(v, Event.boundary(2, 4), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(1, 6), RNG).actions[0].kind is ActionKind.TERMINATE
+    assert policy.decide(v, Event.boundary(2, 4), RNG).actions[0].kind is ActionKind.CONTINUE
     assert policy.last_check[2] == 4
-    assert policy.decide(v, Event.boundary(2, 7), RNG)[0].kind is ActionKind.CONTINUE
+    assert policy.decide(v, Event.boundary(2, 7), RNG).actions[0].kind is ActionKind.CONTINUE
     assert policy.last_check[2] == 4
 
 
 def test_truncation_starts_the_population_then_only_clones() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 3})
-    assert len(policy.decide(view([], remaining=10), Event.slot_free(5), RNG)) == 3
+    policy = make_policy("pbt-truncation", {"population_size": 3}, context())
+    assert len(list(policy.decide(view([], remaining=10), Event.slot_free(5), RNG).actions)) == 3
     full = view([running(i, 0.1, 1) for i in range(3)], remaining=10)
-    assert policy.decide(full, Event.slot_free(2), RNG) == []
+    assert list(policy.decide(full, Event.slot_free(2), RNG).actions) == []
 
 
 def test_truncation_in_a_study_replaces_each_stopped_trial_with_a_clone_of_a_better_one() -> None:
-    policy = make_policy("pbt-truncation", {"population_size": 8, "perturbation_interval": 2})
+    policy = make_policy(
+        "pbt-truncation", {"population_size": 8, "perturbation_interval": 2}, context()
+    )
     run = simulate_pbt(policy, lr_trace(12, small_lr_value, seed=4), slots=8, seed=4)
     assert forks_from_deleted(run) == []
     assert run.ignored_forks == []

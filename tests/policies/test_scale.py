@@ -36,6 +36,7 @@ from tests.policies._reference import (
     ReferenceMedian,
     ReferencePbt,
 )
+from tests.policies._views import context
 
 S = TrialStatus
 
@@ -191,16 +192,16 @@ def _same_actions(ours: list[Any], theirs: list[Any], where: str) -> None:
 def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
     """Drive the policy and its reference through one random study; return the decisions."""
     new_type, reference_type = REFERENCES[name]
-    policy: Policy = new_type(new_type.Options(**options))
-    reference: Policy = reference_type(new_type.Options(**options))
     rng = np.random.default_rng(seed)
     study = StudyWalk(
         rng,
         default_space(),
-        makes_configurations=policy.makes_configurations,
-        wants_predictions=policy.wants_predictions,
-        wants_fit=policy.wants_fit,
+        makes_configurations=new_type.traits.makes_configurations,
+        wants_predictions=new_type.traits.wants_predictions,
+        wants_fit=lambda step: policy.wants_fit(step),
     )
+    policy: Policy = new_type(study.context, new_type.Options(**options))
+    reference: Policy = reference_type(study.context, new_type.Options(**options))
     if rng.random() < 0.5:
         study.num_trials = None  # an unbounded study grows to many trials
     reuse = _Reuse()
@@ -211,26 +212,26 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
         for event in events:
             if not study.deliverable(event):
                 continue
-            if event.kind is EventKind.REPORT and not policy.wants_reports:
+            if event.kind is EventKind.REPORT and not policy.traits.wants_reports:
                 continue
             decisions += 1
-            ours = policy.decide(view, event, _rng(seed, decisions))
-            theirs = reference.decide(view, event, _rng(seed, decisions))
+            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
+            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
             _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
             assert policy.state_dict() == reference.state_dict()
             for action in ours:
                 study.apply(action)
         if round_ % 7 == 3:  # a restarted controller: the new policy's caches start empty
             state = json.loads(json.dumps(policy.state_dict()))
-            policy = new_type(new_type.Options(**options))
+            policy = new_type(study.context, new_type.Options(**options))
             policy.load_state_dict(state)
         free = study.free_slots()
         if free > 0:
             view = reuse(study.view(free))
             decisions += 1
             event = Event.slot_free(free)
-            ours = policy.decide(view, event, _rng(seed, decisions))
-            theirs = reference.decide(view, event, _rng(seed, decisions))
+            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
+            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
             _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
             assert policy.state_dict() == reference.state_dict()
             needed = policy.needed_checkpoints(view)
@@ -317,12 +318,15 @@ def test_the_median_rule_matches_the_reference_on_large_changing_studies(seed: i
     options = MedianOptions(
         grace_period=[0, 1, 3][seed % 3], min_samples_required=[1, 3, 20][seed % 3]
     )
-    policy, reference = MedianStoppingPolicy(options), ReferenceMedian(options)
+    policy, reference = (
+        MedianStoppingPolicy(context(), options),
+        ReferenceMedian(context(), options),
+    )
     rng = np.random.default_rng(seed)
     checked = 0
     for index, view in enumerate(_median_study(seed, n=150, max_steps=25)):
         if index == 6:  # restart: the index is made again from the view
-            policy = MedianStoppingPolicy(options)
+            policy = MedianStoppingPolicy(context(), options)
             policy.load_state_dict(json.loads(json.dumps(reference.state_dict())))
         ids = sorted(view.trials)
         for _ in range(60):
@@ -331,8 +335,13 @@ def test_the_median_rule_matches_the_reference_on_large_changing_studies(seed: i
             event = Event.boundary(tid, step)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                expected = reference.decide(view, event, rng)
-            assert policy.decide(view, event, rng) == expected, (seed, index, tid, step)
+                expected = list(reference.decide(view, event, rng).actions)
+            assert list(policy.decide(view, event, rng).actions) == expected, (
+                seed,
+                index,
+                tid,
+                step,
+            )
             checked += expected[0].kind.value != "continue"
     assert checked > 0
 
@@ -396,10 +405,10 @@ def test_pbt_suggests_as_the_reference_for_many_free_slots(seed: int) -> None:
         comparison="pareto" if seed % 4 == 3 else "lexicographic",
     )
     view = _pbt_view(seed, 12, 9, max_steps=[30, 100][seed % 2])
-    policy, reference = PbtPolicy(options), ReferencePbt(options)
+    policy, reference = PbtPolicy(context(), options), ReferencePbt(context(), options)
     for free in (1, 7, 40):
         event = Event.slot_free(free)
-        ours = policy.decide(view, event, _rng(seed, free))
-        assert ours == reference.decide(view, event, _rng(seed, free))
+        ours = list(policy.decide(view, event, _rng(seed, free)).actions)
+        assert ours == list(reference.decide(view, event, _rng(seed, free)).actions)
     assert policy.needed_checkpoints(view) == reference.needed_checkpoints(view)
     assert any(a.initiator is not None for a in ours)

@@ -21,7 +21,7 @@ from hpctune.policies._halving import (
 from hpctune.simulator import simulate
 from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
-from tests.policies._views import RNG, trial, view
+from tests.policies._views import RNG, context, trial, view
 
 S = TrialStatus
 
@@ -33,8 +33,8 @@ def test_bracket_geometry_follows_li_et_al() -> None:
     assert bracket_milestones(4, 3, 81, 1) == (1, 3, 9, 27, 81)
     assert bracket_milestones(3, 3, 30, 1) == (1, 3, 10, 30)  # R * eta**(i - s), rounded down
     assert bracket_milestones(0, 3, 30, 1) == (30,)
-    assert ShaPolicy().shapes(81) == [BracketShape(4, 81, (1, 3, 9, 27, 81))]
-    assert ShaPolicy(ShaPolicy.Options(bracket_size=10)).shapes(9)[0].capacity == 10
+    assert ShaPolicy(context()).shapes(81) == [BracketShape(4, 81, (1, 3, 9, 27, 81))]
+    assert ShaPolicy(context(), ShaPolicy.Options(bracket_size=10)).shapes(9)[0].capacity == 10
 
 
 def _suspended(values: list[float], step: int = 1) -> list:
@@ -62,38 +62,40 @@ def test_a_bracket_waits_for_all_then_keeps_exactly_the_top_third() -> None:
 
 
 def test_sha_starts_a_bracket_then_promotes_exactly_the_top_one_over_eta() -> None:
-    policy = ShaPolicy()
-    first = policy.decide(view([], free=4, remaining=9), Event.slot_free(4), RNG)
+    policy = ShaPolicy(context())
+    first = list(policy.decide(view([], free=4, remaining=9), Event.slot_free(4), RNG).actions)
     assert [(a.kind, a.until_step) for a in first] == [(ActionKind.START, 1)] * 4
     values = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]
     v = view(_suspended(values), free=4, remaining=0)
-    actions = policy.decide(v, Event.slot_free(4), RNG)
+    actions = list(policy.decide(v, Event.slot_free(4), RNG).actions)
     terminated = [a.trial_id for a in actions if a.kind is ActionKind.TERMINATE]
     resumed = [(a.trial_id, a.until_step) for a in actions if a.kind is ActionKind.RESUME]
     assert sorted(terminated) == [0, 2, 4, 6, 7, 8]
     assert resumed == [(1, 3), (5, 3), (3, 3)]  # exactly 9 / 3, best first, to the next rung
-    assert policy.decide(v, Event.slot_free(4), RNG) == actions  # idempotent on the same view
+    assert (
+        list(policy.decide(v, Event.slot_free(4), RNG).actions) == actions
+    )  # idempotent on the same view
 
 
 def test_sha_in_min_mode_promotes_the_lowest() -> None:
-    policy = ShaPolicy()
+    policy = ShaPolicy(context())
     values = [0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]
     v = view(_suspended(values), mode="min", free=3, remaining=0)
-    actions = policy.decide(v, Event.slot_free(3), RNG)
+    actions = list(policy.decide(v, Event.slot_free(3), RNG).actions)
     assert [a.trial_id for a in actions if a.kind is ActionKind.RESUME] == [2, 6, 4]
 
 
 def test_sha_does_not_halve_before_the_bracket_is_full() -> None:
-    policy = ShaPolicy()
+    policy = ShaPolicy(context())
     v = view(_suspended([0.5, 0.9, 0.1]), free=2, remaining=6)
-    actions = policy.decide(v, Event.slot_free(2), RNG)
+    actions = list(policy.decide(v, Event.slot_free(2), RNG).actions)
     assert [(a.kind, a.until_step) for a in actions] == [(ActionKind.START, 1)] * 2
 
 
 def test_sha_closes_a_partial_bracket_when_the_generator_is_exhausted() -> None:
-    policy = ShaPolicy()
+    policy = ShaPolicy(context())
     v = view(_suspended([0.5, 0.9, 0.1, 0.7, 0.3]), free=2, remaining=0)
-    actions = policy.decide(v, Event.slot_free(2), RNG)
+    actions = list(policy.decide(v, Event.slot_free(2), RNG).actions)
     assert [(a.kind, a.trial_id) for a in actions if a.kind is not ActionKind.TERMINATE] == [
         (ActionKind.RESUME, 1)
     ]
@@ -101,10 +103,10 @@ def test_sha_closes_a_partial_bracket_when_the_generator_is_exhausted() -> None:
 
 
 def test_sha_terminates_survivors_at_max_t_below_max_steps() -> None:
-    policy = make_policy("sha", {"max_t": 3, "reduction_factor": 3})
+    policy = make_policy("sha", {"max_t": 3, "reduction_factor": 3}, context())
     v = view(_suspended([0.5, 0.9, 0.1]), free=1, remaining=0, max_steps=9)
     # max_t 3: s_max 1, milestones (1, 3), bracket of 3
-    actions = policy.decide(v, Event.slot_free(1), RNG)
+    actions = list(policy.decide(v, Event.slot_free(1), RNG).actions)
     assert [(a.kind, a.trial_id, a.until_step) for a in actions if a.trial_id == 1] == [
         (ActionKind.RESUME, 1, 3)
     ]
@@ -114,7 +116,7 @@ def test_sha_terminates_survivors_at_max_t_below_max_steps() -> None:
         free=1,
         remaining=0,
     )
-    actions = policy.decide(v, Event.slot_free(1), RNG)
+    actions = list(policy.decide(v, Event.slot_free(1), RNG).actions)
     assert [(a.kind, a.trial_id) for a in actions] == [(ActionKind.TERMINATE, 1)]
     assert "max_t=3" in actions[0].reason
 
@@ -123,10 +125,10 @@ def test_sha_options_are_checked() -> None:
     from hpctune.policies import OptionError
 
     with pytest.raises(OptionError) as err:
-        make_policy("sha", {"reduction_factor": 1})
+        make_policy("sha", {"reduction_factor": 1}, context())
     assert err.value.key == "reduction_factor"
     with pytest.raises(OptionError) as err:
-        make_policy("sha", {"max_t": 0})
+        make_policy("sha", {"max_t": 0}, context())
     assert err.value.key == "max_t"
 
 

@@ -24,6 +24,7 @@ from hpctune.stagetree.from_study import (
 from hpctune.stagetree.plan import RequestStatus
 from hpctune.stagetree.tree import Point, build_stage_tree, needed_checkpoints
 from hpctune.wire.states import StudyState
+from tests.policies._views import context
 
 
 def lr(after: float) -> dict[str, Any]:
@@ -172,18 +173,20 @@ def test_tuners_name_their_milestones_for_stage_trees() -> None:
         total_slots=2,
         trials_remaining=0,
     )
-    asha = make_policy("asha", {"grace_period": 1, "reduction_factor": 4})
+    asha = make_policy("asha", {"grace_period": 1, "reduction_factor": 4}, context(20))
     rng = np.random.default_rng(0)
     assert asha.stage_milestones(view, None, rng) == [1, 4, 16, 20]
     assert asha.stage_milestones(view, 3, rng) == [1, 4, 16, 20]
-    sha = make_policy("sha", {})
+    sha = make_policy("sha", {}, context(20))
     assert sha.stage_milestones(view, None, rng) == [2, 6, 20]
     # median stopping: every boundary from the grace period on, then max_steps
-    assert make_policy("median", {}).stage_milestones(view, None, rng) == list(range(1, 21))
-    median = make_policy("median", {"grace_period": 3})
+    assert make_policy("median", {}, context(20)).stage_milestones(view, None, rng) == list(
+        range(1, 21)
+    )
+    median = make_policy("median", {"grace_period": 3}, context(20))
     assert median.stage_milestones(replace(view, boundary=5), None, rng) == [5, 10, 15, 20]
     assert median.stage_milestones(replace(view, boundary=2), 0, rng) == list(range(4, 21, 2))
-    assert make_policy("bandit", {}).stage_milestones(view, None, rng) is None
+    assert make_policy("bandit", {}, context(20)).stage_milestones(view, None, rng) is None
 
 
 def test_later_stage_ends_are_branch_points_and_milestones_inside_the_segment() -> None:
