@@ -35,8 +35,10 @@ import numpy as np
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommandsController
+from hpctune.controller._curves import CurveFittingController
 from hpctune.controller._elastic import ElasticController
-from hpctune.controller._stages import StageTreeController, StageWork
+from hpctune.controller._scheduling import Scheduling, TrialScheduling
+from hpctune.controller._stages import StageTreeScheduling
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
@@ -61,11 +63,20 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(TrialCommandsController, ElasticController, StageTreeController):
+class Controller(TrialCommandsController, ElasticController, CurveFittingController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
     """
+
+    scheduling: Scheduling
+    """How free workers get work, chosen from the spec (``[stages] enabled``: a stage tree)."""
+
+    def _setup(self, **kwargs: Any) -> None:
+        super()._setup(**kwargs)
+        self.scheduling = (
+            StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
+        )
 
     def run(self) -> StudyState:
         """Run until the study ends or is stopped; return the study's state.
@@ -155,9 +166,9 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         self._follow_plan()
         self._schedule(writable)
         changes = self.state.checkpoint_changes
-        if changes != self._collected_at and not self.stages_enabled:  # stages: in _schedule
+        if changes != self._collected_at:
             self._collected_at = changes
-            self._collect_checkpoints()
+            self.scheduling.collect_checkpoints()
         if writable:
             self._shrink_pool()
             self._manage_pool()
@@ -457,185 +468,8 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
         return idle, free_slots
 
     def _fill_slots(self) -> None:
-        """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
-        if self.stages_enabled:
-            self._fill_stage_slots()
-            return
-        if self.spec.resources.slots == 0:  # ask/tell only: no workers
-            if self._ask_tell_only_done():
-                self._set_study(StudyState.FINISHED, "every trial was asked for and told")
-            return
-        active = self.state.active_segments()
-        idle, free_slots = self._idle_workers()
-        if free_slots <= 0:
-            return
-        view = self._view(free_slots)
-        placed = 0
-        event = Event.slot_free(free_slots)
-        decision = self.policy.decide(view, event, self._rng(event))
-        for action in decision.actions:
-            if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
-                self._apply(action, None)
-                continue
-            if placed >= free_slots:
-                logger.warning("policy asked for more trials than free slots; %s ignored", action)
-                continue
-            trial = self._trial_for(action, view)
-            if trial is None:
-                continue
-            worker_id = idle.pop(0).worker_id if idle else self._new_worker()
-            self._assign(trial, worker_id, action.until_step)
-            placed += 1
-        if idle and active and decision.hold_idle_workers:
-            return  # work will come when a running trial ends: keep the allocations
-        for worker in self._idle_to_release(idle):  # the policy has nothing for them
-            self._order_exit(worker, "no work for it")
-        if not placed and not active and not self._external_running():
-            self._set_study(StudyState.FINISHED, "no trial left to run")
-
-    def _fill_stage_slots(self) -> None:
-        """Stage trees: admit trials (all of them for a policy with the trait
-        ``admits_every_trial``, else as the tuner asks), give free workers
-        paths of the stage tree, delete checkpoints nothing needs. The study ends when nothing
-        runs and nothing is requested."""
-        if self.policy.traits.admits_every_trial:
-            if self.state.generated < self.spec.num_trials:
-                self._admit_trials(self._view())
-        else:
-            self._ask_stage_tuner()
-        idle, free_slots = self._idle_workers()
-        milestones = self._tuner_milestones()
-        work, plan = self._stage_work(max(free_slots, 0), milestones)
-        for item in work:
-            worker_id = idle.pop(0).worker_id if idle else self._new_worker()
-            self._assign_stages(item, worker_id)
-        if work:
-            plan = self._stage_plan()
-        self._publish_stages(plan)
-        keep = None
-        if self.policy.traits.makes_configurations:  # PBT: the ended trials still parents
-            keep = self.policy.needed_checkpoints(self._view())
-        self._collect_stage_checkpoints(plan, milestones, keep)
-        if self.state.active_segments():
-            return  # the children of running paths' branch points come: keep the allocations
-        if self._dirty:
-            return  # trials reached their requests just now: ask the tuner again first
-        for worker in idle:
-            self._order_exit(worker, "no work for it")
-        queued = [t.trial_id for t in self.state.trials.values() if t.status is TrialStatus.QUEUED]
-        if not queued:
-            if self.policy.traits.makes_configurations:  # PBT names no parent now: collect
-                keep = self.policy.needed_checkpoints(self._view())
-                self._collect_stage_checkpoints(plan, milestones, keep)
-            self._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
-        elif free_slots > 0:
-            self._set_study(
-                StudyState.STOPPING,
-                f"trials {sorted(queued)[:10]} wait for stages no worker can run; see the "
-                "controller log",
-                fail=True,
-            )
-
-    def _tuner_milestones(self) -> list[int]:
-        """Every step the tuner may judge a trial at (its rungs; none for grid and random)."""
-        if self.policy.traits.admits_every_trial:
-            return []
-        rng = np.random.default_rng(0)  # no draw: the rungs of every bracket
-        return self.policy.stage_milestones(self._view(), None, rng) or []
-
-    def _ask_stage_tuner(self) -> None:
-        """Let the tuner start, promote and stop trials over the stage tree.
-
-        SHA and Hyperband ask for trials trained to a rung (``until_step``); a trial holds no
-        worker, so they are offered a slot for every trial of the study. Tuners that judge at
-        known steps (ASHA, median stopping: :meth:`Policy.stage_milestones`) get a BOUNDARY
-        event for each trial that reached its milestone (continue: on to the next one;
-        terminate), and as many new trials as the study has slots beyond the trials queued or
-        running; so does PBT, whose children fork from their parents' checkpoints (their paths
-        go on from the parent's, and identical children are one stage).
-        """
-        judging = self.policy.traits.boundary_decisions
-        if judging:
-            self._judge_at_milestones()
-        if judging or self.policy.traits.makes_configurations:  # one new trial per free worker
-            running = sum(t.status is TrialStatus.RUNNING for t in self.state.trials.values())
-            slots = max(self.spec.resources.slots - running, 0)  # less the queued: fill_slots
-        else:
-            slots = max(self.spec.num_trials, 1)
-        view = self._view(slots)
-        event = Event.slot_free(slots)
-        for action in self.policy.decide(view, event, self._rng(event)).actions:
-            if action.kind in (ActionKind.START, ActionKind.FORK):
-                trial = self._trial_for(action, view)
-                if trial is not None:
-                    until = action.until_step
-                    if judging:
-                        until = self._next_milestone(trial, 0, view)
-                    self._request(trial, until)
-            elif action.kind is ActionKind.RESUME and not judging:
-                trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
-                if trial is not None and trial.status in (
-                    TrialStatus.QUEUED,
-                    TrialStatus.SUSPENDED,
-                ):
-                    self._request(trial, action.until_step)
-            elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
-                self._apply(action, None)
-            elif action.kind is not ActionKind.RESUME:
-                logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
-
-    def _next_milestone(self, trial: TrialRecord, step: int, view: StudyView) -> int | None:
-        """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
-        rng = self._rng(Event.boundary(trial.trial_id, step))
-        milestones = self.policy.stage_milestones(view, trial.trial_id, rng) or []
-        later = [m for m in milestones if m > step and m < self.spec.max_steps]
-        return later[0] if later else None
-
-    def _judge_at_milestones(self) -> None:
-        """Give the tuner a BOUNDARY event for each trial suspended at its milestone."""
-        view = None
-        for trial in list(self.state.trials.values()):
-            step = trial.request_step
-            if trial.status is not TrialStatus.SUSPENDED or step is None or trial.step < step:
-                continue
-            view = view or self._view()  # the tuner judges each trial by its own values
-            event = Event.boundary(trial.trial_id, step)
-            actions = self.policy.decide(view, event, self._rng(event)).actions
-            if any(a.kind is ActionKind.TERMINATE for a in actions):
-                for action in actions:
-                    self._apply(action, None)
-            else:
-                self._request(trial, self._next_milestone(trial, step, view))
-
-    def _request(self, trial: TrialRecord, until_step: int | None) -> None:
-        """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
-        if until_step != trial.request_step:
-            self._log(st.REQUEST, trial=trial.trial_id, until_step=until_step)
-        if trial.status is TrialStatus.SUSPENDED:
-            self._set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
-
-    def _assign_stages(self, work: StageWork, worker_id: str) -> None:
-        trial = self.state.trials[work.trial_id]
-        row = self._resolve_checkpoint(trial, work.checkpoint)
-        self._go_on_from(trial, row)
-        seg = self._new_segment(
-            trial,
-            worker_id,
-            work.start_step,
-            work.until_step,
-            row,
-            checkpoint_steps=list(work.checkpoint_steps),
-            stages=list(work.stages),
-        )
-        logger.info(
-            "segment %d: trial %d on worker %s, stages %s, steps %d-%d",
-            seg.segment_id,
-            trial.trial_id,
-            worker_id,
-            list(work.stages),
-            work.start_step,
-            work.until_step,
-        )
+        """Give free workers work, as the study's scheduling does (:attr:`scheduling`)."""
+        self.scheduling.fill_slots()
 
     def _trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
         """Return the trial an action starts or resumes (creating it for START and FORK)."""
@@ -752,7 +586,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             segment_id=seg.segment_id,
             trial_id=seg.trial_id,
             params=trial.params,
-            seed=self.stage_seed() if self.stages_enabled else trial.seed,
+            seed=self.scheduling.segment_seed(trial),
             start_step=seg.start_step,
             until_step=seg.until_step,
             max_steps=self.spec.max_steps,
@@ -766,10 +600,7 @@ class Controller(TrialCommandsController, ElasticController, StageTreeController
             },
             checkpoint=ref.path if ref is not None else None,
             checkpoint_sha256=ref.sha256 if ref is not None else None,
-            # over a stage tree a tuner judges at segment ends (requests), never mid-segment
-            decision_wait=self.decision_wait
-            if self.policy.traits.boundary_decisions and not self.stages_enabled
-            else 0.0,
+            decision_wait=self.scheduling.decision_wait(),
             checkpoint_steps=seg.checkpoint_steps,
             epoch=self.epoch,
         )

@@ -20,13 +20,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from hpctune.analysis.best import best_checkpoint_rows
-from hpctune.controller._curves import CurveFittingController
+from hpctune.controller._scheduling import Scheduling
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
-from hpctune.policies import StudyView
+from hpctune.policies import ActionKind, Event, StudyView
 from hpctune.stagetree.from_study import (
     answered_trials,
     future_checkpoints,
@@ -46,7 +48,10 @@ from hpctune.stagetree.schedulers import Scheduler, pick
 from hpctune.stagetree.store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.tree import StageTree, build_stage_tree, needed_checkpoints
 from hpctune.study.seeding import stage_seed, trial_seed
-from hpctune.wire.states import TrialStatus
+from hpctune.wire.states import StudyState, TrialStatus
+
+if TYPE_CHECKING:
+    from hpctune.controller._loop import Controller
 
 logger = logging.getLogger(__name__)
 
@@ -76,43 +81,199 @@ class StageWork:
     stages: tuple[int, ...]
 
 
-class StageTreeController(CurveFittingController):
-    """Admits the generator's trials to the search plan and picks the paths workers run."""
+class StageTreeScheduling(Scheduling):
+    """Stage trees: admits the generator's trials to the search plan (or lets a tuner start,
+    promote and stop them) and gives free workers paths of stages (``[stages] enabled``)."""
 
-    def _setup(self, **kwargs: Any) -> None:
-        super()._setup(**kwargs)
+    def __init__(self, controller: Controller) -> None:
+        super().__init__(controller)
         self._trial_stages: dict[int, list[TrialStage]] = {}  # a trial's stages never change
         self._future: dict[int, dict[str, Any]] = {}  # generator index -> configuration
-        spec = self.spec.stages
+        spec = controller.spec.stages
         self._store = StageStore(spec.store, spec.digest) if spec.store else None
         self._store_entries: dict[str, StoreEntry] = {}
         self._store_listed = -math.inf
         self._store_points: list[tuple[list[tuple[int, ConfigPiece]], int, str]] = []
         self._published: set[tuple[int, int]] = set()  # plan points known to be in the store
 
-    @property
-    def stages_enabled(self) -> bool:
-        """True when the study runs as a stage tree."""
-        return self.spec.stages.enabled
-
-    def stage_seed(self) -> int:
+    def segment_seed(self, trial: TrialRecord) -> int:
         """The seed every trial of a stage-tree study gets (shared prefixes train alike)."""
-        return stage_seed(self.spec.seed)
+        return stage_seed(self.c.spec.seed)
+
+    def decision_wait(self) -> float:
+        """No wait: over a stage tree a tuner judges at segment ends (requests), never
+        mid-segment."""
+        return 0.0
+
+    def collect_checkpoints(self) -> None:
+        """Nothing here: :meth:`fill_slots` collects the stage tree's checkpoints."""
+
+    def fill_slots(self) -> None:
+        """Stage trees: admit trials (all of them for a policy with the trait
+        ``admits_every_trial``, else as the tuner asks), give free workers
+        paths of the stage tree, delete checkpoints nothing needs. The study ends when nothing
+        runs and nothing is requested."""
+        c = self.c
+        if c.policy.traits.admits_every_trial:
+            if c.state.generated < c.spec.num_trials:
+                self._admit_trials(c._view())
+        else:
+            self._ask_stage_tuner()
+        idle, free_slots = c._idle_workers()
+        milestones = self._tuner_milestones()
+        work, plan = self._stage_work(max(free_slots, 0), milestones)
+        for item in work:
+            worker_id = idle.pop(0).worker_id if idle else c._new_worker()
+            self._assign_stages(item, worker_id)
+        if work:
+            plan = self._stage_plan()
+        self._publish_stages(plan)
+        keep = None
+        if c.policy.traits.makes_configurations:  # PBT: the ended trials still parents
+            keep = c.policy.needed_checkpoints(c._view())
+        self._collect_stage_checkpoints(plan, milestones, keep)
+        if c.state.active_segments():
+            return  # the children of running paths' branch points come: keep the allocations
+        if c._dirty:
+            return  # trials reached their requests just now: ask the tuner again first
+        for worker in idle:
+            c._order_exit(worker, "no work for it")
+        queued = [t.trial_id for t in c.state.trials.values() if t.status is TrialStatus.QUEUED]
+        if not queued:
+            if c.policy.traits.makes_configurations:  # PBT names no parent now: collect
+                keep = c.policy.needed_checkpoints(c._view())
+                self._collect_stage_checkpoints(plan, milestones, keep)
+            c._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
+        elif free_slots > 0:
+            c._set_study(
+                StudyState.STOPPING,
+                f"trials {sorted(queued)[:10]} wait for stages no worker can run; see the "
+                "controller log",
+                fail=True,
+            )
+
+    def _tuner_milestones(self) -> list[int]:
+        """Every step the tuner may judge a trial at (its rungs; none for grid and random)."""
+        c = self.c
+        if c.policy.traits.admits_every_trial:
+            return []
+        rng = np.random.default_rng(0)  # no draw: the rungs of every bracket
+        return c.policy.stage_milestones(c._view(), None, rng) or []
+
+    def _ask_stage_tuner(self) -> None:
+        """Let the tuner start, promote and stop trials over the stage tree.
+
+        SHA and Hyperband ask for trials trained to a rung (``until_step``); a trial holds no
+        worker, so they are offered a slot for every trial of the study. Tuners that judge at
+        known steps (ASHA, median stopping: :meth:`Policy.stage_milestones`) get a BOUNDARY
+        event for each trial that reached its milestone (continue: on to the next one;
+        terminate), and as many new trials as the study has slots beyond the trials queued or
+        running; so does PBT, whose children fork from their parents' checkpoints (their paths
+        go on from the parent's, and identical children are one stage).
+        """
+        c = self.c
+        judging = c.policy.traits.boundary_decisions
+        if judging:
+            self._judge_at_milestones()
+        if judging or c.policy.traits.makes_configurations:  # one new trial per free worker
+            running = sum(t.status is TrialStatus.RUNNING for t in c.state.trials.values())
+            slots = max(c.spec.resources.slots - running, 0)  # less the queued: fill_slots
+        else:
+            slots = max(c.spec.num_trials, 1)
+        view = c._view(slots)
+        event = Event.slot_free(slots)
+        for action in c.policy.decide(view, event, c._rng(event)).actions:
+            if action.kind in (ActionKind.START, ActionKind.FORK):
+                trial = c._trial_for(action, view)
+                if trial is not None:
+                    until = action.until_step
+                    if judging:
+                        until = self._next_milestone(trial, 0, view)
+                    self._request(trial, until)
+            elif action.kind is ActionKind.RESUME and not judging:
+                trial = c.state.trials.get(action.trial_id)  # type: ignore[arg-type]
+                if trial is not None and trial.status in (
+                    TrialStatus.QUEUED,
+                    TrialStatus.SUSPENDED,
+                ):
+                    self._request(trial, action.until_step)
+            elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
+                c._apply(action, None)
+            elif action.kind is not ActionKind.RESUME:
+                logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
+
+    def _next_milestone(self, trial: TrialRecord, step: int, view: StudyView) -> int | None:
+        """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
+        c = self.c
+        rng = c._rng(Event.boundary(trial.trial_id, step))
+        milestones = c.policy.stage_milestones(view, trial.trial_id, rng) or []
+        later = [m for m in milestones if m > step and m < c.spec.max_steps]
+        return later[0] if later else None
+
+    def _judge_at_milestones(self) -> None:
+        """Give the tuner a BOUNDARY event for each trial suspended at its milestone."""
+        c = self.c
+        view = None
+        for trial in list(c.state.trials.values()):
+            step = trial.request_step
+            if trial.status is not TrialStatus.SUSPENDED or step is None or trial.step < step:
+                continue
+            view = view or c._view()  # the tuner judges each trial by its own values
+            event = Event.boundary(trial.trial_id, step)
+            actions = c.policy.decide(view, event, c._rng(event)).actions
+            if any(a.kind is ActionKind.TERMINATE for a in actions):
+                for action in actions:
+                    c._apply(action, None)
+            else:
+                self._request(trial, self._next_milestone(trial, step, view))
+
+    def _request(self, trial: TrialRecord, until_step: int | None) -> None:
+        """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
+        c = self.c
+        if until_step != trial.request_step:
+            c._log(st.REQUEST, trial=trial.trial_id, until_step=until_step)
+        if trial.status is TrialStatus.SUSPENDED:
+            c._set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
+
+    def _assign_stages(self, work: StageWork, worker_id: str) -> None:
+        c = self.c
+        trial = c.state.trials[work.trial_id]
+        row = self._resolve_checkpoint(trial, work.checkpoint)
+        self._go_on_from(trial, row)
+        seg = c._new_segment(
+            trial,
+            worker_id,
+            work.start_step,
+            work.until_step,
+            row,
+            checkpoint_steps=list(work.checkpoint_steps),
+            stages=list(work.stages),
+        )
+        logger.info(
+            "segment %d: trial %d on worker %s, stages %s, steps %d-%d",
+            seg.segment_id,
+            trial.trial_id,
+            worker_id,
+            list(work.stages),
+            work.start_step,
+            work.until_step,
+        )
 
     def _admit_trials(self, view: StudyView) -> None:
         """Create every trial the generator has left (Hippo: every trial is a request)."""
-        while self.state.generated < self.spec.num_trials:
-            index = self.state.generated
-            trial_id = len(self.state.trials)
-            proposal = self._propose(index, view)
+        c = self.c
+        while c.state.generated < c.spec.num_trials:
+            index = c.state.generated
+            trial_id = len(c.state.trials)
+            proposal = c._propose(index, view)
             params = proposal.params
             extra: dict[str, Any] = {"info": proposal.info} if proposal.info else {}
-            self._log(
+            c._log(
                 st.TRIAL_CREATED,
                 trial=trial_id,
                 params=params,
                 generator_index=index,
-                seed=trial_seed(self.spec.seed, trial_id),
+                seed=trial_seed(c.spec.seed, trial_id),
                 **extra,
             )
             logger.info("trial %d created: %s", trial_id, params)
@@ -120,20 +281,22 @@ class StageTreeController(CurveFittingController):
     def _future_configs(self) -> list[dict[str, Any]]:
         """The configurations the generator will give the trials not created yet (grid and
         random generators draw by index, so they are known now)."""
-        first = self.state.generated
-        if not self.generator.predictable:
+        c = self.c
+        first = c.state.generated
+        if not c.generator.predictable:
             return []  # a model-based generator's proposals depend on results to come
-        for index in range(first, self.spec.num_trials):
+        for index in range(first, c.spec.num_trials):
             if index not in self._future:
-                self._future[index] = self.generator.suggest(index)
-        return [self._future[i] for i in range(first, self.spec.num_trials)]
+                self._future[index] = c.generator.suggest(index)
+        return [self._future[i] for i in range(first, c.spec.num_trials)]
 
     def _stage_plan(self, *, full_paths: bool = False) -> SearchPlan:
         """The search plan now; with ``full_paths`` every trial to its end and the trials the
         generator will still create (what a tuner may yet ask for)."""
+        c = self.c
         return plan_from_study(
-            self.state,
-            self.spec.max_steps,
+            c.state,
+            c.spec.max_steps,
             self._stored_points(),
             self._trial_stages,
             full_paths=full_paths,
@@ -147,7 +310,7 @@ class StageTreeController(CurveFittingController):
         again at most every ``STORE_RELIST`` seconds."""
         if self._store is None:
             return []
-        now = self.clock.now()
+        now = self.c.clock.now()
         if now - self._store_listed >= STORE_RELIST:
             self._store_listed = now
             self._store_entries = {e.key: e for e in self._store.entries()}
@@ -163,28 +326,29 @@ class StageTreeController(CurveFittingController):
     def _resolve_checkpoint(self, trial: TrialRecord, checkpoint: str | None) -> int | None:
         """The journal row of a plan checkpoint for ``trial``: a store checkpoint is first
         copied into the trial's folder with the study metric's curve up to its step."""
+        c = self.c
         if checkpoint is None:
             return None
         if not checkpoint.startswith(STORE_PREFIX):
             return int(checkpoint)
         entry = self._store_entries[checkpoint[len(STORE_PREFIX) :]]
-        target = self.paths.imported_checkpoint(trial.trial_id, entry.step, entry.key)
+        target = c.paths.imported_checkpoint(trial.trial_id, entry.step, entry.key)
         link_or_copy(entry.file, target)
-        ref = self._add_checkpoint(
+        ref = c._add_checkpoint(
             trial.trial_id,
             -1,
             entry.step,
-            self.clock.now(),
+            c.clock.now(),
             entry.nbytes,
             entry.sha256,
-            self.paths.relative(target),
+            c.paths.relative(target),
         )
         for step, t, value in entry.curve:
             if trial.step < int(step) <= entry.step:
-                values = {self.spec.metric: float(value)}
-                self.writer.append_metrics(trial.trial_id, -1, int(step), float(t), values)
-                self.state.add_report(trial.trial_id, int(step), float(t), float(value), values)
-        self._log(
+                values = {c.spec.metric: float(value)}
+                c.writer.append_metrics(trial.trial_id, -1, int(step), float(t), values)
+                c.state.add_report(trial.trial_id, int(step), float(t), float(value), values)
+        c._log(
             st.IMPORTED,
             trial=trial.trial_id,
             study=entry.study,
@@ -204,15 +368,16 @@ class StageTreeController(CurveFittingController):
 
     def _publish_stages(self, plan: SearchPlan) -> None:
         """Copy the checkpoints at stage ends into the stage store (once each)."""
+        c = self.c
         store = self._store
         if store is None:
             return
         for node, step, checkpoint in stage_end_points(plan):
             if checkpoint.startswith(STORE_PREFIX) or (node, step) in self._published:
                 continue  # node ids are stable: trials are only ever added to the plan
-            ref = self.state.checkpoints[int(checkpoint)]
+            ref = c.state.checkpoints[int(checkpoint)]
             path = [[start, config_piece_to_json(c)] for start, c in plan.node_path(node)]
-            trial = self.state.trials[ref.trial_id]
+            trial = c.state.trials[ref.trial_id]
             curve = [
                 [s, t, v]
                 for s, t, v in zip(
@@ -224,8 +389,8 @@ class StageTreeController(CurveFittingController):
                 store.publish(
                     path,
                     step,
-                    self.paths.root / ref.path,
-                    study=self.spec.name,
+                    c.paths.root / ref.path,
+                    study=c.spec.name,
                     trial=ref.trial_id,
                     curve=curve,
                 )
@@ -237,16 +402,17 @@ class StageTreeController(CurveFittingController):
     def _answer_trials(self, plan: SearchPlan) -> bool:
         """Complete the trials whose request a checkpoint answers (no training needed);
         return True if there were any."""
-        answered = answered_trials(self.state, plan)
+        c = self.c
+        answered = answered_trials(c.state, plan)
         for trial_id in answered:
             path = plan.trials[trial_id]
-            trial = self.state.trials[trial_id]
+            trial = c.state.trials[trial_id]
             row = self._resolve_checkpoint(trial, plan.nodes[path.nodes[-1]].checkpoints[path.end])
             assert row is not None
-            ref = self.state.checkpoints[row]
+            ref = c.state.checkpoints[row]
             self._go_on_from(trial, row)
-            last = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
-            self._set_trial(
+            last = min(trial.end_step or c.spec.max_steps, c.spec.max_steps)
+            c._set_trial(
                 trial,
                 TrialStatus.COMPLETED if path.end >= last else TrialStatus.SUSPENDED,
                 f"reached step {path.end} (trial {ref.trial_id}'s checkpoint)",
@@ -257,12 +423,13 @@ class StageTreeController(CurveFittingController):
         """Up to ``count`` paths for free workers, from a stage tree generated now (under a
         tuner, saving checkpoints also where trials may branch off later and at its
         ``milestones``)."""
+        c = self.c
         plan = self._stage_plan()
         if self._answer_trials(plan):
             plan = self._stage_plan()
         tree = build_stage_tree(plan)
-        scheduler = Scheduler(self.spec.stages.scheduler)
-        cost = profile_step_cost(self.state, plan)
+        scheduler = Scheduler(c.spec.stages.scheduler)
+        cost = profile_step_cost(c.state, plan)
         taken: set[int] = set()
         work: list[StageWork] = []
         while len(work) < count:
@@ -274,9 +441,7 @@ class StageTreeController(CurveFittingController):
             # the trial that trains it: one whose request ends there or further down (BFS and
             # most-children give one stage at a time, often ending at a branch point)
             live = [
-                t
-                for t in _requests_from(tree, last.id)
-                if not self.state.trials[t].status.is_final
+                t for t in _requests_from(tree, last.id) if not c.state.trials[t].status.is_final
             ]
             if not live:  # pragma: no cover - every stage leads to a live request
                 logger.warning("stage %d leads to no live trial's request; skipped", last.id)
@@ -295,7 +460,7 @@ class StageTreeController(CurveFittingController):
                     stages=tuple(path),
                 )
             )
-        if work and self.spec.policy.name != "default":  # trials a tuner may ask for later
+        if work and c.spec.policy.name != "default":  # trials a tuner may ask for later
             full = self._stage_plan(full_paths=True)
             work = [
                 replace(
@@ -316,14 +481,15 @@ class StageTreeController(CurveFittingController):
     def _go_on_from(self, trial: TrialRecord, row: int | None) -> None:
         """Record that ``trial`` goes on from checkpoint ``row`` if another trial wrote it (a
         ``lineage`` record; nothing if it is its own or the same lineage is recorded)."""
+        c = self.c
         if row is None:
             return
-        ref = self.state.checkpoints[row]
+        ref = c.state.checkpoints[row]
         same = (trial.parent_trial, trial.parent_step) == (ref.trial_id, ref.step)
         if trial.initiator is not None and ref.step == trial.parent_step:
             same = True  # a PBT child starts at its fork, whoever wrote the parent's checkpoint
         if ref.trial_id != trial.trial_id and not same:
-            self._log(
+            c._log(
                 st.LINEAGE,
                 trial=trial.trial_id,
                 parent_trial=ref.trial_id,
@@ -340,9 +506,10 @@ class StageTreeController(CurveFittingController):
         the start of an active segment, not a trial's last (with ``keep``, PBT's
         :meth:`~hpctune.policies.Policy.needed_checkpoints`: only of the trials not ended and
         of those it names)."""
+        c = self.c
         points = needed_checkpoints(plan)
         if keep is not None:  # the results of ended trials: only those PBT names
-            trials = self.state.trials
+            trials = c.state.trials
             points = {
                 p
                 for p in points
@@ -353,27 +520,27 @@ class StageTreeController(CurveFittingController):
                 )
             }
         ids = {plan.nodes[p.node].checkpoints[p.step] for p in points}
-        if self.spec.policy.name != "default":  # tuners ask for more steps, and add trials
-            ids |= future_checkpoints(self.state, self._stage_plan(full_paths=True), milestones)
+        if c.spec.policy.name != "default":  # tuners ask for more steps, and add trials
+            ids |= future_checkpoints(c.state, self._stage_plan(full_paths=True), milestones)
         needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
         needed |= {
-            s.checkpoint_row for s in self.state.active_segments() if s.checkpoint_row is not None
+            s.checkpoint_row for s in c.state.active_segments() if s.checkpoint_row is not None
         }
         needed |= {
             t.checkpoint_row
-            for t in self.state.trials.values()
+            for t in c.state.trials.values()
             if t.checkpoint_row is not None
             and (keep is None or not t.status.is_final or t.trial_id in keep)
         }
-        needed |= best_checkpoint_rows(self.state)  # the models behind the best values
-        active = {s.segment_id for s in self.state.active_segments()}
+        needed |= best_checkpoint_rows(c.state)  # the models behind the best values
+        active = {s.segment_id for s in c.state.active_segments()}
         rows = [
             ref.row
-            for ref in self.state.checkpoints.live()
+            for ref in c.state.checkpoints.live()
             if ref.row not in needed and ref.segment_id not in active
         ]
         if rows:
-            self._delete_checkpoints(rows)
+            c._delete_checkpoints(rows)
 
 
 def _requests_from(tree: StageTree, stage_id: int) -> list[int]:
@@ -387,4 +554,4 @@ def _requests_from(tree: StageTree, stage_id: int) -> list[int]:
     return trials
 
 
-__all__ = ["StageTreeController", "StageWork"]
+__all__ = ["StageTreeScheduling", "StageWork"]
