@@ -124,7 +124,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     seen: list[tuple[frozenset[tuple[int, int]], int]] = []
 
     def progress(c: Controller) -> None:
-        service = c.curve_service
+        service = c.curves.service
         running = service.running.items() if service is not None else ()
         reports = sum(len(t.curve_steps) for t in c.state.trials.values())
         seen.append((frozenset((t, job.n) for t, job in running), reports))
@@ -159,7 +159,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
             assert 0.0 < ref.median < 1.0
             assert ref.median == pytest.approx(float(prediction.median[-1]))
         # the controller's view holds the same prediction
-        assert controller.predictions[trial_id].to_dict() == prediction.to_dict()
+        assert controller.curves.predictions[trial_id].to_dict() == prediction.to_dict()
 
     # the policy got PREDICTION events with the prediction already in its view, also while
     # the trial still ran (fits run beside training)
@@ -211,7 +211,7 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     )  # small: the fits asked again must end before the trials do, also on a loaded machine
     first = _controller(paths, curve_options=options)
     first.start()
-    service = first.curve_service
+    service = first.curves.service
     assert service is not None
     gate = tmp_path / "gate"
     try:
@@ -232,9 +232,9 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     second.start()
     try:
         # the latest journaled predictions are back in the view
-        assert second.predictions.keys() == record.predictions.keys()
+        assert second.curves.predictions.keys() == record.predictions.keys()
         for trial_id, ref in record.predictions.items():
-            assert second.predictions[trial_id].n == ref.n
+            assert second.curves.predictions[trial_id].n == ref.n
         # and each running trial's last boundary without a prediction is asked for again
         expected = {}
         for trial in record.trials.values():
@@ -242,8 +242,8 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
             ref = record.predictions.get(trial.trial_id)
             if not trial.status.is_final and n >= 3 and (ref is None or ref.n != n):
                 expected[trial.trial_id] = n
-        assert second.curve_service is not None
-        asked = {**second.curve_service.pending, **second.curve_service.running}
+        assert second.curves.service is not None
+        asked = {**second.curves.service.pending, **second.curves.service.running}
         assert {t: job.n for t, job in asked.items()} == expected
         assert expected  # the first controller was stopped with a fit in flight
 
@@ -257,7 +257,7 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
         gate.unlink()
         _drive(second, lambda: False, 90)
     finally:
-        second._close_curves()
+        second.curves.close()
         second.executor.close()
     assert second.state.state is StudyState.FINISHED
     records = [(t, d["n"]) for t, d in _prediction_records(paths)]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from hpctune.controller._curves import CurveFits
 from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
@@ -42,7 +43,6 @@ from hpctune.wire.storage import describe, filesystem_of, format_bytes, free_byt
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
-    from hpctune.curves.predict import CurvePrediction
     from hpctune.curves.service import CurveService
 
 logger = logging.getLogger(__name__)
@@ -210,9 +210,7 @@ class ControllerBase:
         self._worker_states: dict[str, WorkerState] = {}
         self._running_since: dict[str, float] = {}
         self.iterations = 0
-        self.curve_options = curve_options
-        self.curve_service: CurveService | None = None  # started by policies that want it
-        self.predictions: dict[int, CurvePrediction] = {}  # the latest of each trial
+        self.curves = CurveFits(self, curve_options)  # learning-curve fits and predictions
         self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
         self.storage_patience = STORAGE_PATIENCE
         self.assignment_timeout = ASSIGNMENT_TIMEOUT
@@ -278,7 +276,7 @@ class ControllerBase:
             policy=policy,
             generator=generator,
         )
-        controller.curve_service = curve_service
+        controller.curves.service = curve_service
         controller.storage_patience = math.inf
         controller.assignment_timeout = math.inf
         return controller

@@ -24,109 +24,134 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.controller._workers import WorkerManagingController
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import Event, EventKind
 from hpctune.wire.files import finite_or_none
 
 if TYPE_CHECKING:
-    from hpctune.curves.service import FitBackend, FitJob, FitResult
+    from hpctune.controller._base import ControllerBase as Controller
+    from hpctune.curves.fitter import FitOptions
+    from hpctune.curves.predict import CurvePrediction
+    from hpctune.curves.service import CurveService, FitBackend, FitJob, FitResult
 
 logger = logging.getLogger(__name__)
 
 
-class CurveFittingController(WorkerManagingController):
-    """Asks for learning-curve fits and ingests their results (never waits for one)."""
+class CurveFits:
+    """The controller's learning-curve fits: asked for at boundaries, their results journaled
+    and handed to the policy; never waited for.
 
-    def _start_curves(self) -> None:
+    Args:
+        controller: The controller whose trials are fitted (its spec, state, policy, journal).
+        options: The fit options (``None``: the spec's ``[curves]``).
+        service: The fit service (the simulator's); ``None``: :meth:`start` starts one on the
+            study directory when the policy wants predictions.
+
+    Attributes:
+        service: The fit service, once started.
+        predictions: The latest prediction of each trial (the policy's view holds them).
+    """
+
+    def __init__(
+        self,
+        controller: Controller,
+        options: FitOptions | None,
+        service: CurveService | None = None,
+    ) -> None:
+        self.c = controller
+        self.options = options
+        self.service = service
+        self.predictions: dict[int, CurvePrediction] = {}
+
+    def start(self) -> None:
         """Start the fit service if the policy wants predictions; reload and resubmit."""
-        if not self.policy.traits.wants_predictions or self.curve_service is not None:
+        if not self.c.policy.traits.wants_predictions or self.service is not None:
             return
         from hpctune.curves.service import CurveService, read_result
 
-        folder = self.paths.curves
+        folder = self.c.paths.curves
         folder.mkdir(exist_ok=True)
-        self.curve_service = CurveService(
+        self.service = CurveService(
             folder,
-            self.spec.curves,
-            self.curve_options,
+            self.c.spec.curves,
+            self.options,
             on_slurm="SLURM_JOB_ID" in os.environ,
             slurm_backend=self._slurm_fits if shutil.which("sbatch") else None,
         )
-        for trial_id, ref in self.state.predictions.items():
-            loaded = read_result(self.paths.root / ref.path)
+        for trial_id, ref in self.c.state.predictions.items():
+            loaded = read_result(self.c.paths.root / ref.path)
             if loaded is None:
                 logger.warning("trial %d: prediction file %s is unreadable", trial_id, ref.path)
                 continue
             self.predictions[trial_id] = loaded[0]
-        self._resubmit_fits()
+        self.resubmit()
 
-    def _resubmit_fits(self) -> None:
+    def resubmit(self) -> None:
         """Ask again for the fits a controller before this one asked for and did not journal:
         each unfinished trial's fit at its last boundary, unless the journal has it."""
-        assert self.curve_service is not None
-        for trial in self.state.trials.values():
+        assert self.service is not None
+        for trial in self.c.state.trials.values():
             if trial.status.is_final:
                 continue
             job = self._last_boundary_job(trial)
             if job is None:
                 continue
-            latest = self.state.predictions.get(trial.trial_id)
+            latest = self.c.state.predictions.get(trial.trial_id)
             if latest is not None and (latest.n, latest.y_sha256) == (job.n, job.y_sha256):
                 continue
             logger.info("trial %d: fit on %d points resubmitted", trial.trial_id, job.n)
-            self.curve_service.request(job)
+            self.service.request(job)
 
     def _slurm_fits(self) -> FitBackend:
         from hpctune.slurm.curve_fits import SlurmArrayBackend, curve_job_parameters
 
-        assert self.curve_service is not None
+        assert self.service is not None
         parameters = curve_job_parameters(
-            self.spec.name, self.spec.slurm.controller, self.spec.curves
+            self.c.spec.name, self.c.spec.slurm.controller, self.c.spec.curves
         )
         return SlurmArrayBackend(
-            self.paths.root / "slurm" / "curves", parameters, self.curve_service.options
+            self.c.paths.root / "slurm" / "curves", parameters, self.service.options
         )
 
     def _fit_job(self, trial: TrialRecord, step: int) -> FitJob | None:
         """The fit of ``trial``'s curve up to ``step``, or None with too few or too many points."""
         from hpctune.curves.service import FitJob
 
-        service = self.curve_service
+        service = self.service
         assert service is not None
         values = [
             v for s, v in zip(trial.curve_steps, trial.curve_values, strict=True) if s <= step
         ]
-        if len(values) < service.options.min_points or len(values) >= self.spec.max_steps:
+        if len(values) < service.options.min_points or len(values) >= self.c.spec.max_steps:
             return None
         return FitJob.build(
             service.folder,
             trial.trial_id,
             values,
-            x_max=self.spec.max_steps,
-            bounds=self.spec.metric_bounds,
-            mode=self.spec.mode,
-            study_seed=self.spec.seed,
+            x_max=self.c.spec.max_steps,
+            bounds=self.c.spec.metric_bounds,
+            mode=self.c.spec.mode,
+            study_seed=self.c.spec.seed,
         )
 
     def _last_boundary_job(self, trial: TrialRecord) -> FitJob | None:
         for step in reversed(trial.curve_steps):
-            if step % self.spec.boundary == 0 and self.policy.wants_fit(step):
+            if step % self.c.spec.boundary == 0 and self.c.policy.wants_fit(step):
                 return self._fit_job(trial, step)
         return None
 
-    def _update_curves(self) -> None:
+    def update(self) -> None:
         """Ask for fits at this iteration's boundaries; journal the fits that finished."""
-        service = self.curve_service
+        service = self.service
         if service is None:
             return
-        for event in self._events:
+        for event in self.c._events:
             if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
                 continue
-            trial = self.state.trials.get(event.trial_id)
+            trial = self.c.state.trials.get(event.trial_id)
             step = int(event.step or 0)
-            if trial is None or trial.status.is_final or not self.policy.wants_fit(step):
+            if trial is None or trial.status.is_final or not self.c.policy.wants_fit(step):
                 continue
             job = self._fit_job(trial, step)
             if job is not None:
@@ -140,11 +165,11 @@ class CurveFittingController(WorkerManagingController):
         if not prediction.unknown and prediction.horizon:
             median = finite_or_none(float(prediction.median[-1]))
         extra: dict[str, Any] = {"reason": prediction.reason} if prediction.reason else {}
-        self._log(
+        self.c._log(
             st.PREDICTION,
             trial=result.trial_id,
             n=result.n,
-            path=self.paths.relative(Path(result.job.path)),
+            path=self.c.paths.relative(Path(result.job.path)),
             unknown=prediction.unknown,
             median=median,
             y_sha256=result.job.y_sha256,
@@ -153,9 +178,9 @@ class CurveFittingController(WorkerManagingController):
             **extra,
         )
         self.predictions[result.trial_id] = prediction
-        self._events.append(Event.prediction(result.trial_id, result.n))
+        self.c._events.append(Event.prediction(result.trial_id, result.n))
 
-    def _close_curves(self) -> None:
-        service, self.curve_service = self.curve_service, None
+    def close(self) -> None:
+        service, self.service = self.service, None
         if service is not None:
             service.close()

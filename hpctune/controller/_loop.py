@@ -35,7 +35,6 @@ import numpy as np
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommandsController
-from hpctune.controller._curves import CurveFittingController
 from hpctune.controller._elastic import ElasticController
 from hpctune.controller._scheduling import Scheduling, TrialScheduling
 from hpctune.controller._stages import StageTreeScheduling
@@ -63,7 +62,7 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(TrialCommandsController, ElasticController, CurveFittingController):
+class Controller(TrialCommandsController, ElasticController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -94,7 +93,7 @@ class Controller(TrialCommandsController, ElasticController, CurveFittingControl
             logger.error("%s", exc)
             raise
         finally:
-            self._close_curves()
+            self.curves.close()
             if self.fenced is None:
                 self._beat(final=True)
             self.executor.close()
@@ -138,7 +137,7 @@ class Controller(TrialCommandsController, ElasticController, CurveFittingControl
                 self._outbox.append(self._assignment_writer(seg))
             if seg.decision:
                 self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
-        self._start_curves()
+        self.curves.start()
         self._commit()
         if self._journal_source is not None:
             prune_journals(self.paths.root, self.epoch, self._journal_source)
@@ -162,7 +161,7 @@ class Controller(TrialCommandsController, ElasticController, CurveFittingControl
             self._kill_workers()
         self._enforce_grace()
         self._watch_segments()
-        self._update_curves()
+        self.curves.update()
         self._follow_plan()
         self._schedule(writable)
         changes = self.state.checkpoint_changes
@@ -351,7 +350,7 @@ class Controller(TrialCommandsController, ElasticController, CurveFittingControl
             trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
             bounds=self.spec.metric_bounds,
             random_level=self.spec.random_level,
-            predictions=dict(self.predictions),
+            predictions=dict(self.curves.predictions),
             space=self.spec.space,
             objectives=self.spec.objectives,
         )

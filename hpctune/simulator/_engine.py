@@ -355,7 +355,7 @@ class Simulator:
         from hpctune.journal.reader import load_state
         from hpctune.policies import make_policy
 
-        self.controller._close_curves()
+        self.controller.curves.close()
         record = load_state(self.journal)
         self.record = self.workers.record = record
         if self.curves is not None:
@@ -376,10 +376,10 @@ class Simulator:
             # controller reloads it from the result file its record names
             for trial_id, ref in record.predictions.items():
                 row = self.rows.row(record, trial_id)
-                self.controller.predictions[trial_id] = self.curves.cache.get(
+                self.controller.curves.predictions[trial_id] = self.curves.cache.get(
                     row, ref.n, self.max_steps
                 )
-            self.controller._resubmit_fits()  # the fits the killed controller had in flight
+            self.controller.curves.resubmit()  # the fits the killed controller had in flight
         self.controller.start()
         self.restarts += 1
 
@@ -432,7 +432,7 @@ class Simulator:
             self.clock.advance_to(due)
             self.workers.run_until(due)
         self._end_time = self.clock.now()
-        self.controller._close_curves()
+        self.controller.curves.close()
         return self._result()
 
     def _next_time(self) -> float | None:
