@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import math
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpctune.controller._base import ControllerBase
 from hpctune.journal import state as st
 from hpctune.study.seeding import component_seed, index_rng, trial_seed
 from hpctune.wire.asktell import complete_params
 from hpctune.wire.states import StudyState, TrialStatus
+
+if TYPE_CHECKING:
+    from hpctune.controller._base import ControllerBase
 
 logger = logging.getLogger(__name__)
 
@@ -22,10 +24,17 @@ _TELL_STATUS = {
 }
 
 
-class TrialCommandsController(ControllerBase):
-    """Carry out ``add_trials``, ``ask`` and ``tell`` (each checked by its validator first)."""
+class TrialCommands:
+    """Carry out ``add_trials``, ``ask`` and ``tell`` (each checked by its validator first).
 
-    def _trial_command(self, command: dict[str, Any]) -> None:
+    Args:
+        controller: The controller whose study the trials join.
+    """
+
+    def __init__(self, controller: ControllerBase) -> None:
+        self.c = controller
+
+    def carry_out(self, command: dict[str, Any]) -> None:
         """Carry out an inbox command of one of these kinds (its validator accepted it)."""
         kind = str(command["command"])
         if kind == "add_trials":
@@ -35,74 +44,74 @@ class TrialCommandsController(ControllerBase):
         else:
             self._tell(command)
 
-    def _external_running(self) -> bool:
+    def external_running(self) -> bool:
         """True while an asked trial waits to be told (the study must not end)."""
         return any(
-            t.info.get("external") and not t.status.is_final for t in self.state.trials.values()
+            t.info.get("external") and not t.status.is_final for t in self.c.state.trials.values()
         )
 
-    def _ask_tell_only_done(self) -> bool:
+    def ask_tell_only_done(self) -> bool:
         """A study without workers (``slots = 0``) is done once the generator has created
         every trial and all have been told."""
-        if self.state.generated < self.spec.num_trials:
+        if self.c.state.generated < self.c.spec.num_trials:
             return False
-        return all(t.status.is_final for t in self.state.trials.values())
+        return all(t.status.is_final for t in self.c.state.trials.values())
 
     def _reopen(self, reason: str) -> None:
         """A finished or stopped study runs again (trials were added or asked for)."""
-        if self.state.state in (StudyState.FINISHED, StudyState.STOPPED):
-            self._set_study(StudyState.RUNNING, reason)
+        if self.c.state.state in (StudyState.FINISHED, StudyState.STOPPED):
+            self.c._set_study(StudyState.RUNNING, reason)
 
     def _add_trials(self, configs: list[dict[str, Any]]) -> None:
-        seed = component_seed(self.spec.seed, "enqueued")
+        seed = component_seed(self.c.spec.seed, "enqueued")
         for given in configs:
-            trial_id = len(self.state.trials)
-            params = complete_params(self.spec.space, given, index_rng(seed, trial_id))
-            self._log(
+            trial_id = len(self.c.state.trials)
+            params = complete_params(self.c.spec.space, given, index_rng(seed, trial_id))
+            self.c._log(
                 st.TRIAL_CREATED,
                 trial=trial_id,
                 params=params,
-                seed=trial_seed(self.spec.seed, trial_id),
+                seed=trial_seed(self.c.spec.seed, trial_id),
                 info={"enqueued": True},
             )
             logger.info("trial %d added by the user: %s", trial_id, params)
         self._reopen(f"{len(configs)} trial(s) added")
 
     def _ask(self, request: str) -> None:
-        index = self.state.generated
-        trial_id = len(self.state.trials)
-        proposal = self._propose(index, self._view())
+        index = self.c.state.generated
+        trial_id = len(self.c.state.trials)
+        proposal = self.c._propose(index, self.c._view())
         info = {**proposal.info, "external": True, "request": request}
-        self._log(
+        self.c._log(
             st.TRIAL_CREATED,
             trial=trial_id,
             params=proposal.params,
             generator_index=index,
-            seed=trial_seed(self.spec.seed, trial_id),
+            seed=trial_seed(self.c.spec.seed, trial_id),
             info=info,
         )
-        self._set_trial(self.state.trials[trial_id], TrialStatus.RUNNING, "asked")
+        self.c._set_trial(self.c.state.trials[trial_id], TrialStatus.RUNNING, "asked")
         self._reopen("a trial was asked for")
         answer = {"trial": trial_id, "params": proposal.params}
-        self._outbox.append(partial(self.wire.write_answer, request, answer))
+        self.c._outbox.append(partial(self.c.wire.write_answer, request, answer))
         logger.info("trial %d asked for (%s): %s", trial_id, request, proposal.params)
 
     def _tell(self, command: dict[str, Any]) -> None:
-        trial = self.state.trials[int(command["trial"])]
-        step = int(command.get("step", self.spec.max_steps))
+        trial = self.c.state.trials[int(command["trial"])]
+        step = int(command.get("step", self.c.spec.max_steps))
         metrics = {k: float(v) for k, v in command.get("values", {}).items()}
-        now = self.clock.now()
+        now = self.c.clock.now()
         if metrics:
-            self.writer.append_metrics(trial.trial_id, -1, step, now, metrics)
-            value = metrics.get(self.spec.metric)
+            self.c.writer.append_metrics(trial.trial_id, -1, step, now, metrics)
+            value = metrics.get(self.c.spec.metric)
             ok = value is not None and not math.isnan(value)
-            self.state.add_report(trial.trial_id, step, now, value if ok else None, metrics)
+            self.c.state.add_report(trial.trial_id, step, now, value if ok else None, metrics)
         else:
             trial.step = step
-        self._dirty = True
+        self.c._dirty = True
         state = str(command.get("state", "completed"))
         if state in _TELL_STATUS:
-            self._set_trial(trial, _TELL_STATUS[state], "told")
+            self.c._set_trial(trial, _TELL_STATUS[state], "told")
 
 
-__all__ = ["TrialCommandsController"]
+__all__ = ["TrialCommands"]

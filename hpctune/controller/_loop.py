@@ -34,7 +34,7 @@ import numpy as np
 
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
-from hpctune.controller._commands import TrialCommandsController
+from hpctune.controller._commands import TrialCommands
 from hpctune.controller._elastic import ElasticController
 from hpctune.controller._scheduling import Scheduling, TrialScheduling
 from hpctune.controller._stages import StageTreeScheduling
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(TrialCommandsController, ElasticController):
+class Controller(ElasticController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -71,8 +71,12 @@ class Controller(TrialCommandsController, ElasticController):
     scheduling: Scheduling
     """How free workers get work, chosen from the spec (``[stages] enabled``: a stage tree)."""
 
+    commands: TrialCommands
+    """The ``add_trials``, ``ask`` and ``tell`` commands' side of the controller."""
+
     def _setup(self, **kwargs: Any) -> None:
         super()._setup(**kwargs)
+        self.commands = TrialCommands(self)
         self.scheduling = (
             StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
         )
@@ -247,7 +251,7 @@ class Controller(TrialCommandsController, ElasticController):
         """Carry out a command its validator accepted (:mod:`hpctune.wire.inbox`)."""
         kind = command["command"]
         if kind in TRIAL_COMMANDS:
-            self._trial_command(command)
+            self.commands.carry_out(command)
         elif kind == "stop":
             self.request_stop(str(command.get("reason") or "stopped by the user"))
         elif kind == "stop_trial":

@@ -71,7 +71,7 @@ class TrialScheduling(Scheduling):
         """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
         c = self.c
         if c.spec.resources.slots == 0:  # ask/tell only: no workers
-            if c._ask_tell_only_done():
+            if c.commands.ask_tell_only_done():
                 c._set_study(StudyState.FINISHED, "every trial was asked for and told")
             return
         active = c.state.active_segments()
@@ -99,7 +99,7 @@ class TrialScheduling(Scheduling):
             return  # work will come when a running trial ends: keep the allocations
         for worker in c._idle_to_release(idle):  # the policy has nothing for them
             c._order_exit(worker, "no work for it")
-        if not placed and not active and not c._external_running():
+        if not placed and not active and not c.commands.external_running():
             c._set_study(StudyState.FINISHED, "no trial left to run")
 
 
