@@ -190,7 +190,7 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         start_wall = time.time()
         cpu_start = time.process_time()
         while controller.state.active_segments():
-            controller._ingest()
+            controller.ingest.ingest()
             controller._events.clear()  # policy work is not part of this measurement
             controller._commit()
             iterations += 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from hpctune.controller._curves import CurveFits
+from hpctune.controller._ingest import Ingest
 from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor, WorkerState
@@ -38,7 +39,7 @@ from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Fenced, Lease, acquire
 from hpctune.wire.permissions import check_study_dir, use_umask_of
 from hpctune.wire.protocol import DecisionMessage, Heartbeat
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.states import Decision, StudyState, TrialStatus
 from hpctune.wire.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 CONTROLLER_BEAT = 2.0
 STARTUP_FAILURES_LIMIT = 3
-IDENTICAL_START_FAILURES = 3  # trials failing the same way before a report stop the study
 ASSIGNMENT_TIMEOUT = float(os.environ.get("HPCTUNE_ASSIGNMENT_TIMEOUT", 30))
 ASSIGNMENT_RESENDS = 3  # re-sends of an assignment not taken before it goes to another worker
 STORAGE_RETRY = 2.0  # seconds between checks while writes fail (full disk, I/O errors)
@@ -58,14 +58,6 @@ STORAGE_MARGIN = 1 << 20  # bytes the journal and event files need besides check
 EXIT_GRACE = 30.0
 POLICY_SNAPSHOT_EVERY = 200  # policy_delta records between two whole policy states
 REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
-
-_SEGMENT_TO_TRIAL = {
-    SegmentStatus.COMPLETED: TrialStatus.COMPLETED,
-    SegmentStatus.SUSPENDED: TrialStatus.SUSPENDED,
-    SegmentStatus.TERMINATED: TrialStatus.TERMINATED,
-    SegmentStatus.ENDED_EARLY: TrialStatus.ENDED_EARLY,
-    SegmentStatus.FAILED: TrialStatus.FAILED,
-}
 
 
 @dataclass
@@ -211,6 +203,7 @@ class ControllerBase:
         self._running_since: dict[str, float] = {}
         self.iterations = 0
         self.curves = CurveFits(self, curve_options)  # learning-curve fits and predictions
+        self.ingest = Ingest(self)  # the workers' event lines into the journal
         self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
         self.storage_patience = STORAGE_PATIENCE
         self.assignment_timeout = ASSIGNMENT_TIMEOUT

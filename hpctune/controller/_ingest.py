@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.controller._base import (
-    _SEGMENT_TO_TRIAL,
-    IDENTICAL_START_FAILURES,
-    ControllerBase,
-)
 from hpctune.journal import state as st
 from hpctune.journal.checkpoints import CheckpointRef
 from hpctune.journal.state import SegmentRecord, TrialRecord
@@ -26,23 +21,43 @@ from hpctune.wire.protocol import (
 )
 from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
+if TYPE_CHECKING:
+    from hpctune.controller._base import ControllerBase
+
 logger = logging.getLogger(__name__)
 
+IDENTICAL_START_FAILURES = 3  # trials failing the same way before a report stop the study
+_SEGMENT_TO_TRIAL = {
+    SegmentStatus.COMPLETED: TrialStatus.COMPLETED,
+    SegmentStatus.SUSPENDED: TrialStatus.SUSPENDED,
+    SegmentStatus.TERMINATED: TrialStatus.TERMINATED,
+    SegmentStatus.ENDED_EARLY: TrialStatus.ENDED_EARLY,
+    SegmentStatus.FAILED: TrialStatus.FAILED,
+}
 
-class IngestingController(ControllerBase):
-    """Reads the event files of active segments (byte cursors kept in the journal's commits)."""
 
-    def _ingest(self) -> None:
-        for seg in self.state.active_segments():
-            self._ingest_segment(seg)
+class Ingest:
+    """Reads the event files of active segments into the journal (byte cursors kept in the
+    journal's commits) and carries out what a segment's end means for its trial.
 
-    def _ingest_segment(self, seg: SegmentRecord) -> None:
-        key = self.wire.event_name(seg.segment_id)
-        offset = self.cursors.get(key, 0)
-        result = self.wire.read_events(seg.segment_id, offset)
+    Args:
+        controller: The controller whose journal and state the events go into.
+    """
+
+    def __init__(self, controller: ControllerBase) -> None:
+        self.c = controller
+
+    def ingest(self) -> None:
+        for seg in self.c.state.active_segments():
+            self.ingest_segment(seg)
+
+    def ingest_segment(self, seg: SegmentRecord) -> None:
+        key = self.c.wire.event_name(seg.segment_id)
+        offset = self.c.cursors.get(key, 0)
+        result = self.c.wire.read_events(seg.segment_id, offset)
         if result is None:
             return
-        self.cursors[key] = result.offset
+        self.c.cursors[key] = result.offset
         corrupt: dict[int, list[bytes]] = {}
         for position, line in result.corrupt_lines:
             corrupt.setdefault(position, []).append(line)
@@ -54,11 +69,11 @@ class IngestingController(ControllerBase):
             if index < len(result.records):
                 self._on_event_checked(seg, result.records[index])
         if seg.status.is_final:
-            self.cursors.pop(key, None)
+            self.c.cursors.pop(key, None)
 
     def _on_corrupt_line(self, seg: SegmentRecord, name: str, kind: str) -> None:
         """Journal a skipped line: a report (or a line of unknown kind) is a missing row."""
-        trial = self.state.trials[seg.trial_id]
+        trial = self.c.state.trials[seg.trial_id]
         rows = int(kind in (EV_REPORT, ""))
         logger.warning(
             "%s: a corrupt %s line skipped after step %d of trial %d",
@@ -67,7 +82,7 @@ class IngestingController(ControllerBase):
             trial.step,
             trial.trial_id,
         )
-        self._log(
+        self.c._log(
             st.CORRUPT_LINES,
             trial=seg.trial_id,
             segment=seg.segment_id,
@@ -84,7 +99,7 @@ class IngestingController(ControllerBase):
         except (KeyError, ValueError, TypeError, OverflowError) as exc:
             logger.warning("segment %d: bad event %r skipped (%s)", seg.segment_id, record, exc)
             self._on_corrupt_line(
-                seg, self.wire.event_name(seg.segment_id), str(record.get("kind", ""))
+                seg, self.c.wire.event_name(seg.segment_id), str(record.get("kind", ""))
             )
 
     def _report_metrics(self, seg: SegmentRecord, raw: Any) -> dict[str, float]:
@@ -98,8 +113,8 @@ class IngestingController(ControllerBase):
             if problem:
                 shown = name if len(name) <= 60 else name[:60] + "..."
                 code = f"metric-name:{shown}"
-                if not any(w.code == code for w in self.state.warnings):
-                    self._warn(
+                if not any(w.code == code for w in self.c.state.warnings):
+                    self.c._warn(
                         code,
                         f"trial {seg.trial_id} reported a metric the journal cannot keep "
                         f"({problem}); its values are dropped",
@@ -111,11 +126,11 @@ class IngestingController(ControllerBase):
 
     def _on_event(self, seg: SegmentRecord, record: dict[str, Any]) -> None:
         kind = record.get("kind")
-        t = float(record.get("t", self.clock.now()))
-        trial = self.state.trials[seg.trial_id]
-        self._last_event[seg.segment_id] = self.clock.now()  # report_timeout counts from here
+        t = float(record.get("t", self.c.clock.now()))
+        trial = self.c.state.trials[seg.trial_id]
+        self.c._last_event[seg.segment_id] = self.c.clock.now()  # report_timeout counts from here
         if kind == EV_START:
-            self._log(
+            self.c._log(
                 st.SEGMENT_STARTED,
                 trial=seg.trial_id,
                 segment=seg.segment_id,
@@ -135,24 +150,24 @@ class IngestingController(ControllerBase):
                     trial.step,
                 )
                 return
-            self.writer.append_metrics(seg.trial_id, seg.segment_id, step, t, metrics)
-            value = metrics.get(self.spec.metric)
-            self.state.add_report(
+            self.c.writer.append_metrics(seg.trial_id, seg.segment_id, step, t, metrics)
+            value = metrics.get(self.c.spec.metric)
+            self.c.state.add_report(
                 seg.trial_id,
                 step,
                 t,
                 None if value is None or np.isnan(value) else value,
                 metrics,
             )
-            self._events.append(Event.report(seg.trial_id, step))
-            if step % self.spec.boundary == 0 or step >= seg.until_step:
-                self._events.append(Event.boundary(seg.trial_id, step))
+            self.c._events.append(Event.report(seg.trial_id, step))
+            if step % self.c.spec.boundary == 0 or step >= seg.until_step:
+                self.c._events.append(Event.boundary(seg.trial_id, step))
         elif kind == EV_CHECKPOINT:
             self._on_checkpoint(seg, record, t)
         elif kind == EV_END:
             status = SegmentStatus(record["status"])
             if status is SegmentStatus.LOST:  # a requeued worker found it half done
-                self._end_segment(
+                self.end_segment(
                     seg,
                     status,
                     str(record.get("reason", "")),
@@ -163,8 +178,8 @@ class IngestingController(ControllerBase):
                 return
             storage = str(record.get("storage") or "")
             if storage:  # a write failed for want of space (or an I/O error): not the trial's
-                self._storage_fault(storage, f"segment {seg.segment_id}: {record.get('reason')}")
-            self._end_segment(
+                self.c._storage_fault(storage, f"segment {seg.segment_id}: {record.get('reason')}")
+            self.end_segment(
                 seg,
                 status,
                 str(record.get("reason", "")),
@@ -174,7 +189,7 @@ class IngestingController(ControllerBase):
                 requeue=bool(storage),
             )
 
-    def _add_checkpoint(
+    def add_checkpoint(
         self,
         trial_id: int,
         segment_id: int,
@@ -186,7 +201,7 @@ class IngestingController(ControllerBase):
     ) -> CheckpointRef:
         """Append a row to the journal's ``checkpoints`` table; it becomes the trial's latest."""
         ref = CheckpointRef(
-            self.writer.next_index("checkpoints"),
+            self.c.writer.next_index("checkpoints"),
             trial_id,
             segment_id,
             step,
@@ -195,7 +210,7 @@ class IngestingController(ControllerBase):
             sha256,
             path,
         )
-        self.writer.append(
+        self.c.writer.append(
             "checkpoints",
             trial=ref.trial_id,
             segment=ref.segment_id,
@@ -205,11 +220,11 @@ class IngestingController(ControllerBase):
             sha256=ref.sha256,
             path=ref.path,
         )
-        self.state.add_checkpoint(ref)
+        self.c.state.add_checkpoint(ref)
         return ref
 
     def _on_checkpoint(self, seg: SegmentRecord, record: dict[str, Any], t: float) -> None:
-        self._add_checkpoint(
+        self.add_checkpoint(
             seg.trial_id,
             seg.segment_id,
             int(record["step"]),
@@ -218,19 +233,21 @@ class IngestingController(ControllerBase):
             str(record.get("sha256", "")),
             str(record["path"]),
         )
-        if self.spec.stages.enabled:
-            self._dirty = True  # a branch point's children may be ready; stage GC deletes
+        if self.c.spec.stages.enabled:
+            self.c._dirty = True  # a branch point's children may be ready; stage GC deletes
         # the previous one goes in this iteration's checkpoint collection unless it is kept
 
-    def _delete_checkpoints(self, rows: list[int]) -> None:
-        refs = [self.state.checkpoints[r] for r in rows if not self.state.checkpoints[r].deleted]
+    def delete_checkpoints(self, rows: list[int]) -> None:
+        refs = [
+            self.c.state.checkpoints[r] for r in rows if not self.c.state.checkpoints[r].deleted
+        ]
         if not refs:
             return
-        self._log(st.CHECKPOINT_DELETED, rows=[r.row for r in refs])
+        self.c._log(st.CHECKPOINT_DELETED, rows=[r.row for r in refs])
         for ref in refs:
-            self._outbox.append(partial(self.wire.delete_checkpoint, ref.path))
+            self.c._outbox.append(partial(self.c.wire.delete_checkpoint, ref.path))
 
-    def _end_segment(
+    def end_segment(
         self,
         seg: SegmentRecord,
         status: SegmentStatus,
@@ -250,50 +267,50 @@ class IngestingController(ControllerBase):
         reason that is not the trial's (a full disk): its trial is queued again, no retry
         counted.
         """
-        trial = self.state.trials[seg.trial_id]
+        trial = self.c.state.trials[seg.trial_id]
         if status is SegmentStatus.SUSPENDED and seg.decision == Decision.STOP.value:
             # it reached the end of its assignment before it read the stop
             status, reason = SegmentStatus.TERMINATED, seg.decision_reason or reason
-        self._log(
+        self.c._log(
             st.SEGMENT_ENDED,
             trial=seg.trial_id,
             segment=seg.segment_id,
             status=status.value,
             step=step if step is None else int(step),
             reason=reason,
-            at=self.clock.now() if at is None else at,
+            at=self.c.clock.now() if at is None else at,
         )
         if status is SegmentStatus.LOST or requeue:
             retries = trial.retries + int(count_retry and status is SegmentStatus.LOST)
-            if retries > self.spec.max_retries:
-                self._set_trial(
+            if retries > self.c.spec.max_retries:
+                self.c._set_trial(
                     trial,
                     TrialStatus.FAILED,
                     f"its worker was lost {retries} times (max_retries "
-                    f"{self.spec.max_retries}): {reason}",
+                    f"{self.c.spec.max_retries}): {reason}",
                     retries=retries,
                 )
             else:
-                self._set_trial(trial, TrialStatus.QUEUED, reason, retries=retries)
+                self.c._set_trial(trial, TrialStatus.QUEUED, reason, retries=retries)
             return
         end = trial.end_step
         if status is SegmentStatus.SUSPENDED and end is not None and trial.step >= end:
             status, reason = SegmentStatus.COMPLETED, f"reached its end step {end}"
         if status is SegmentStatus.ENDED_EARLY:
-            last = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
+            last = min(trial.end_step or self.c.spec.max_steps, self.c.spec.max_steps)
             reason = f"{reason or 'the function returned'} (step {trial.step} of {last})"
-            self._warn(
+            self.c._warn(
                 "ended_early",
                 f"trial {trial.trial_id} ended early: its function returned at step "
                 f"{trial.step} of {last} without being told to stop; `hpctune retry "
-                f"{self.paths.root} --trial {trial.trial_id}` runs it again",
+                f"{self.c.paths.root} --trial {trial.trial_id}` runs it again",
                 trial.trial_id,
             )
-        self._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
+        self.c._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
         self._check_metric_reported(trial)
         if status is SegmentStatus.FAILED:
-            if self.spec.fail_fast:
-                self._set_study(
+            if self.c.spec.fail_fast:
+                self.c._set_study(
                     StudyState.STOPPING, f"trial {trial.trial_id} failed (fail_fast)", fail=True
                 )
             elif step is None or int(step) <= seg.start_step:
@@ -303,13 +320,13 @@ class IngestingController(ControllerBase):
         """Warn once when a trial ends having reported metrics, but not the study's."""
         if trial.curve_values or not trial.last_metrics:
             return
-        if any(w.code == "metric_missing" for w in self.state.warnings):
+        if any(w.code == "metric_missing" for w in self.c.state.warnings):
             return
         names = ", ".join(sorted(trial.last_metrics)[:20])
-        self._warn(
+        self.c._warn(
             "metric_missing",
             f"trial {trial.trial_id} ended without reporting the study metric "
-            f"{self.spec.metric!r} ([study] metric); it reported: {names}",
+            f"{self.c.spec.metric!r} ([study] metric); it reported: {names}",
             trial.trial_id,
         )
 
@@ -319,13 +336,13 @@ class IngestingController(ControllerBase):
             s.status is SegmentStatus.FAILED
             and (s.end_step is None or s.end_step <= s.start_step)
             and s.reason == reason
-            for s in self.state.segments.values()
+            for s in self.c.state.segments.values()
         )
         if same >= IDENTICAL_START_FAILURES:
-            self._set_study(
+            self.c._set_study(
                 StudyState.STOPPING,
                 f"{same} trials failed the same way before their first report: {reason}; fix "
-                f"it, then `hpctune retry {self.paths.root} --failed` re-runs them",
+                f"it, then `hpctune retry {self.c.paths.root} --failed` re-runs them",
                 fail=True,
             )
 

@@ -159,7 +159,7 @@ class Controller(ElasticController):
             self._stop_request = ""
         writable = self._check_storage()
         self._read_inbox()
-        self._ingest()
+        self.ingest.ingest()
         self._check_workers()
         if self._abort_request and not self._abort:
             self._kill_workers()
@@ -220,9 +220,11 @@ class Controller(ElasticController):
             self.executor.cancel(worker.worker_id, worker.info)
             if worker.segment_id is not None:
                 seg = self.state.segments[worker.segment_id]
-                self._ingest_segment(seg)  # what it wrote before it died
+                self.ingest.ingest_segment(seg)  # what it wrote before it died
                 if not seg.status.is_final:
-                    self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+                    self.ingest.end_segment(
+                        seg, SegmentStatus.LOST, reason, "", None, count_retry=False
+                    )
             beat = self._beats.get(worker.worker_id)
             self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
         self._abort = True
@@ -281,7 +283,7 @@ class Controller(ElasticController):
                 if not problem:
                     break
                 logger.warning("trial %d: checkpoint %s %s; skipped", trial_id, ref.path, problem)
-                self._delete_checkpoints([ref.row])
+                self.ingest.delete_checkpoints([ref.row])
             self._set_trial(trial, TrialStatus.QUEUED, "retried by the user", retries=0, error="")
         if trial_ids and self.state.state in (StudyState.FINISHED, StudyState.FAILED):
             self._set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
@@ -451,7 +453,7 @@ class Controller(ElasticController):
                 if ref.row != trial.checkpoint_row or drop_latest:
                     rows.append(ref.row)
         if rows:
-            self._delete_checkpoints(rows)
+            self.ingest.delete_checkpoints(rows)
 
     def _idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
         """The started workers without a segment (running ones first) and the free slots."""

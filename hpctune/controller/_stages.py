@@ -334,7 +334,7 @@ class StageTreeScheduling(Scheduling):
         entry = self._store_entries[checkpoint[len(STORE_PREFIX) :]]
         target = c.paths.imported_checkpoint(trial.trial_id, entry.step, entry.key)
         link_or_copy(entry.file, target)
-        ref = c._add_checkpoint(
+        ref = c.ingest.add_checkpoint(
             trial.trial_id,
             -1,
             entry.step,
@@ -540,7 +540,7 @@ class StageTreeScheduling(Scheduling):
             if ref.row not in needed and ref.segment_id not in active
         ]
         if rows:
-            c._delete_checkpoints(rows)
+            c.ingest.delete_checkpoints(rows)
 
 
 def _requests_from(tree: StageTree, stage_id: int) -> list[int]:

@@ -13,9 +13,9 @@ from hpctune.controller._base import (
     ASSIGNMENT_RESENDS,
     REQUEUE_SILENCE,
     STARTUP_FAILURES_LIMIT,
+    ControllerBase,
     _tail,
 )
-from hpctune.controller._ingest import IngestingController
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
@@ -44,7 +44,7 @@ def submit_retry_delay(failures: int) -> float:
     return float(first * 2 ** max(failures - 1, 0))
 
 
-class WorkerManagingController(IngestingController):
+class WorkerManagingController(ControllerBase):
     """Turns gone workers into lost or exited ones and starts the workers the scheduler adds."""
 
     def _check_workers(self) -> None:
@@ -89,9 +89,9 @@ class WorkerManagingController(IngestingController):
                 seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
                 beating = beat is not None and now - beat.time < REQUEUE_SILENCE
                 if seg is not None and seg.status is SegmentStatus.RUNNING and not beating:
-                    self._ingest_segment(seg)
+                    self.ingest.ingest_segment(seg)
                     if not seg.status.is_final:  # the job was requeued under it
-                        self._end_segment(
+                        self.ingest.end_segment(
                             seg,
                             SegmentStatus.LOST,
                             f"worker {wid} was requeued",
@@ -207,16 +207,16 @@ class WorkerManagingController(IngestingController):
                 self._outbox.append(self._assignment_writer(seg))
                 return
             reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
-            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
             self._order_exit(worker, reason)
             return
-        self._ingest_segment(seg)  # its end line may have come just now
+        self.ingest.ingest_segment(seg)  # its end line may have come just now
         if not seg.status.is_final:
             reason = (
                 f"worker {wid} is idle but the segment's end line is missing (corrupt or "
                 "not written)"
             )
-            self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
 
     def _check_report_timeout(
         self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
@@ -227,11 +227,11 @@ class WorkerManagingController(IngestingController):
         if limit <= 0 or now - last <= limit or seg.decision:
             return
         self.executor.cancel(worker.worker_id, worker.info)
-        self._ingest_segment(seg)
+        self.ingest.ingest_segment(seg)
         if seg.status.is_final:
             return
         reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
-        self._end_segment(seg, SegmentStatus.LOST, reason, "", None)
+        self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None)
         beat = self._beats.get(worker.worker_id)
         self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
 
@@ -251,12 +251,14 @@ class WorkerManagingController(IngestingController):
                 f"worker {worker.worker_id} cancelled"
             )
             self.executor.cancel(worker.worker_id, worker.info)
-            self._ingest_segment(seg)
+            self.ingest.ingest_segment(seg)
             if not seg.status.is_final:
                 if seg.decision == Decision.STOP.value:
-                    self._end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
+                    self.ingest.end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
                 else:
-                    self._end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+                    self.ingest.end_segment(
+                        seg, SegmentStatus.LOST, reason, "", None, count_retry=False
+                    )
             self._worker_gone(
                 worker, WorkerLife.LOST, reason, self.wire.heartbeat(worker.worker_id)
             )
@@ -276,9 +278,9 @@ class WorkerManagingController(IngestingController):
         segment_id = worker.segment_id
         if segment_id is not None:
             seg = self.state.segments[segment_id]
-            self._ingest_segment(seg)  # it may have ended just before its worker went
+            self.ingest.ingest_segment(seg)  # it may have ended just before its worker went
             if not seg.status.is_final:
-                self._end_segment(
+                self.ingest.end_segment(
                     seg, SegmentStatus.LOST, f"worker {worker.worker_id} {reason}", "", None
                 )
         logger.info("worker %s %s: %s", worker.worker_id, event, reason)
@@ -350,13 +352,13 @@ class WorkerManagingController(IngestingController):
             if worker.info and not queued:
                 continue
             if seg is not None:
-                self._ingest_segment(seg)
+                self.ingest.ingest_segment(seg)
                 if seg.started_time is not None or seg.status.is_final:
                     continue  # it started after all: it suspends like the others
             if worker.info:
                 self.executor.cancel(worker.worker_id, worker.info)
             if seg is not None:
-                self._end_segment(
+                self.ingest.end_segment(
                     seg,
                     SegmentStatus.LOST,
                     f"worker {worker.worker_id} never started ({self.state.reason})",
