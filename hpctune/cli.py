@@ -1641,6 +1641,13 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 )
 @click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
 @click.option(
+    "--together",
+    type=click.IntRange(min=0, max=64),
+    default=None,
+    help="With STUDY_TOML: one more short study of this many workers starting and training at "
+    "once (INIT, warm-up and steps with them together; 0: none) [default: the spec's slots].",
+)
+@click.option(
     "--segment-start",
     type=float,
     default=None,
@@ -1665,6 +1672,7 @@ def profile_command(
     startup: float | None,
     latencies_from: Path | None,
     decision: float,
+    together: int | None,
     segment_start: float | None,
     device: str | None,
     out: Path | None,
@@ -1673,10 +1681,13 @@ def profile_command(
     """Write a workload's profile for the elastic planner (docs/elastic.md).
 
     \b
-    hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--local] [--out PATH]
+    hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--together N] [--local]
       runs a short study of STUDY_TOML's training function per size (one worker of that many
-      devices, ctx.devices; CPUs locally), and measures seconds per step, the segment start,
-      checkpoint save and load, and the queue wait (SCALE) and start-up (INIT) of a worker.
+      devices, ctx.devices; CPUs locally; two trials one after the other), and measures
+      steady seconds per step, the segment start, the gap between segments, the first
+      segment's warm-up, checkpoint save and load, and the queue wait (SCALE) and start-up
+      (INIT) of a worker; then one of N workers at once (start-up, warm-up and steps
+      together).
     hpctune profile --steps 1=TRACE [--steps 2=STUDY_DIR ...] [--speedup 4=3.5] --out PATH
       takes seconds per step from traces or finished studies.
 
@@ -1707,12 +1718,12 @@ def profile_command(
                 "--steps DEVICES=SOURCE and no STUDY_TOML"
             )
         return _profile_study(
-            study_toml, sizes, step_texts, local, speedups, decision, out, as_json
+            study_toml, sizes, step_texts, local, speedups, decision, together, out, as_json
         )
-    if sizes is not None or local:
+    if sizes is not None or local or together is not None:
+        first = "--sizes" if sizes is not None else "--local" if local else "--together"
         raise UsageError(
-            f"{'--sizes' if sizes is not None else '--local'} needs a STUDY_TOML to run: "
-            "`hpctune profile study.toml --sizes 1,2,4`"
+            f"{first} needs a STUDY_TOML to run: `hpctune profile study.toml --sizes 1,2,4`"
         )
     if not step_texts:
         raise UsageError(
@@ -1760,6 +1771,7 @@ def _profile_study(
     local: bool,
     speedups: dict[int, float],
     decision: float,
+    together: int | None,
     out: Path | None,
     as_json: bool,
 ) -> int:
@@ -1799,17 +1811,28 @@ def _profile_study(
         from hpctune.elastic.measure import size_spec
         from hpctune.slurm.cluster import check_jobs
 
+    if together is None:
+        together = spec.resources.slots if spec.resources.slots >= 2 else 0
+    if slurm:
+        from hpctune.elastic.measure import size_spec
+        from hpctune.slurm.cluster import check_jobs
+
         for size in sizes:
             check_jobs(size_spec(spec, size, steps, slurm=True))
+        if together >= 2:
+            check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=together))
     say = (lambda line: None) if as_json else click.echo
     if not as_json:
         where = "as Slurm jobs" if slurm else "here"
+        also = f", then {together} workers at once" if together >= 2 else ""
         click.echo(
             f"profiling {spec.name}: {steps} step(s) at {', '.join(map(str, sizes))} "
-            f"device(s) per trial, one short study each, {where}"
+            f"device(s) per trial, one short study each{also}, {where}"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    profile, runs = measure_profile(spec, sizes, steps, slurm=slurm, decision=decision, say=say)
+    profile, runs = measure_profile(
+        spec, sizes, steps, slurm=slurm, decision=decision, together=together, say=say
+    )
     if speedups:
         import dataclasses
 
@@ -1822,7 +1845,7 @@ def _profile_study(
         click.echo(json.dumps(profile.to_dict()))
         return EXIT_OK
     _print_profile(profile, target, {run.devices for run in runs}, "from --speedup")
-    for run in runs:
+    for run in runs[: len(sizes)]:
         click.echo(
             f"  {run.devices:>3}: SCALE {_mean_text(run.queue_wait)}, INIT "
             f"{_mean_text(run.startup)} ({run.directory})"
@@ -1830,8 +1853,16 @@ def _profile_study(
     click.echo(
         f"  checkpoint save {_mean_text(profile.checkpoint_save)}, load "
         f"{_mean_text(profile.checkpoint_load)} (means of {len(profile.checkpoint_save)} and "
-        f"{len(profile.checkpoint_load)}); segment start {_mean_text(profile.segment_start)}"
+        f"{len(profile.checkpoint_load)}); segment start {_mean_text(profile.segment_start)}, "
+        f"gap between segments {_mean_text(profile.segment_gap)}, first segment's warm-up "
+        f"{_mean_text(profile.warmup)}"
     )
+    for n in profile.startup_together:
+        click.echo(
+            f"  {n} workers at once: INIT {_mean_text(profile.startup_at(n))}, warm-up "
+            f"{_mean_text(profile.warmup_at(n))}, steps {profile.crowding_at(n):.3g}x as long "
+            f"({runs[-1].directory})"
+        )
     if not slurm and cpus is not None and max(sizes) > cpus:
         click.echo(
             f"note: this machine gives this process {cpus} CPU(s); sizes above {cpus} share "

@@ -150,10 +150,11 @@ def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: 
 def measured_profile(profile: Profile, study: Any) -> Profile:
     """``profile`` with the latencies the running study measured (a
     :class:`~hpctune.journal.state.StudyRecord`) in place of the profile's, where it has any:
-    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`), and as
-    segment start the gaps between two segments of one worker (the previous one's end to the
-    next one's start: the controller seeing the end, the assignment, the checkpoint load). The
-    seconds per step stay the profile's."""
+    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as
+    its workers started, together as they were, so the profile's start-ups with workers
+    together are dropped), and the gaps between two segments of one worker (the previous one's
+    end to the next one's start: the controller seeing the end, the assignment). The seconds
+    per step, the warm-up and the crowding stay the profile's."""
     from hpctune.elastic.profiling import study_latencies
 
     queue, startup = study_latencies(study)
@@ -170,8 +171,9 @@ def measured_profile(profile: Profile, study: Any) -> Profile:
         changes["queue_wait"] = {size: queue for size in profile.queue_wait}
     if startup:
         changes["startup"] = startup
+        changes["startup_together"] = {}
     if gaps:
-        changes["segment_start"] = tuple(gaps)
+        changes["segment_gap"] = tuple(gaps)
     if not changes:
         return profile
     source = f"{profile.source}; latencies measured in the study"

@@ -58,27 +58,41 @@ def test_the_example_is_profiled_at_each_size_and_planned(
     and load; the profile lands in the study directory, where plan-elastic finds it."""
     spec = _example(tmp_path)
     study_dir = spec.parent / "runs" / "digits-elastic"
-    cleanup_studies += [study_dir / "profile" / "size-1", study_dir / "profile" / "size-2"]
+    cleanup_studies += [study_dir / "profile" / f"size-{g}" for g in (1, 2)]
+    cleanup_studies.append(study_dir / "profile" / "together-2")
     result = run_hpctune("profile", str(spec), "--sizes", "2,1", "--steps", "2", "--local")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 cpus/trial" in result.stdout
     assert "2 cpus/trial" in result.stdout
+    assert "then 2 workers at once" in result.stdout  # the example's slots
 
     profile = Profile.load(study_dir / "profile.json")
     assert profile.sizes == (1, 2)
     assert profile.device == "cpu"
     for size in (1, 2):
-        assert len(profile.step_seconds[size]) == 2
+        assert len(profile.step_seconds[size]) == 4  # two trials of two steps, one worker
         assert all(s > 0 for s in profile.step_seconds[size])
-        assert len(profile.queue_wait[size]) == 1
-        assert profile.queue_wait[size][0] >= 0
-        trial = open_study(study_dir / "profile" / f"size-{size}").trials[0]
-        assert trial.status.value == "completed"
-        assert trial.step == 2
-        assert trial.last_metrics["devices"] == size
-    assert len(profile.startup) == 2
+        trials = open_study(study_dir / "profile" / f"size-{size}").trials
+        assert [t.status.value for t in trials] == ["completed", "completed"]
+        assert [t.step for t in trials] == [2, 2]
+        assert trials[0].last_metrics["devices"] == size
+    assert len(profile.queue_wait[1]) == 1 + 2  # size 1's worker and the two together
+    assert len(profile.queue_wait[2]) == 1
+    assert all(v >= 0 for v in profile.queue_wait[1])
+    assert len(profile.startup) == 2  # one worker per size
     assert all(s >= 0 for s in profile.startup)
-    assert len(profile.checkpoint_save) == 4
+    # each size's worker ran two segments: one gap and one warm-up each
+    assert len(profile.segment_gap) == 2
+    assert all(g > 0 for g in profile.segment_gap)
+    assert len(profile.warmup) == 2
+    together = open_study(study_dir / "profile" / "together-2").record
+    assert len(together.workers) == 2
+    assert sorted(profile.startup_together) == [2]
+    assert len(profile.startup_together[2]) == 2
+    assert len(profile.warmup_together[2]) == 2
+    assert len(profile.crowding[2]) == 4  # its two trials' steps over the steps alone
+    assert all(c > 0 for c in profile.crowding[2])
+    assert len(profile.checkpoint_save) == 8 + 4
     assert all(s > 0 for s in profile.checkpoint_save)
     assert profile.checkpoint_load
     assert all(s > 0 for s in profile.checkpoint_load)
@@ -115,9 +129,11 @@ def test_a_profiled_directory_is_launched_around_its_profile(
     assert trial.last_metrics["devices"] == 3
     assert trial.last_metrics["threads"] == 3
 
-    again = run_hpctune(*args[:3], "1", *args[4:])  # replaces size-1; to the default place
+    assert sorted(printed["startup_together"]) == ["2"]  # slots = 2: two workers at once
+    again = run_hpctune(*args[:3], "1", *args[4:], "--together", "0")  # to the default place
     assert again.returncode == 0, again.stdout + again.stderr
     assert Profile.load(study_dir).sizes == (1,)
+    assert Profile.load(study_dir).startup_together == {}  # --together 0: not measured
 
     launched = run_hpctune("launch", str(spec), "--local")
     assert launched.returncode == 0, launched.stdout + launched.stderr
@@ -169,9 +185,10 @@ def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
     missing = run_hpctune("profile", str(tmp_path / "none.toml"), "--local")
     assert missing.returncode == 2
     assert "does not exist" in missing.stderr
-    alone = run_hpctune("profile", "--sizes", "1,2")
-    assert alone.returncode == 2
-    assert "needs a STUDY_TOML" in alone.stderr
+    for args in (("--sizes", "1,2"), ("--together", "2")):
+        alone = run_hpctune("profile", *args)
+        assert alone.returncode == 2
+        assert f"{args[0]} needs a STUDY_TOML" in alone.stderr
     assert not (tmp_path / "study").exists()
 
 
