@@ -1642,10 +1642,11 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 @click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
 @click.option(
     "--together",
-    type=click.IntRange(min=0, max=64),
     default=None,
-    help="With STUDY_TOML: one more short study of this many workers starting and training at "
-    "once (INIT, warm-up and steps with them together; 0: none) [default: the spec's slots].",
+    metavar="2,4",
+    help="With STUDY_TOML: for each count N, one more short study of N workers starting and "
+    "training at once (INIT, warm-up and steps with them together; 0: none) [default: the "
+    "spec's slots].",
 )
 @click.option(
     "--segment-start",
@@ -1672,7 +1673,7 @@ def profile_command(
     startup: float | None,
     latencies_from: Path | None,
     decision: float,
-    together: int | None,
+    together: str | None,
     segment_start: float | None,
     device: str | None,
     out: Path | None,
@@ -1771,7 +1772,7 @@ def _profile_study(
     local: bool,
     speedups: dict[int, float],
     decision: float,
-    together: int | None,
+    together_text: str | None,
     out: Path | None,
     as_json: bool,
 ) -> int:
@@ -1807,24 +1808,31 @@ def _profile_study(
     spec = load_spec(study_toml)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
-    if slurm:
-        from hpctune.elastic.measure import size_spec
-        from hpctune.slurm.cluster import check_jobs
-
-    if together is None:
-        together = spec.resources.slots if spec.resources.slots >= 2 else 0
+    together: tuple[int, ...] = ()
+    if together_text is None:
+        together = (spec.resources.slots,) if spec.resources.slots >= 2 else ()
+    elif together_text.strip() == "0":
+        together = ()
+    else:
+        together = parse_sizes(together_text, "--together")
+        if min(together) < 2:
+            raise UsageError(
+                f"--together {together_text!r}: counts of workers at once are >= 2 (or 0 for "
+                "none), e.g. --together 2,4"
+            )
     if slurm:
         from hpctune.elastic.measure import size_spec
         from hpctune.slurm.cluster import check_jobs
 
         for size in sizes:
             check_jobs(size_spec(spec, size, steps, slurm=True))
-        if together >= 2:
-            check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=together))
+        for n in together:
+            check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=n))
     say = (lambda line: None) if as_json else click.echo
     if not as_json:
         where = "as Slurm jobs" if slurm else "here"
-        also = f", then {together} workers at once" if together >= 2 else ""
+        counts = " and ".join(map(str, together))
+        also = f", then {counts} workers at once" if together else ""
         click.echo(
             f"profiling {spec.name}: {steps} step(s) at {', '.join(map(str, sizes))} "
             f"device(s) per trial, one short study each{also}, {where}"
@@ -1857,11 +1865,11 @@ def _profile_study(
         f"gap between segments {_mean_text(profile.segment_gap)}, first segment's warm-up "
         f"{_mean_text(profile.warmup)}"
     )
-    for n in profile.startup_together:
+    for n, run in zip(together, runs[len(sizes) :], strict=True):
         click.echo(
             f"  {n} workers at once: INIT {_mean_text(profile.startup_at(n))}, warm-up "
             f"{_mean_text(profile.warmup_at(n))}, steps {profile.crowding_at(n):.3g}x as long "
-            f"({runs[-1].directory})"
+            f"({run.directory})"
         )
     if not slurm and cpus is not None and max(sizes) > cpus:
         click.echo(

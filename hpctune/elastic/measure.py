@@ -12,22 +12,25 @@ event files come:
 * TRAIN: steady seconds per step (:func:`hpctune.elastic.profiling.read_steps`, as for a
   finished study: a segment's first step gets the median of the others); the segment start:
   the seconds from a segment's start to its first report less one step (model and data
-  set-up), from the worker's later segments, plus the checkpoint load; and the gap between a
-  worker's two segments (the first's end to the second's start). A short study runs two
+  set-up), from the worker's later segments, plus the checkpoint load; and the gap between two
+  segments of the worker (one's end to the next one's start). A short study runs three
   trials, one after the other on its one worker, so that a worker's first segment can be told
-  from a later one;
-* the warm-up: what the worker's first segment took beyond the later one's start (imports and
+  from its later ones;
+* the warm-up: what the worker's first segment took beyond the later ones' start (imports and
   initialisation on first use: a first ``import torch``, say), which the simulator counts in
-  INIT, so that neither the steady step time nor the segment start keep it;
+  INIT, so that neither the steady step time nor the segment start keep it.
+  Segment start, gap and warm-up are the medians over every size's segments (one sample
+  each): robust to a segment slowed by another process on the node;
 * checkpoint save: the seconds ``ctx.save_checkpoint`` took (its event lines' ``seconds``);
 * checkpoint load: ``torch.load`` of each kept checkpoint, as ``ctx.load_checkpoint`` does it,
   timed in this process (a short study runs one segment per trial and never loads one);
 * SCALE and INIT: :func:`hpctune.elastic.profiling.study_latencies`, SCALE per worker size.
 
-With ``together = N`` (default: the spec's ``slots``) one more short study,
-``<study dir>/profile/together-N/``, starts ``N`` workers of the smallest size at once, one
-trial each: INIT and warm-up with ``N`` workers starting together (they share the nodes' CPUs
-and file system), and the *crowding*: its steps' seconds over those of one worker alone.
+For each ``N`` of ``together`` (``hpctune profile --together 2,4``; default: the spec's
+``slots``) one more short study, ``<study dir>/profile/together-N/``, starts ``N`` workers of
+the smallest size at once, one trial each: INIT and warm-up with ``N`` workers starting
+together (they share the nodes' CPUs and file system), and the *crowding*: its steps' seconds
+over those of one worker alone.
 
 SYNC (the rung decision) is not measured: the ``default`` policy decides nothing; give it
 with ``--decision``.
@@ -101,8 +104,8 @@ class SizeRun:
     segment_gap: tuple[float, ...] = ()
 
 
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` as ascending distinct sizes.
+def parse_sizes(text: str, option: str = "--sizes") -> tuple[int, ...]:
+    """``"1,2,4"`` as ascending distinct sizes (the message names ``option``).
 
     Raises:
         PlanningError: A size is not an integer from 1 to :data:`MAX_SIZE`.
@@ -116,8 +119,8 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             size = 0
         if not 1 <= size <= MAX_SIZE:
             raise PlanningError(
-                f"--sizes {text!r}: {item!r} is not a device count; give whole numbers from 1 "
-                f"to {MAX_SIZE} separated by commas, e.g. --sizes 1,2,4"
+                f"{option} {text!r}: {item!r} is not a count; give whole numbers from 1 "
+                f"to {MAX_SIZE} separated by commas, e.g. {option} 1,2,4"
             )
         sizes.add(size)
     return tuple(sorted(sizes))
@@ -131,8 +134,9 @@ def profile_root(spec: StudySpec) -> Path:
 def size_spec(
     spec: StudySpec, devices: int, steps: int, *, slurm: bool = False, together: int = 0
 ) -> StudySpec:
-    """The short study that measures ``spec``'s workload at ``devices`` devices per trial: two
-    trials on one worker; with ``together = N``, ``N`` trials on ``N`` workers at once."""
+    """The short study that measures ``spec``'s workload at ``devices`` devices per trial: three
+    trials one after the other on one worker; with ``together = N``, ``N`` trials on ``N``
+    workers at once."""
     res = spec.resources
     slots = max(together, 1)
     if slurm and res.gpus_per_worker:
@@ -155,7 +159,7 @@ def size_spec(
         directory=profile_root(spec) / folder,
         max_steps=max_steps,
         boundary=min(spec.boundary, max_steps),
-        num_trials=together or 2,
+        num_trials=together or 3,
         fail_fast=True,
         max_retries=0,
         policy=ComponentSpec("default", {}),
@@ -177,12 +181,12 @@ def measure_profile(
     *,
     slurm: bool = False,
     decision: float = 0.0,
-    together: int = 0,
+    together: Sequence[int] = (),
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[Profile, list[SizeRun]]:
-    """Run a short study of ``spec`` per size, and with ``together >= 2`` one of that many
-    workers at once at the smallest size; return the profile and what each measured (the
-    together run last).
+    """Run a short study of ``spec`` per size, and for each count ``n >= 2`` of ``together``
+    one of ``n`` workers at once at the smallest size; return the profile and what each
+    measured (the together runs last).
 
     Raises:
         PlanningError: ``steps`` < 1 or no size.
@@ -205,23 +209,30 @@ def measure_profile(
             f"{len(runs[-1].steps)} steps ({short.directory})"
         )
     queue = {run.devices: run.queue_wait or (0.0,) for run in runs}
-    extra: dict[str, object] = {}
-    if together >= 2:
-        say(f"measuring {together} workers starting and training at once ...")
-        short = size_spec(spec, min(sizes), steps, slurm=slurm, together=together)
-        crowd = run_size(short, min(sizes), slurm=slurm)
-        extra = together_fields(crowd, runs[0], together)
+    alone = next(run for run in runs if run.devices == min(sizes))
+    extra: dict[str, dict[int, tuple[float, ...]]] = {
+        "startup_together": {},
+        "warmup_together": {},
+        "crowding": {},
+    }
+    for n in sorted({n for n in together if n >= 2}):
+        say(f"measuring {n} workers starting and training at once ...")
+        short = size_spec(spec, alone.devices, steps, slurm=slurm, together=n)
+        crowd = run_size(short, alone.devices, slurm=slurm)
+        for name, table in together_fields(crowd, alone, n).items():
+            extra[name].update(table)
         queue[crowd.devices] = queue[crowd.devices] + crowd.queue_wait
         say(
-            f"  {together} at once: INIT {np.mean(crowd.startup):.3g} s, warm-up "
-            f"{np.mean(extra['warmup_together'][together]):.3g} s, steps "  # type: ignore[index]
-            f"{np.mean(extra['crowding'][together]):.3g}x slower ({short.directory})"  # type: ignore[index]
+            f"  {n} at once: INIT {np.mean(crowd.startup):.3g} s, warm-up "
+            f"{np.mean(extra['warmup_together'].get(n, (0.0,))):.3g} s, steps "
+            f"{np.mean(extra['crowding'][n]):.3g}x as long ({short.directory})"
         )
         runs.append(crowd)
     sized = runs[: len(sizes)]
+    counts = sorted(extra["crowding"])
     profile = Profile(
         step_seconds={run.devices: run.steps for run in sized},
-        segment_start=_pooled(run.segment_start for run in sized),
+        segment_start=_median(run.segment_start for run in sized),
         startup=_pooled(run.startup for run in sized),
         queue_wait=queue,
         decision=(decision,),
@@ -230,27 +241,28 @@ def measure_profile(
         device=device_kind(spec, slurm=slurm),
         source=f"hpctune profile {spec.source} ({'slurm' if slurm else 'local'}, "
         f"{steps} steps per size"
-        + (f", {together} workers together" if together >= 2 else "")
+        + (f", {', '.join(map(str, counts))} workers together" if counts else "")
         + f", {profile_root(spec)})",
-        warmup=_pooled(run.warmup for run in sized) or (0.0,),
-        segment_gap=_pooled(run.segment_gap for run in sized) or (0.0,),
-        **extra,  # type: ignore[arg-type]
+        warmup=_median(run.warmup for run in sized),
+        segment_gap=_median(run.segment_gap for run in sized),
+        **extra,
     )
     return profile, runs
 
 
-def together_fields(crowd: SizeRun, alone: SizeRun, together: int) -> dict[str, object]:
+def together_fields(
+    crowd: SizeRun, alone: SizeRun, together: int
+) -> dict[str, dict[int, tuple[float, ...]]]:
     """The profile's fields with ``together`` workers at once, from the short study that ran
     them (``crowd``) and the one of a worker alone at the same size (``alone``): INIT as
-    measured; warm-up: each worker's first segment start less the mean segment start alone;
+    measured; warm-up: each worker's first segment start less the median segment start alone;
     crowding: its steps' seconds over the mean alone."""
-    base = float(np.mean(alone.segment_start)) if alone.segment_start else 0.0
+    base = float(np.median(alone.segment_start)) if alone.segment_start else 0.0
     step = float(np.mean(alone.steps))
+    warm = tuple(max(f - base, 0.0) for f in crowd.first_start)
     return {
         "startup_together": {together: crowd.startup} if crowd.startup else {},
-        "warmup_together": {together: tuple(max(f - base, 0.0) for f in crowd.first_start)}
-        if crowd.first_start
-        else {},
+        "warmup_together": {together: warm} if warm else {},
         "crowding": {together: tuple(s / step for s in crowd.steps)},
     }
 
@@ -389,6 +401,13 @@ def _load_seconds(path: Path) -> tuple[float, ...]:
 
 def _pooled(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
     return tuple(value for group in groups for value in group)
+
+
+def _median(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
+    """The median of the pooled samples, as one sample (``(0.0,)`` for none): a set-up time
+    measured on a few segments, robust to one slowed by another process on the node."""
+    pooled = _pooled(groups)
+    return (float(np.median(pooled)),) if pooled else (0.0,)
 
 
 __all__ = [

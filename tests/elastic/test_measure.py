@@ -70,21 +70,24 @@ def test_the_example_is_profiled_at_each_size_and_planned(
     assert profile.sizes == (1, 2)
     assert profile.device == "cpu"
     for size in (1, 2):
-        assert len(profile.step_seconds[size]) == 4  # two trials of two steps, one worker
+        assert len(profile.step_seconds[size]) == 6  # three trials of two steps, one worker
         assert all(s > 0 for s in profile.step_seconds[size])
-        trials = open_study(study_dir / "profile" / f"size-{size}").trials
-        assert [t.status.value for t in trials] == ["completed", "completed"]
-        assert [t.step for t in trials] == [2, 2]
+        short = open_study(study_dir / "profile" / f"size-{size}")
+        trials = short.trials
+        assert [t.status.value for t in trials] == ["completed"] * 3
+        assert [t.step for t in trials] == [2, 2, 2]
+        assert len({seg.worker_id for seg in short.record.segments.values()}) == 1
         assert trials[0].last_metrics["devices"] == size
     assert len(profile.queue_wait[1]) == 1 + 2  # size 1's worker and the two together
     assert len(profile.queue_wait[2]) == 1
     assert all(v >= 0 for v in profile.queue_wait[1])
     assert len(profile.startup) == 2  # one worker per size
     assert all(s >= 0 for s in profile.startup)
-    # each size's worker ran two segments: one gap and one warm-up each
-    assert len(profile.segment_gap) == 2
-    assert all(g > 0 for g in profile.segment_gap)
-    assert len(profile.warmup) == 2
+    # set-up times are medians over every size's segments: one sample each
+    assert len(profile.segment_gap) == 1
+    assert profile.segment_gap[0] > 0
+    assert len(profile.warmup) == 1
+    assert len(profile.segment_start) == 1
     together = open_study(study_dir / "profile" / "together-2").record
     assert len(together.workers) == 2
     assert sorted(profile.startup_together) == [2]
@@ -92,7 +95,7 @@ def test_the_example_is_profiled_at_each_size_and_planned(
     assert len(profile.warmup_together[2]) == 2
     assert len(profile.crowding[2]) == 4  # its two trials' steps over the steps alone
     assert all(c > 0 for c in profile.crowding[2])
-    assert len(profile.checkpoint_save) == 8 + 4
+    assert len(profile.checkpoint_save) == 2 * 3 * 2 + 2 * 2
     assert all(s > 0 for s in profile.checkpoint_save)
     assert profile.checkpoint_load
     assert all(s > 0 for s in profile.checkpoint_load)
@@ -172,6 +175,8 @@ def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
         ("--steps", "1=trace.h5"): "DEVICES=SOURCE step times go without STUDY_TOML",
         ("--startup", "3"): "--startup: measured by",
         ("--sizes", "2", "--speedup", "4=3"): "a 1 in --sizes",
+        ("--together", "1"): "--together '1': counts of workers at once are >= 2",
+        ("--together", "2,x"): "e.g. --together 1,2,4",
     }
     for args, text in cases.items():
         result = run_hpctune("profile", str(spec), "--local", *args)
