@@ -18,7 +18,10 @@ study of the profile trains with two threads. The fake GPUs are the billed resou
 4. from the journal: the first plan's predicted completion time and cost against the measured
    ones (the study's start to its end; device-hours held by its worker jobs, from their start
    to their end, as ``hpctune status`` reports them), per stage the predicted and measured end,
-   and the best static plan's predicted cost against the plan's measured cost.
+   and the best static plan's predicted cost against the plan's measured cost;
+5. a what-if, simulated only: the plan and the best static plan at the same deadline were the
+   workers not to share the node's CPUs (the profile without its crowding and its start-up
+   together), as on a cluster of real GPUs.
 
     tests/slurm/cluster.sh up; eval "$(tests/slurm/cluster.sh env)"
     PYTHONPATH=. python benchmarks/elastic_real.py --reps 3 [--json] \
@@ -174,6 +177,27 @@ def fastest_static(spec: Any, profile: Any) -> float:
     )
 
 
+def unshared_saving(spec: Any, profile: Any, deadline: float) -> dict[str, Any]:
+    """What-if: the plan and the best static plan were the workers not to share the node's
+    CPUs (crowding 1, start-up and warm-up as one worker alone), as on a cluster of real GPUs."""
+    import dataclasses
+
+    from hpctune.elastic.follow import plan_study
+
+    alone = dataclasses.replace(
+        profile, crowding={}, startup_together={}, warmup_together={}, source="unshared"
+    )
+    result = plan_study(spec, profile=alone)
+    return {
+        "plan_workers": [s.workers for s in result.plan.allocation.shapes],
+        "static_pool": result.static.allocation.static_pool,
+        "predicted_time_s": result.plan.prediction.time.mean,
+        "predicted_gpu_hours": result.plan.prediction.cost.mean,
+        "static_predicted_gpu_hours": result.static.prediction.cost.mean,
+        "saving_predicted": result.saving,
+    }
+
+
 def wait_until_ended(study_dir: Path, timeout: float) -> None:
     """Until the study is final and its controller journaled every worker's end."""
     from hpctune.journal import open_study
@@ -242,6 +266,9 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_spec(toml)
     fastest = fastest_static(spec, profile)
     deadline = args.deadline or round(args.tightness * fastest, 1)
+    from hpctune.study.spec import with_deadline
+
+    what_if = unshared_saving(with_deadline(spec, f"{deadline}s"), profile, deadline)
     load_run = os.getloadavg()[0]
     launched = hpctune("launch", str(toml), "--deadline", f"{deadline}s", env=env)
     wait_until_ended(folder / "study", args.timeout)
@@ -285,6 +312,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "workers": len(record.workers),
         "plans": len(record.elastic_plans),
         "launch_output": launched.strip().splitlines()[:2],
+        "what_if_unshared": what_if,
     }
 
 
@@ -314,7 +342,10 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"crowding {p['crowding_together']:.2f}x; stage ends predicted "
             f"{[round(e, 1) for e in r['stage_ends_predicted_s']]}, measured "
             f"{[None if e is None else round(e, 1) for e in r['stage_ends_measured_s']]}; "
-            f"load {r['load_before_run']:.2f}"
+            f"load {r['load_before_run']:.2f}; unshared what-if: plan "
+            f"{r['what_if_unshared']['plan_workers']} against a static pool of "
+            f"{r['what_if_unshared']['static_pool']}, "
+            f"{r['what_if_unshared']['saving_predicted']:.2f}x predicted"
         )
     within = sum(abs(r["time_error"]) <= 0.15 and abs(r["cost_error"]) <= 0.15 for r in runs)
     savings = ", ".join(f"{r['saving_measured']:.2f}x" for r in runs)
