@@ -140,8 +140,9 @@ def launch(
     if deadline is not None:
         spec = with_deadline(spec, deadline)
     check_entry_point(spec)
+    elastic_plan = None
     if spec.resources.deadline is not None:  # before anything is created: can it be planned?
-        _print_elastic_plan(spec)
+        elastic_plan = _print_elastic_plan(spec)
     slurm = not local and shutil.which("sbatch") is not None
     if slurm:  # before anything is created: would Slurm take the controller and the workers?
         from hpctune.errors import SubmissionError
@@ -158,7 +159,7 @@ def launch(
         return EXIT_OK
     if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
-    paths = create_study(spec)
+    paths = create_study(spec, elastic_plan)  # the controller follows this plan
     if slurm:
         try:
             job = _submit_controller(paths, spec)
@@ -172,12 +173,19 @@ def launch(
     return _exit_code(run_local(paths, show_params=show_params))
 
 
-def _print_elastic_plan(spec: Any) -> None:
-    """Plan a study with a deadline as its controller will (refusing one that cannot be)."""
+def _print_elastic_plan(spec: Any) -> dict[str, Any]:
+    """Plan a study with a deadline (refusing one that cannot be); print it and return the
+    data of its ``elastic_plan`` record, which the study is created with."""
     from hpctune.analysis.formatting import format_duration
-    from hpctune.elastic.follow import plan_study
+    from hpctune.elastic.follow import (
+        PLAN_REASON_LAUNCH,
+        load_study_profile,
+        plan_record,
+        plan_study,
+    )
 
-    result = plan_study(spec)
+    profile = load_study_profile(spec)
+    result = plan_study(spec, profile=profile)
     workers = ", ".join(str(s.workers) for s in result.plan.allocation.shapes)
     meets = "meets the deadline" if result.feasible else "NO plan is predicted to meet it"
     click.echo(
@@ -186,6 +194,7 @@ def _print_elastic_plan(spec: Any) -> None:
         f"{format_duration(result.deadline)} ({meets}), "
         f"{result.cost.format(result.plan.prediction.cost.mean)}"
     )
+    return plan_record(result, profile, PLAN_REASON_LAUNCH)
 
 
 def _submit_controller(paths: StudyPaths, spec: Any) -> int:
