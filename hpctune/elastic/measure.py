@@ -256,14 +256,18 @@ def together_fields(
     """The profile's fields with ``together`` workers at once, from the short study that ran
     them (``crowd``) and the one of a worker alone at the same size (``alone``): INIT as
     measured; warm-up: each worker's first segment start less the median segment start alone;
-    crowding: its steps' seconds over the mean alone."""
+    crowding: its steps' seconds over the mean alone, at least 1 (workers together are not
+    faster than one alone: a lower ratio means the node was busier while one ran alone)."""
     base = float(np.median(alone.segment_start)) if alone.segment_start else 0.0
     step = float(np.mean(alone.steps))
     warm = tuple(max(f - base, 0.0) for f in crowd.first_start)
+    ratios = tuple(s / step for s in crowd.steps)
+    if np.mean(ratios) < 1.0:
+        ratios = (1.0,)
     return {
         "startup_together": {together: crowd.startup} if crowd.startup else {},
         "warmup_together": {together: warm} if warm else {},
-        "crowding": {together: tuple(s / step for s in crowd.steps)},
+        "crowding": {together: ratios},
     }
 
 
