@@ -30,7 +30,8 @@ study of the profile trains with two threads. The fake GPUs are the billed resou
 Study: SHA with eta 2 over 8 trials to steps 1, 2, 4, 8 (stages of 8, 4, 2 and 1 trials), at
 most 4 one-GPU workers at once (the node's 4 fake GPUs). A repetition takes 2-3 minutes on the
 project's 2-core machine. Wall-clock figures depend on the machine's load (another process on
-the same cores slows every step): the script records ``uptime``'s load before each run.
+the same cores slows every step): the script records the load average and one CPU's speed
+(:func:`machine_speed`) before the profile, before the run and after it.
 """
 
 from __future__ import annotations
@@ -162,6 +163,20 @@ def environment() -> dict[str, str]:
     return env
 
 
+def machine_speed(seconds: float = 1.0) -> float:
+    """One CPU's speed now: 512x512 matrix products per second on one torch thread (another
+    process on the same cores lowers it; compare the figures before the profile and the run)."""
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.randn(512, 512, generator=torch.Generator().manual_seed(0))
+    done, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        a = torch.tanh(a @ a)
+        done += 1
+    return done / (time.perf_counter() - began)
+
+
 def fastest_static(spec: Any, profile: Any) -> float:
     """The predicted time of the fastest static pool of at most ``slots`` one-GPU workers."""
     from hpctune.elastic import CostModel, experiment_from_study, simulate
@@ -249,6 +264,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     toml.write_text(STUDY.format(rep=rep))
     env = environment()
     load = os.getloadavg()[0]
+    speed_profile = machine_speed()
     began = time.time()
     hpctune(
         "profile",
@@ -270,8 +286,10 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     what_if = unshared_saving(with_deadline(spec, f"{deadline}s"), profile, deadline)
     load_run = os.getloadavg()[0]
+    speed_run = machine_speed()
     launched = hpctune("launch", str(toml), "--deadline", f"{deadline}s", env=env)
     wait_until_ended(folder / "study", args.timeout)
+    speed_after = machine_speed()
     record = open_study(folder / "study").record
     first = record.elastic_plans[0]
     plan = first["plan"]
@@ -288,6 +306,9 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "state": record.state.value,
         "load_before_profile": load,
         "load_before_run": load_run,
+        "speed_before_profile": speed_profile,
+        "speed_before_run": speed_run,
+        "speed_after_run": speed_after,
         "profile_s": profiled,
         "profile": profile_summary(profile),
         "fastest_static_s": fastest,
@@ -342,7 +363,9 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"crowding {p['crowding_together']:.2f}x; stage ends predicted "
             f"{[round(e, 1) for e in r['stage_ends_predicted_s']]}, measured "
             f"{[None if e is None else round(e, 1) for e in r['stage_ends_measured_s']]}; "
-            f"load {r['load_before_run']:.2f}; unshared what-if: plan "
+            f"load {r['load_before_run']:.2f}; CPU speed (products/s) before the profile "
+            f"{r['speed_before_profile']:.0f}, before the run {r['speed_before_run']:.0f}, "
+            f"after it {r['speed_after_run']:.0f}; unshared what-if: plan "
             f"{r['what_if_unshared']['plan_workers']} against a static pool of "
             f"{r['what_if_unshared']['static_pool']}, "
             f"{r['what_if_unshared']['saving_predicted']:.2f}x predicted"
