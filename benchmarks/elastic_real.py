@@ -213,6 +213,21 @@ def unshared_saving(spec: Any, profile: Any, deadline: float) -> dict[str, Any]:
     }
 
 
+def steps_in_run(study: Any) -> dict[str, float | None]:
+    """Median seconds between two reports of one segment, per stage end step (a segment's first
+    step, which pays its start, is left out): the steady step as the run had it."""
+    out: dict[str, list[float]] = {}
+    for seg in study.record.segments.values():
+        curve = study.curve(seg.trial_id)
+        times = [
+            t
+            for step, t in zip(curve.steps.tolist(), curve.times.tolist(), strict=True)
+            if seg.start_step < step <= seg.until_step
+        ]
+        out.setdefault(str(seg.until_step), []).extend(np.diff(times).tolist())
+    return {k: float(np.median(v)) if v else None for k, v in sorted(out.items())}
+
+
 def wait_until_ended(study_dir: Path, timeout: float) -> None:
     """Until the study is final and its controller journaled every worker's end."""
     from hpctune.journal import open_study
@@ -290,7 +305,8 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     launched = hpctune("launch", str(toml), "--deadline", f"{deadline}s", env=env)
     wait_until_ended(folder / "study", args.timeout)
     speed_after = machine_speed()
-    record = open_study(folder / "study").record
+    study = open_study(folder / "study")
+    record = study.record
     first = record.elastic_plans[0]
     plan = first["plan"]
     status = study_plan_status(record)
@@ -330,6 +346,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "met_deadline": measured_time <= deadline,
         "stage_ends_predicted_s": ends,
         "stage_ends_measured_s": [s.measured_end for s in status.stages],
+        "steps_in_run_s": steps_in_run(study),
         "workers": len(record.workers),
         "plans": len(record.elastic_plans),
         "launch_output": launched.strip().splitlines()[:2],
@@ -363,6 +380,7 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"crowding {p['crowding_together']:.2f}x; stage ends predicted "
             f"{[round(e, 1) for e in r['stage_ends_predicted_s']]}, measured "
             f"{[None if e is None else round(e, 1) for e in r['stage_ends_measured_s']]}; "
+            f"steady steps in the run by stage end {r['steps_in_run_s']}; "
             f"load {r['load_before_run']:.2f}; CPU speed (products/s) before the profile "
             f"{r['speed_before_profile']:.0f}, before the run {r['speed_before_run']:.0f}, "
             f"after it {r['speed_after_run']:.0f}; unshared what-if: plan "
