@@ -14,7 +14,8 @@ study of the profile trains with two threads. The fake GPUs are the billed resou
    workers is predicted to reach (the tight deadline of RubberBand §6.3.1: the static plan
    needs its largest pool to meet it), or ``--deadline``;
 3. ``hpctune launch study.toml --deadline D`` with ``HPCTUNE_REPLAN_DRIFT=inf`` (the first plan
-   is followed to the end: its prediction is what is measured), waiting for the end;
+   is followed to the end: its prediction is what is measured; ``--replan``: the controller
+   re-plans late rungs, and the last plan's prediction is printed too), waiting for the end;
 4. from the journal: the first plan's predicted completion time and cost against the measured
    ones (the study's start to its end; device-hours held by its worker jobs, from their start
    to their end, as ``hpctune status`` reports them), per stage the predicted and measured end,
@@ -154,12 +155,14 @@ def hpctune(*args: str, env: dict[str, str], timeout: float = 900) -> str:
     return result.stdout
 
 
-def environment() -> dict[str, str]:
-    """This checkout first on PYTHONPATH (for the Slurm jobs too: sbatch exports it)."""
+def environment(replan: bool = False) -> dict[str, str]:
+    """This checkout first on PYTHONPATH (for the Slurm jobs too: sbatch exports it); without
+    ``replan`` the first plan is followed to the end (``HPCTUNE_REPLAN_DRIFT=inf``)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
-    env["HPCTUNE_REPLAN_DRIFT"] = "inf"  # the first plan, followed to the end, is measured
+    if not replan:
+        env["HPCTUNE_REPLAN_DRIFT"] = "inf"
     return env
 
 
@@ -277,7 +280,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     (folder / "train.py").write_text(textwrap.dedent(TRAIN.format(passes=args.passes)))
     toml = folder / "study.toml"
     toml.write_text(STUDY.format(rep=rep))
-    env = environment()
+    env = environment(args.replan)
     load = os.getloadavg()[0]
     speed_profile = machine_speed()
     began = time.time()
@@ -349,6 +352,9 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "steps_in_run_s": steps_in_run(study),
         "workers": len(record.workers),
         "plans": len(record.elastic_plans),
+        "last_plan_predicted_time_s": status.predicted_time,
+        "last_plan_predicted_gpu_hours": status.predicted_cost,
+        "replan": args.replan,
         "launch_output": launched.strip().splitlines()[:2],
         "what_if_unshared": what_if,
     }
@@ -387,6 +393,12 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"{r['what_if_unshared']['plan_workers']} against a static pool of "
             f"{r['what_if_unshared']['static_pool']}, "
             f"{r['what_if_unshared']['saving_predicted']:.2f}x predicted"
+            + (
+                f"; {r['plans']} plans, the last predicted {r['last_plan_predicted_time_s']:.1f} s"
+                f" and {r['last_plan_predicted_gpu_hours']:.5f}"
+                if r.get("replan")
+                else ""
+            )
         )
     within = sum(abs(r["time_error"]) <= 0.15 and abs(r["cost_error"]) <= 0.15 for r in runs)
     savings = ", ".join(f"{r['saving_measured']:.2f}x" for r in runs)
@@ -405,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tightness", type=float, default=1.1)
     parser.add_argument("--deadline", type=float, default=None, help="seconds (else tightness)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--replan",
+        action="store_true",
+        help="let the controller re-plan a late rung (default: the first plan to the end)",
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/hpctune-elastic-real"))
     parser.add_argument("--json", action="store_true", help="print the runs as JSON")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
