@@ -140,8 +140,9 @@ def launch(
     if deadline is not None:
         spec = with_deadline(spec, deadline)
     check_entry_point(spec)
+    elastic_plan = None
     if spec.resources.deadline is not None:  # before anything is created: can it be planned?
-        _print_elastic_plan(spec)
+        elastic_plan = _print_elastic_plan(spec)
     slurm = not local and shutil.which("sbatch") is not None
     if slurm:  # before anything is created: would Slurm take the controller and the workers?
         from hpctune.errors import SubmissionError
@@ -158,7 +159,7 @@ def launch(
         return EXIT_OK
     if not local and not slurm:
         click.echo("sbatch is not on PATH: running the study locally (--local)")
-    paths = create_study(spec)
+    paths = create_study(spec, elastic_plan)  # the controller follows this plan
     if slurm:
         try:
             job = _submit_controller(paths, spec)
@@ -172,12 +173,19 @@ def launch(
     return _exit_code(run_local(paths, show_params=show_params))
 
 
-def _print_elastic_plan(spec: Any) -> None:
-    """Plan a study with a deadline as its controller will (refusing one that cannot be)."""
+def _print_elastic_plan(spec: Any) -> dict[str, Any]:
+    """Plan a study with a deadline (refusing one that cannot be); print it and return the
+    data of its ``elastic_plan`` record, which the study is created with."""
     from hpctune.analysis.formatting import format_duration
-    from hpctune.elastic.follow import plan_study
+    from hpctune.elastic.follow import (
+        PLAN_REASON_LAUNCH,
+        load_study_profile,
+        plan_record,
+        plan_study,
+    )
 
-    result = plan_study(spec)
+    profile = load_study_profile(spec)
+    result = plan_study(spec, profile=profile)
     workers = ", ".join(str(s.workers) for s in result.plan.allocation.shapes)
     meets = "meets the deadline" if result.feasible else "NO plan is predicted to meet it"
     click.echo(
@@ -186,6 +194,7 @@ def _print_elastic_plan(spec: Any) -> None:
         f"{format_duration(result.deadline)} ({meets}), "
         f"{result.cost.format(result.plan.prediction.cost.mean)}"
     )
+    return plan_record(result, profile, PLAN_REASON_LAUNCH)
 
 
 def _submit_controller(paths: StudyPaths, spec: Any) -> int:
@@ -1651,6 +1660,14 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
 )
 @click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
 @click.option(
+    "--together",
+    default=None,
+    metavar="2,4",
+    help="With STUDY_TOML: for each count N, one more short study of N workers starting and "
+    "training at once (INIT, warm-up and steps with them together; 0: none) [default: the "
+    "spec's slots].",
+)
+@click.option(
     "--segment-start",
     type=float,
     default=None,
@@ -1675,6 +1692,7 @@ def profile_command(
     startup: float | None,
     latencies_from: Path | None,
     decision: float,
+    together: str | None,
     segment_start: float | None,
     device: str | None,
     out: Path | None,
@@ -1683,10 +1701,13 @@ def profile_command(
     """Write a workload's profile for the elastic planner (docs/elastic.md).
 
     \b
-    hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--local] [--out PATH]
+    hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--together N] [--local]
       runs a short study of STUDY_TOML's training function per size (one worker of that many
-      devices, ctx.devices; CPUs locally), and measures seconds per step, the segment start,
-      checkpoint save and load, and the queue wait (SCALE) and start-up (INIT) of a worker.
+      devices, ctx.devices; CPUs locally; two trials one after the other), and measures
+      steady seconds per step, the segment start, the gap between segments, the first
+      segment's warm-up, checkpoint save and load, and the queue wait (SCALE) and start-up
+      (INIT) of a worker; then one of N workers at once (start-up, warm-up and steps
+      together).
     hpctune profile --steps 1=TRACE [--steps 2=STUDY_DIR ...] [--speedup 4=3.5] --out PATH
       takes seconds per step from traces or finished studies.
 
@@ -1717,12 +1738,12 @@ def profile_command(
                 "--steps DEVICES=SOURCE and no STUDY_TOML"
             )
         return _profile_study(
-            study_toml, sizes, step_texts, local, speedups, decision, out, as_json
+            study_toml, sizes, step_texts, local, speedups, decision, together, out, as_json
         )
-    if sizes is not None or local:
+    if sizes is not None or local or together is not None:
+        first = "--sizes" if sizes is not None else "--local" if local else "--together"
         raise UsageError(
-            f"{'--sizes' if sizes is not None else '--local'} needs a STUDY_TOML to run: "
-            "`hpctune profile study.toml --sizes 1,2,4`"
+            f"{first} needs a STUDY_TOML to run: `hpctune profile study.toml --sizes 1,2,4`"
         )
     if not step_texts:
         raise UsageError(
@@ -1770,6 +1791,7 @@ def _profile_study(
     local: bool,
     speedups: dict[int, float],
     decision: float,
+    together_text: str | None,
     out: Path | None,
     as_json: bool,
 ) -> int:
@@ -1805,21 +1827,39 @@ def _profile_study(
     spec = load_spec(study_toml)
     check_entry_point(spec)
     slurm = not local and shutil.which("sbatch") is not None
+    together: tuple[int, ...] = ()
+    if together_text is None:
+        together = (spec.resources.slots,) if spec.resources.slots >= 2 else ()
+    elif together_text.strip() == "0":
+        together = ()
+    else:
+        together = parse_sizes(together_text, "--together")
+        if min(together) < 2:
+            raise UsageError(
+                f"--together {together_text!r}: counts of workers at once are >= 2 (or 0 for "
+                "none), e.g. --together 2,4"
+            )
     if slurm:
         from hpctune.elastic.measure import size_spec
         from hpctune.slurm.cluster import check_jobs
 
         for size in sizes:
             check_jobs(size_spec(spec, size, steps, slurm=True))
+        for n in together:
+            check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=n))
     say = (lambda line: None) if as_json else click.echo
     if not as_json:
         where = "as Slurm jobs" if slurm else "here"
+        counts = " and ".join(map(str, together))
+        also = f", then {counts} workers at once" if together else ""
         click.echo(
             f"profiling {spec.name}: {steps} step(s) at {', '.join(map(str, sizes))} "
-            f"device(s) per trial, one short study each, {where}"
+            f"device(s) per trial, one short study each{also}, {where}"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    profile, runs = measure_profile(spec, sizes, steps, slurm=slurm, decision=decision, say=say)
+    profile, runs = measure_profile(
+        spec, sizes, steps, slurm=slurm, decision=decision, together=together, say=say
+    )
     if speedups:
         import dataclasses
 
@@ -1832,7 +1872,7 @@ def _profile_study(
         click.echo(json.dumps(profile.to_dict()))
         return EXIT_OK
     _print_profile(profile, target, {run.devices for run in runs}, "from --speedup")
-    for run in runs:
+    for run in runs[: len(sizes)]:
         click.echo(
             f"  {run.devices:>3}: SCALE {_mean_text(run.queue_wait)}, INIT "
             f"{_mean_text(run.startup)} ({run.directory})"
@@ -1840,8 +1880,16 @@ def _profile_study(
     click.echo(
         f"  checkpoint save {_mean_text(profile.checkpoint_save)}, load "
         f"{_mean_text(profile.checkpoint_load)} (means of {len(profile.checkpoint_save)} and "
-        f"{len(profile.checkpoint_load)}); segment start {_mean_text(profile.segment_start)}"
+        f"{len(profile.checkpoint_load)}); segment start {_mean_text(profile.segment_start)}, "
+        f"gap between segments {_mean_text(profile.segment_gap)}, first segment's warm-up "
+        f"{_mean_text(profile.warmup)}"
     )
+    for n, run in zip(together, runs[len(sizes) :], strict=True):
+        click.echo(
+            f"  {n} workers at once: INIT {_mean_text(profile.startup_at(n))}, warm-up "
+            f"{_mean_text(profile.warmup_at(n))}, steps {profile.crowding_at(n):.3g}x as long "
+            f"({run.directory})"
+        )
     if not slurm and cpus is not None and max(sizes) > cpus:
         click.echo(
             f"note: this machine gives this process {cpus} CPU(s); sizes above {cpus} share "

@@ -1,9 +1,11 @@
 """A study with ``[resources] deadline`` follows an elastic plan (RubberBand §4.4).
 
-At its first start the controller plans the study (:func:`hpctune.elastic.follow.plan_study`)
-and journals the plan (``elastic_plan``); a restarted controller follows the journaled plan and
-does not plan again. At every iteration it finds the stage the study is in from the trials'
-steps (:func:`~hpctune.elastic.follow.current_stage`), journals each stage it enters
+``hpctune launch`` plans the study (:func:`hpctune.elastic.follow.plan_study`) and journals the
+plan (``elastic_plan``) with the study's creation; a study created otherwise is planned by its
+controller at its first start. Every controller follows the journaled plan and does not plan
+again. At every iteration it finds the stage the study is in from the trials'
+steps (:class:`~hpctune.elastic.follow.StageTracker`: only the current stage's trials, and
+those not seen past its end before), journals each stage it enters
 (``elastic_stage``), and keeps as many workers busy as the plan gives that stage: more slots are
 offered to the policy when the stage's pool is larger, and idle workers above it are told to
 exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
@@ -24,8 +26,8 @@ from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
     REPLAN_DRIFT,
+    StageTracker,
     TrialProgress,
-    current_stage,
     drift_reason,
     load_study_profile,
     plan_record,
@@ -57,6 +59,7 @@ class ElasticController(WorkerManagingController):
     _elastic_result: PlanResult | None = None
     _elastic_from: int = -1  # the elastic_plan records _elastic_result was read from
     _pool_target: int | None = None  # workers to keep busy, set by _follow_plan
+    _stage_tracker: StageTracker | None = None  # the stage the study is in, kept up
 
     def _elastic_plan(self) -> PlanResult | None:
         """The plan in force (journaled), or ``None`` for a study without a deadline."""
@@ -70,10 +73,16 @@ class ElasticController(WorkerManagingController):
 
     def _start_elastic(self) -> None:
         """Plan a study with a deadline once, at its first start (the journal keeps the plan
-        for every later controller); a study that cannot be planned fails with the reason."""
-        if self.spec.resources.deadline is None or self.state.elastic_plans:
+        for every later controller); a study that cannot be planned fails with the reason. A
+        study launched by ``hpctune launch`` has the plan launch made journaled with it: the
+        controller follows that one and does not plan again."""
+        if self.spec.resources.deadline is None or self.state.state is not StudyState.RUNNING:
             return
-        if self.state.state is not StudyState.RUNNING:
+        if self.state.elastic_plans:  # launch's, or an earlier controller's
+            result = self._elastic_plan()
+            warned = any(w.code == "elastic-infeasible" for w in self.state.warnings)
+            if result is not None and not result.feasible and not warned:
+                self._warn_infeasible(result)
             return
         try:
             profile = load_study_profile(self.spec)
@@ -91,21 +100,27 @@ class ElasticController(WorkerManagingController):
             result.deadline,
         )
         if not result.feasible:
-            self._warn(
-                "elastic-infeasible",
-                f"no plan is predicted to meet the deadline of {result.deadline:.0f} s; "
-                f"following the fastest static plan ({result.plan.prediction.time.mean:.0f} s "
-                "predicted)",
-            )
+            self._warn_infeasible(result)
+
+    def _warn_infeasible(self, result: PlanResult) -> None:
+        self._warn(
+            "elastic-infeasible",
+            f"no plan is predicted to meet the deadline of {result.deadline:.0f} s; "
+            f"following the fastest static plan ({result.plan.prediction.time.mean:.0f} s "
+            "predicted)",
+        )
 
     def _elastic_stage(self) -> int | None:
         """The stage the study is in (journaled when it changes), or ``None`` without a plan."""
         result = self._elastic_plan()
         if result is None:
             return None
-        trials = {t.trial_id: self._trial_progress(t) for t in self.state.trials.values()}
         known = self.state.elastic_stages
-        stage = current_stage(result.spec, trials, known[-1][0] if known else 0)
+        since = known[-1][0] if known else 0
+        tracker = self._stage_tracker
+        if tracker is None or tracker.spec != result.spec or tracker.stage < since:
+            tracker = self._stage_tracker = StageTracker(result.spec, since)
+        stage = tracker.advance(self._progress_of)
         if not known or known[-1][0] != stage:
             last = result.spec.num_stages()
             self._log(
@@ -153,6 +168,11 @@ class ElasticController(WorkerManagingController):
         self._pool_target = (
             None if stage is None or result is None else stage_workers(result, stage)
         )
+
+    def _progress_of(self, trial_id: int) -> TrialProgress | None:
+        """What the stage tracker needs of trial ``trial_id`` (``None``: not created yet)."""
+        trial = self.state.trials.get(trial_id)
+        return None if trial is None else self._trial_progress(trial)
 
     def _trial_progress(self, trial: TrialRecord) -> TrialProgress:
         """What the stage tracker needs of ``trial``."""

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from hpctune.analysis.progress import LiveProgress
 from hpctune.analysis.summary import best_text, pareto_text, policy_lines, study_line, trials_table
@@ -121,8 +121,12 @@ def _top_level_binding(tree: ast.Module, name: str) -> str | None:
     return found
 
 
-def create_study(spec: StudySpec) -> StudyPaths:
+def create_study(spec: StudySpec, elastic_plan: dict[str, Any] | None = None) -> StudyPaths:
     """Create the study directory: the spec copy, the folders and a journal with the spec.
+
+    ``elastic_plan``: the data of an ``elastic_plan`` record (a study with a deadline, planned
+    by ``hpctune launch``), journaled in the same commit, so that the controller follows it
+    instead of planning again.
 
     Everything is created private (0700/0600, or 0750/0640 with ``share_with_group``),
     whatever the umask was (:mod:`hpctune.wire.permissions`).
@@ -163,7 +167,10 @@ def create_study(spec: StudySpec) -> StudyPaths:
         journal = epoch_journal(tmp, 0)
         writer = JournalWriter(journal, create=True)
         data = {"state": StudyState.CREATED.value, "spec": spec.to_dict(), "reason": "launched"}
-        writer.append("log", kind=st.STUDY, time=time.time(), data=dumps(data))
+        now = time.time()
+        writer.append("log", kind=st.STUDY, time=now, data=dumps(data))
+        if elastic_plan is not None:
+            writer.append("log", kind=st.ELASTIC_PLAN, time=now, data=dumps(elastic_plan))
         writer.commit({})
         point_link(tmp, journal)
         for name in adopt:  # `hpctune profile study.toml` measured it here: keep its files

@@ -4,9 +4,13 @@ Nodes, in topological order (every node's predecessors come before it):
 
 * **SCALE**: a new worker waits in the Slurm queue (a static plan: its one pool allocation).
   Pending jobs are not billed, so the hold of a worker starts when its SCALE ends.
-* **INIT**: the worker process starts up until it can run its first segment.
-* **TRAIN**: one trial's segment of a stage: its beginning (checkpoint load) and its steps at the
-  stage's devices per trial. A worker runs its trials one after another.
+* **INIT**: the worker process starts up until it can run its first segment, and its first
+  segment's one-off warm-up; its latency depends on how many workers start at once (``together``:
+  the stage's new workers, which share the nodes' CPUs and file system while they start).
+* **TRAIN**: one trial's segment of a stage: the gap since the worker's previous segment (not
+  after its INIT), its beginning (checkpoint load) and its steps at the stage's devices per
+  trial, slowed by the crowding of the stage's workers training at once (``together``). A worker
+  runs its trials one after another.
 * **SYNC**: the rung is judged; the next stage starts after it.
 
 How stages join (the rules the executor is to follow): an elastic plan's workers are Slurm jobs
@@ -51,6 +55,9 @@ class Node:
         steps: TRAIN: steps it trains.
         begins: TRAIN: the segment begins here (pays the segment start); False for one already
             running when a re-plan starts.
+        together: INIT: workers starting at once; TRAIN: workers of its stage training at once.
+        gap: TRAIN: it follows an earlier segment or a rung's SYNC on its worker (pays the gap
+            between two segments); False after the worker's INIT.
     """
 
     kind: NodeKind
@@ -60,6 +67,8 @@ class Node:
     devices: int = 0
     steps: int = 0
     begins: bool = True
+    together: int = 1
+    gap: bool = False
 
     def label(self) -> str:
         """A short text: ``TRAIN s1 w3 (2 devices, 3 steps)``."""
@@ -178,6 +187,7 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
                 if holds:
                     holds[-1] = _with_kept(holds[-1], reuse)
                 ready, begin = [], []
+                new = shape.workers - reuse
                 for k in range(shape.workers):
                     if k < reuse:
                         ready.append(prev_sync)
@@ -185,12 +195,14 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
                         continue
                     after = () if prev_sync is None else (prev_sync,)
                     scale = b.add(Node(NodeKind.SCALE, i, after, k, shape.devices))
-                    ready.append(b.add(Node(NodeKind.INIT, i, (scale,), k, shape.devices)))
+                    init = Node(NodeKind.INIT, i, (scale,), k, shape.devices, together=new)
+                    ready.append(b.add(init))
                     begin.append(scale)
         last: list[int | None] = [None] * shape.workers
         for j, (n_steps, fresh) in enumerate(zip(steps, begins_list, strict=True)):
             k = j % shape.workers
             before = last[k] if last[k] is not None else ready[k]
+            after_init = before is not None and b.nodes[before].kind is NodeKind.INIT
             node = Node(
                 NodeKind.TRAIN,
                 i,
@@ -199,6 +211,8 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
                 shape.devices,
                 n_steps,
                 fresh,
+                together=min(shape.workers, len(steps)),
+                gap=fresh and not after_init,
             )
             last[k] = b.add(node)
         ends = [t if t is not None else r for t, r in zip(last, ready, strict=True)]
@@ -226,7 +240,8 @@ def _static_ready(
     after = prev_sync if prev is not None else pool_scale
     preds = () if after is None else (after,)
     return [
-        b.add(Node(NodeKind.INIT, stage, preds, k, shape.devices)) for k in range(shape.workers)
+        b.add(Node(NodeKind.INIT, stage, preds, k, shape.devices, together=shape.workers))
+        for k in range(shape.workers)
     ]
 
 

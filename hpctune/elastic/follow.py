@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,10 +150,11 @@ def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: 
 def measured_profile(profile: Profile, study: Any) -> Profile:
     """``profile`` with the latencies the running study measured (a
     :class:`~hpctune.journal.state.StudyRecord`) in place of the profile's, where it has any:
-    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`), and as
-    segment start the gaps between two segments of one worker (the previous one's end to the
-    next one's start: the controller seeing the end, the assignment, the checkpoint load). The
-    seconds per step stay the profile's."""
+    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as
+    its workers started, together as they were, so the profile's start-ups with workers
+    together are dropped), and the gaps between two segments of one worker (the previous one's
+    end to the next one's start: the controller seeing the end, the assignment). The seconds
+    per step, the warm-up and the crowding stay the profile's."""
     from hpctune.elastic.profiling import study_latencies
 
     queue, startup = study_latencies(study)
@@ -170,8 +171,9 @@ def measured_profile(profile: Profile, study: Any) -> Profile:
         changes["queue_wait"] = {size: queue for size in profile.queue_wait}
     if startup:
         changes["startup"] = startup
+        changes["startup_together"] = {}
     if gaps:
-        changes["segment_start"] = tuple(gaps)
+        changes["segment_gap"] = tuple(gaps)
     if not changes:
         return profile
     source = f"{profile.source}; latencies measured in the study"
@@ -267,6 +269,43 @@ def current_stage(
         if not stage_done(spec, index, trials):
             return index
     return spec.num_stages()
+
+
+class StageTracker:
+    """:func:`current_stage`, kept up as a study runs at the cost of a few trials a call.
+
+    A controller asks at every iteration; looking at every trial each time costs as many
+    progress look-ups as the study has trials. The tracker looks only at the trials of the
+    current stage's bracket, and within it goes on from the first trial that was not past the
+    stage's end the last time (a trial once past it is not asked again until all are: then
+    the whole bracket is checked once more before the stage is left, as :func:`stage_done`
+    would). It never goes back (a trial lost and resumed from an earlier checkpoint).
+    """
+
+    def __init__(self, spec: ExperimentSpec, since: int = 0) -> None:
+        self.spec = spec
+        self.brackets = {b: list(ids) for b, ids in bracket_trials(spec).items()}
+        self.stage = since
+        self._cursor = 0  # trials of the current stage's bracket before it were past its end
+
+    def advance(self, progress: Callable[[int], TrialProgress | None]) -> int:
+        """The stage the study is in now, given each trial's progress (``None``: no such
+        trial yet)."""
+        while self.stage < self.spec.num_stages():
+            stage = self.spec.stages[self.stage]
+            ids = self.brackets[stage.bracket]
+
+            def past(trial_id: int, end: int = stage.end_step) -> bool:
+                trial = progress(trial_id)
+                return trial is not None and trial.past(end)
+
+            while self._cursor < len(ids) and past(ids[self._cursor]):
+                self._cursor += 1
+            if self._cursor < len(ids) or not all(past(t) for t in ids):
+                return self.stage
+            self.stage += 1
+            self._cursor = 0
+        return self.stage
 
 
 def stage_workers(result: PlanResult, stage: int) -> int:
@@ -408,7 +447,7 @@ def plan_status(
     return PlanStatus(
         result=result,
         reason=str(record.get("reason", "")),
-        planned_at=float(record.get("time", started)) - started,
+        planned_at=max(float(record.get("time", started)) - started, 0.0),  # launch's: 0
         plans=plans,
         stages=stages,
         stage=current,
@@ -480,6 +519,7 @@ __all__ = [
     "REPLAN_DRIFT",
     "PlanStatus",
     "StageStatus",
+    "StageTracker",
     "TrialProgress",
     "bracket_trials",
     "current_stage",

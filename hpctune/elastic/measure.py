@@ -9,13 +9,28 @@ spec's CPUs per GPU) when the spec gives workers GPUs, else ``g`` CPUs. The shor
 ordinary study directories under ``<study dir>/profile/size-<g>/``; from their journals and
 event files come:
 
-* TRAIN: seconds per step (:func:`hpctune.elastic.profiling.read_steps`, as for a finished
-  study), and the segment start: the seconds from a segment's start to its first report less
-  one step (model and data set-up), plus the checkpoint load;
+* TRAIN: steady seconds per step (:func:`hpctune.elastic.profiling.read_steps`, as for a
+  finished study: a segment's first step gets the median of the others); the segment start:
+  the seconds from a segment's start to its first report less one step (model and data
+  set-up), from the worker's later segments, plus the checkpoint load; and the gap between two
+  segments of the worker (one's end to the next one's start). A short study runs three
+  trials, one after the other on its one worker, so that a worker's first segment can be told
+  from its later ones;
+* the warm-up: what the worker's first segment took beyond the later ones' start (imports and
+  initialisation on first use: a first ``import torch``, say), which the simulator counts in
+  INIT, so that neither the steady step time nor the segment start keep it.
+  Segment start, gap and warm-up are the medians over every size's segments (one sample
+  each): robust to a segment slowed by another process on the node;
 * checkpoint save: the seconds ``ctx.save_checkpoint`` took (its event lines' ``seconds``);
 * checkpoint load: ``torch.load`` of each kept checkpoint, as ``ctx.load_checkpoint`` does it,
   timed in this process (a short study runs one segment per trial and never loads one);
 * SCALE and INIT: :func:`hpctune.elastic.profiling.study_latencies`, SCALE per worker size.
+
+For each ``N`` of ``together`` (``hpctune profile --together 2,4``; default: the spec's
+``slots``) one more short study, ``<study dir>/profile/together-N/``, starts ``N`` workers of
+the smallest size at once, one trial each: INIT and warm-up with ``N`` workers starting
+together (they share the nodes' CPUs and file system), and the *crowding*: its steps' seconds
+over those of one worker alone.
 
 SYNC (the rung decision) is not measured: the ``default`` policy decides nothing; give it
 with ``--decision``.
@@ -27,7 +42,7 @@ import dataclasses
 import io
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,6 +54,7 @@ from hpctune.elastic.profile import Profile
 from hpctune.elastic.profiling import read_steps, study_latencies
 from hpctune.errors import HpctuneError, Interrupted
 from hpctune.executors import Executor
+from hpctune.journal.state import SegmentRecord, StudyRecord
 from hpctune.study.spec import ComponentSpec, ResourcesSpec, StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.states import TrialStatus
@@ -68,6 +84,11 @@ class SizeRun:
         checkpoint_load: Seconds of each timed ``torch.load`` of a kept checkpoint.
         queue_wait: SCALE samples of its worker.
         startup: INIT samples of its worker.
+        first_start: Per worker, its first segment's start to first report less one steady
+            step (the segment start and the warm-up).
+        warmup: Per worker with a later segment, its first segment's ``first_start`` less
+            the later segments' mean start.
+        segment_gap: Seconds from a worker's segment's end to its next segment's start.
     """
 
     devices: int
@@ -78,10 +99,13 @@ class SizeRun:
     checkpoint_load: tuple[float, ...]
     queue_wait: tuple[float, ...]
     startup: tuple[float, ...]
+    first_start: tuple[float, ...] = ()
+    warmup: tuple[float, ...] = ()
+    segment_gap: tuple[float, ...] = ()
 
 
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` as ascending distinct sizes.
+def parse_sizes(text: str, option: str = "--sizes") -> tuple[int, ...]:
+    """``"1,2,4"`` as ascending distinct sizes (the message names ``option``).
 
     Raises:
         PlanningError: A size is not an integer from 1 to :data:`MAX_SIZE`.
@@ -95,8 +119,8 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             size = 0
         if not 1 <= size <= MAX_SIZE:
             raise PlanningError(
-                f"--sizes {text!r}: {item!r} is not a device count; give whole numbers from 1 "
-                f"to {MAX_SIZE} separated by commas, e.g. --sizes 1,2,4"
+                f"{option} {text!r}: {item!r} is not a count; give whole numbers from 1 "
+                f"to {MAX_SIZE} separated by commas, e.g. {option} 1,2,4"
             )
         sizes.add(size)
     return tuple(sorted(sizes))
@@ -107,27 +131,35 @@ def profile_root(spec: StudySpec) -> Path:
     return StudyPaths(spec.directory).profile_runs
 
 
-def size_spec(spec: StudySpec, devices: int, steps: int, *, slurm: bool = False) -> StudySpec:
-    """The short study that measures ``spec``'s workload at ``devices`` devices per trial."""
+def size_spec(
+    spec: StudySpec, devices: int, steps: int, *, slurm: bool = False, together: int = 0
+) -> StudySpec:
+    """The short study that measures ``spec``'s workload at ``devices`` devices per trial: three
+    trials one after the other on one worker; with ``together = N``, ``N`` trials on ``N``
+    workers at once."""
     res = spec.resources
+    slots = max(together, 1)
     if slurm and res.gpus_per_worker:
         per_gpu = max(1, res.cpus_per_worker // res.gpus_per_worker)
         resources = ResourcesSpec(
-            slots=1, cpus_per_worker=per_gpu * devices, gpus_per_worker=devices
+            slots=slots, cpus_per_worker=per_gpu * devices, gpus_per_worker=devices
         )
     else:
-        resources = ResourcesSpec(slots=1, cpus_per_worker=devices, gpus_per_worker=0)
+        resources = ResourcesSpec(slots=slots, cpus_per_worker=devices, gpus_per_worker=0)
     max_steps = min(steps, spec.max_steps)
     from hpctune.curves.options import CurvesSpec
     from hpctune.stagetree.options import StagesSpec
 
+    name, folder = f"{spec.name}-profile-{devices}", f"size-{devices}"
+    if together:
+        name, folder = f"{spec.name}-profile-together-{together}", f"together-{together}"
     return dataclasses.replace(
         spec,
-        name=f"{spec.name}-profile-{devices}",
-        directory=profile_root(spec) / f"size-{devices}",
+        name=name,
+        directory=profile_root(spec) / folder,
         max_steps=max_steps,
         boundary=min(spec.boundary, max_steps),
-        num_trials=1,
+        num_trials=together or 3,
         fail_fast=True,
         max_retries=0,
         policy=ComponentSpec("default", {}),
@@ -149,9 +181,12 @@ def measure_profile(
     *,
     slurm: bool = False,
     decision: float = 0.0,
+    together: Sequence[int] = (),
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[Profile, list[SizeRun]]:
-    """Run a short study of ``spec`` per size; return the profile and what each measured.
+    """Run a short study of ``spec`` per size, and for each count ``n >= 2`` of ``together``
+    one of ``n`` workers at once at the smallest size; return the profile and what each
+    measured (the together runs last).
 
     Raises:
         PlanningError: ``steps`` < 1 or no size.
@@ -173,19 +208,67 @@ def measure_profile(
             f"  {devices}: {np.mean(runs[-1].steps):.4g} s/step over "
             f"{len(runs[-1].steps)} steps ({short.directory})"
         )
+    queue = {run.devices: run.queue_wait or (0.0,) for run in runs}
+    alone = next(run for run in runs if run.devices == min(sizes))
+    extra: dict[str, dict[int, tuple[float, ...]]] = {
+        "startup_together": {},
+        "warmup_together": {},
+        "crowding": {},
+    }
+    for n in sorted({n for n in together if n >= 2}):
+        say(f"measuring {n} workers starting and training at once ...")
+        short = size_spec(spec, alone.devices, steps, slurm=slurm, together=n)
+        crowd = run_size(short, alone.devices, slurm=slurm)
+        for name, table in together_fields(crowd, alone, n).items():
+            extra[name].update(table)
+        queue[crowd.devices] = queue[crowd.devices] + crowd.queue_wait
+        say(
+            f"  {n} at once: INIT {np.mean(crowd.startup):.3g} s, warm-up "
+            f"{np.mean(extra['warmup_together'].get(n, (0.0,))):.3g} s, steps "
+            f"{np.mean(extra['crowding'][n]):.3g}x as long ({short.directory})"
+        )
+        runs.append(crowd)
+    sized = runs[: len(sizes)]
+    counts = sorted(extra["crowding"])
     profile = Profile(
-        step_seconds={run.devices: run.steps for run in runs},
-        segment_start=_pooled(run.segment_start for run in runs),
-        startup=_pooled(run.startup for run in runs),
-        queue_wait={run.devices: run.queue_wait or (0.0,) for run in runs},
+        step_seconds={run.devices: run.steps for run in sized},
+        segment_start=_median(run.segment_start for run in sized),
+        startup=_pooled(run.startup for run in sized),
+        queue_wait=queue,
         decision=(decision,),
         checkpoint_save=_pooled(run.checkpoint_save for run in runs),
         checkpoint_load=_pooled(run.checkpoint_load for run in runs),
         device=device_kind(spec, slurm=slurm),
         source=f"hpctune profile {spec.source} ({'slurm' if slurm else 'local'}, "
-        f"{steps} steps per size, {profile_root(spec)})",
+        f"{steps} steps per size"
+        + (f", {', '.join(map(str, counts))} workers together" if counts else "")
+        + f", {profile_root(spec)})",
+        warmup=_median(run.warmup for run in sized),
+        segment_gap=_median(run.segment_gap for run in sized),
+        **extra,
     )
     return profile, runs
+
+
+def together_fields(
+    crowd: SizeRun, alone: SizeRun, together: int
+) -> dict[str, dict[int, tuple[float, ...]]]:
+    """The profile's fields with ``together`` workers at once, from the short study that ran
+    them (``crowd``) and the one of a worker alone at the same size (``alone``): INIT as
+    measured; warm-up: each worker's first segment start less the median segment start alone;
+    crowding: its steps' seconds over the mean alone, at least 1 (workers together are not
+    faster than one alone: a lower ratio means the node was busier while one ran alone)."""
+    base = float(np.median(alone.segment_start)) if alone.segment_start else 0.0
+    step = float(np.mean(alone.steps))
+    warm = tuple(max(f - base, 0.0) for f in crowd.first_start)
+    ratios = tuple(s / step for s in crowd.steps)
+    if np.mean(ratios) < 1.0:
+        ratios = (1.0,)
+    return {
+        "startup_together": {together: crowd.startup} if crowd.startup else {},
+        "warmup_together": {together: warm} if warm else {},
+        "crowding": {together: ratios},
+    }
 
 
 def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
@@ -239,7 +322,7 @@ def read_size(directory: Path, devices: int) -> SizeRun:
             )
     steps, _ = read_steps(directory)
     median = float(np.median(steps))
-    setup: list[float] = []
+    setup: dict[int, float] = {}  # segment id -> its start to first report less a step
     saves: list[float] = []
     kept: list[Path] = []
     for trial in study.trials:
@@ -253,7 +336,8 @@ def read_size(directory: Path, devices: int) -> SizeRun:
             ]
             if seg.started_time is not None and later:
                 step, t = later[0]
-                setup.append(max(t - seg.started_time - (step - seg.start_step) * median, 0.0))
+                excess = t - seg.started_time - (step - seg.start_step) * median
+                setup[segment_id] = max(excess, 0.0)
             for record in read_events(paths.event_file(segment_id)).records:
                 if record.get("kind") != EV_CHECKPOINT:
                     continue
@@ -265,16 +349,43 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     loads = [s for path in kept for _ in range(LOAD_REPEATS) for s in _load_seconds(path)]
     queue, startup = study_latencies(study.record)
     mean_load = float(np.mean(loads)) if loads else 0.0
+    firsts, laters, gaps = worker_segments(study.record, setup)
+    later_mean = float(np.mean(laters)) if laters else 0.0
     return SizeRun(
         devices=devices,
         directory=directory,
         steps=steps,
-        segment_start=tuple(s + mean_load for s in setup),
+        segment_start=tuple(s + mean_load for s in (laters or firsts)),
         checkpoint_save=tuple(saves),
         checkpoint_load=tuple(loads),
         queue_wait=queue,
         startup=startup,
+        first_start=tuple(firsts),
+        warmup=tuple(max(f - later_mean, 0.0) for f in firsts) if laters else (),
+        segment_gap=tuple(gaps),
     )
+
+
+def worker_segments(
+    record: StudyRecord, setup: Mapping[int, float]
+) -> tuple[list[float], list[float], list[float]]:
+    """Per worker, in the order its segments started: the ``setup`` of its first segment, of
+    its later ones, and the gaps from a segment's end to the worker's next one's start."""
+    firsts: list[float] = []
+    laters: list[float] = []
+    gaps: list[float] = []
+    by_worker: dict[str, list[SegmentRecord]] = {}
+    for seg in record.segments.values():
+        if seg.started_time is not None:
+            by_worker.setdefault(seg.worker_id, []).append(seg)
+    for segments in by_worker.values():
+        segments.sort(key=lambda s: s.started_time or 0.0)
+        for i, seg in enumerate(segments):
+            if seg.segment_id in setup:
+                (laters if i else firsts).append(setup[seg.segment_id])
+            if i and segments[i - 1].ended_time is not None and seg.started_time is not None:
+                gaps.append(max(seg.started_time - (segments[i - 1].ended_time or 0.0), 0.0))
+    return firsts, laters, gaps
 
 
 def _load_seconds(path: Path) -> tuple[float, ...]:
@@ -296,6 +407,13 @@ def _pooled(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
     return tuple(value for group in groups for value in group)
 
 
+def _median(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
+    """The median of the pooled samples, as one sample (``(0.0,)`` for none): a set-up time
+    measured on a few segments, robust to one slowed by another process on the node."""
+    pooled = _pooled(groups)
+    return (float(np.median(pooled)),) if pooled else (0.0,)
+
+
 __all__ = [
     "DEFAULT_SIZES",
     "DEFAULT_STEPS",
@@ -307,4 +425,6 @@ __all__ = [
     "profile_root",
     "read_size",
     "size_spec",
+    "together_fields",
+    "worker_segments",
 ]

@@ -1,11 +1,21 @@
 """A workload's profile: the latencies the elastic simulator samples (RubberBand §4.1 and §5).
 
-* **TRAIN**: seconds per step at 1, 2, 4 ... devices per trial (data-parallel, the global batch
-  size fixed), interpolated in between, and the seconds a segment takes to begin (model and data
-  built, checkpoint loaded) before its first step.
+* **TRAIN**: steady seconds per step at 1, 2, 4 ... devices per trial (data-parallel, the global
+  batch size fixed), interpolated in between; the seconds a segment takes to begin (model and
+  data built, checkpoint loaded) before its first step; the gap between two segments of one
+  worker (the controller seeing the end, the worker taking the next assignment); and the
+  *crowding*: how much slower a step is when ``n`` workers train at once (1 where devices are
+  not shared; more on a node whose CPUs the workers share).
 * **SCALE**: seconds a new worker of a given size waits in the queue (Slurm's pending time).
-* **INIT**: seconds from a worker's start to its first segment (imports, start-up).
+* **INIT**: seconds from a worker's start to its first segment (imports, start-up), alone and
+  with ``n`` workers starting at once, plus the *warm-up*: what a worker's first segment takes
+  beyond a later one's (imports and initialisation on first use, e.g. a first ``import torch``),
+  so that the steady step time keeps none of it.
 * **SYNC**: seconds from a rung's last segment end to the next segment's start (the decision).
+
+A quantity measured alone and with ``n`` workers at once (INIT, warm-up, crowding) is read at
+any ``n`` by :func:`at_together`: linear in ``n`` between the measured counts, extrapolated from
+the last two beyond them (never below the largest measured).
 
 Every quantity is a tuple of measured samples; the simulator draws from them. Pure data: no I/O
 but :meth:`Profile.save` / :meth:`Profile.load` (JSON).
@@ -24,7 +34,7 @@ import numpy as np
 
 from hpctune.elastic.experiment import PlanningError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PROFILE_FILE = "profile.json"
 
 
@@ -35,14 +45,51 @@ def _samples(values: Sequence[float], what: str) -> tuple[float, ...]:
     return out
 
 
-def _by_size(data: Mapping[Any, Sequence[float]], what: str) -> dict[int, tuple[float, ...]]:
+def _by_size(
+    data: Mapping[Any, Sequence[float]], what: str, low: int = 1
+) -> dict[int, tuple[float, ...]]:
     out: dict[int, tuple[float, ...]] = {}
     for key, values in data.items():
         size = int(key)
-        if size < 1:
-            raise PlanningError(f"profile: {what} has a size {key!r}; sizes must be >= 1")
+        if size < low:
+            raise PlanningError(f"profile: {what} has a size {key!r}; sizes must be >= {low}")
         out[size] = _samples(values, f"{what}[{size}]")
     return dict(sorted(out.items()))
+
+
+def at_together(
+    alone: Sequence[float], together: Mapping[int, Sequence[float]], n: int
+) -> tuple[float, ...]:
+    """Samples of a quantity measured ``alone`` (one worker) and ``together`` (``{n: samples}``
+    with ``n`` workers at once) at ``n`` workers.
+
+    A measured ``n`` gives its samples; another gives the samples of the nearest measured count
+    below it scaled to a mean interpolated linearly in ``n`` (between two measured counts) or
+    extrapolated from the last two (beyond the largest; never below the largest's mean).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, but got {n}")
+    table: dict[int, tuple[float, ...]] = {1: tuple(alone) or (0.0,)}
+    table.update({k: tuple(v) for k, v in together.items() if k > 1 and v})
+    if n in table:
+        return table[n]
+    keys = sorted(table)
+    means = {k: float(np.mean(table[k])) for k in keys}
+    lower = max(k for k in keys if k < n)
+    higher = [k for k in keys if k > n]
+    if higher:
+        h = min(higher)
+        target = means[lower] + (means[h] - means[lower]) * (n - lower) / (h - lower)
+    elif len(keys) >= 2:
+        a, b = keys[-2], keys[-1]
+        slope = max((means[b] - means[a]) / (b - a), 0.0)
+        target = means[b] + slope * (n - b)
+    else:
+        return table[lower]
+    base, mean = table[lower], means[lower]
+    if mean > 0:
+        return tuple(v * target / mean for v in base)
+    return tuple(v + target for v in base)
 
 
 @dataclass(frozen=True)
@@ -50,10 +97,10 @@ class Profile:
     """Measured latencies of one workload on one cluster.
 
     Attributes:
-        step_seconds: Devices per trial -> seconds per step (samples); at least one size.
+        step_seconds: Devices per trial -> steady seconds per step (samples); at least one size.
         segment_start: Seconds from a segment's start to its first step (checkpoint load,
             model and data set-up).
-        startup: INIT: seconds from a worker's start to its first segment.
+        startup: INIT: seconds from a worker's start to its first segment, one worker alone.
         queue_wait: SCALE: worker size (devices) -> seconds in the queue.
         decision: SYNC: seconds from a rung's last segment end to the next segment's start.
         checkpoint_save: Seconds of ``ctx.save_checkpoint`` (for information; in the steps).
@@ -61,6 +108,14 @@ class Profile:
             ``segment_start``).
         device: What a device is: ``"gpu"``, or ``"cpu"`` where CPUs stand in for GPUs.
         source: Where the figures come from.
+        startup_together: INIT with ``n`` workers starting at once: ``{n: samples}``, n >= 2.
+        warmup: Seconds a worker's first segment takes beyond a later one's (one-off imports
+            and initialisation), one worker alone; in the simulator part of INIT.
+        warmup_together: The warm-up with ``n`` workers starting at once, n >= 2.
+        segment_gap: Seconds from a worker's segment's end to the start of its next segment
+            (not before a worker's first segment: INIT covers that).
+        crowding: ``{n: samples}`` (n >= 2): seconds per step with ``n`` workers training at
+            once over alone (1 when nothing is shared).
     """
 
     step_seconds: Mapping[int, tuple[float, ...]]
@@ -72,6 +127,11 @@ class Profile:
     checkpoint_load: tuple[float, ...] = ()
     device: str = "gpu"
     source: str = ""
+    startup_together: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    warmup: tuple[float, ...] = (0.0,)
+    warmup_together: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    segment_gap: tuple[float, ...] = (0.0,)
+    crowding: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         steps = _by_size(self.step_seconds, "step_seconds")
@@ -85,9 +145,14 @@ class Profile:
         object.__setattr__(self, "step_seconds", steps)
         waits = _by_size(self.queue_wait, "queue_wait") or {1: (0.0,)}
         object.__setattr__(self, "queue_wait", {k: v or (0.0,) for k, v in waits.items()})
-        for name in ("segment_start", "startup", "decision"):
+        for name in ("segment_start", "startup", "decision", "warmup", "segment_gap"):
             values = _samples(getattr(self, name), name)
             object.__setattr__(self, name, values or (0.0,))
+        for name in ("startup_together", "warmup_together", "crowding"):
+            table = _by_size(getattr(self, name), name, low=2)
+            object.__setattr__(self, name, {k: v for k, v in table.items() if v})
+        if any(np.mean(v) <= 0 for v in self.crowding.values()):
+            raise PlanningError("profile: crowding factors must have a mean > 0")
         for name in ("checkpoint_save", "checkpoint_load"):
             object.__setattr__(self, name, _samples(getattr(self, name), name))
 
@@ -139,20 +204,71 @@ class Profile:
 
     # -- sampling ---------------------------------------------------------------------------
 
+    def startup_at(self, together: int) -> tuple[float, ...]:
+        """INIT samples with ``together`` workers starting at once (:func:`at_together`)."""
+        return at_together(self.startup, self.startup_together, together)
+
+    def warmup_at(self, together: int) -> tuple[float, ...]:
+        """Warm-up samples with ``together`` workers starting at once."""
+        return at_together(self.warmup, self.warmup_together, together)
+
+    def crowding_at(self, together: int) -> float:
+        """The mean slow-down of a step with ``together`` workers training at once."""
+        return float(np.mean(at_together((1.0,), self.crowding, together)))
+
+    def init_mean(self, together: int) -> float:
+        """Mean INIT node: start-up plus warm-up with ``together`` workers starting at once."""
+        return float(np.mean(self.startup_at(together)) + np.mean(self.warmup_at(together)))
+
+    def sample_init(self, together: int, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws of an INIT node: start-up plus warm-up with ``together`` at once."""
+        return draw(self.startup_at(together), rng, n) + draw(self.warmup_at(together), rng, n)
+
+    def train_mean(
+        self,
+        devices: int,
+        steps: int,
+        *,
+        begins: bool = True,
+        together: int = 1,
+        gap: bool = False,
+    ) -> float:
+        """Mean TRAIN node (:meth:`sample_train`)."""
+        out = steps * self.step_mean(devices) * self.crowding_at(together)
+        if begins:
+            out += float(np.mean(self.segment_start))
+        if gap:
+            out += float(np.mean(self.segment_gap))
+        return out
+
     def sample_train(
-        self, devices: int, steps: int, rng: np.random.Generator, n: int, *, begins: bool = True
+        self,
+        devices: int,
+        steps: int,
+        rng: np.random.Generator,
+        n: int,
+        *,
+        begins: bool = True,
+        together: int = 1,
+        gap: bool = False,
     ) -> np.ndarray:
-        """``n`` draws of a TRAIN node: a segment's beginning (unless ``begins`` is False: a
-        segment already running) plus ``steps`` steps.
+        """``n`` draws of a TRAIN node: the gap since the worker's previous segment (``gap``),
+        a segment's beginning (unless ``begins`` is False: a segment already running) plus
+        ``steps`` steps, each slowed by the crowding of ``together`` workers at once.
 
         The sum of ``steps`` steps is drawn as a normal with mean ``steps * mean`` and standard
         deviation ``sqrt(steps) * sd`` (independent steps, the central limit), cut at zero.
         """
-        mean, sd = self.step_mean(devices), self.step_sd(devices)
+        crowd = self.crowding_at(together)
+        mean, sd = self.step_mean(devices) * crowd, self.step_sd(devices) * crowd
         body = np.full(n, steps * mean)
         if sd > 0:
             body = np.maximum(body + math.sqrt(steps) * sd * rng.standard_normal(n), 0.0)
-        return body + draw(self.segment_start, rng, n) if begins else body
+        if begins:
+            body = body + draw(self.segment_start, rng, n)
+        if gap:
+            body = body + draw(self.segment_gap, rng, n)
+        return body
 
     def sample_queue(self, devices: int, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` draws of SCALE for a worker of ``devices`` devices: the samples of the
@@ -179,6 +295,11 @@ class Profile:
             "decision": list(self.decision),
             "checkpoint_save": list(self.checkpoint_save),
             "checkpoint_load": list(self.checkpoint_load),
+            "startup_together": {str(k): list(v) for k, v in self.startup_together.items()},
+            "warmup": list(self.warmup),
+            "warmup_together": {str(k): list(v) for k, v in self.warmup_together.items()},
+            "segment_gap": list(self.segment_gap),
+            "crowding": {str(k): list(v) for k, v in self.crowding.items()},
         }
 
     @classmethod
@@ -205,6 +326,11 @@ class Profile:
                 checkpoint_load=data.get("checkpoint_load", ()),
                 device=str(data.get("device", "gpu")),
                 source=str(data.get("source", "")),
+                startup_together=data.get("startup_together", {}),
+                warmup=data.get("warmup", (0.0,)),
+                warmup_together=data.get("warmup_together", {}),
+                segment_gap=data.get("segment_gap", (0.0,)),
+                crowding=data.get("crowding", {}),
             )
         except PlanningError as exc:
             raise PlanningError(f"{where}: {exc}") from None
@@ -280,4 +406,4 @@ def draw(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarr
     return values[rng.integers(0, values.size, n)]
 
 
-__all__ = ["PROFILE_FILE", "Profile", "draw"]
+__all__ = ["PROFILE_FILE", "Profile", "at_together", "draw"]

@@ -108,9 +108,17 @@ def sample_latencies(dag: Dag, profile: Profile, rng: np.random.Generator, n: in
         if node.kind is NodeKind.SCALE:
             lat[:, v] = profile.sample_queue(node.devices, rng, n)
         elif node.kind is NodeKind.INIT:
-            lat[:, v] = draw(profile.startup, rng, n)
+            lat[:, v] = profile.sample_init(node.together, rng, n)
         elif node.kind is NodeKind.TRAIN:
-            lat[:, v] = profile.sample_train(node.devices, node.steps, rng, n, begins=node.begins)
+            lat[:, v] = profile.sample_train(
+                node.devices,
+                node.steps,
+                rng,
+                n,
+                begins=node.begins,
+                together=node.together,
+                gap=node.gap,
+            )
         else:
             lat[:, v] = draw(profile.decision, rng, n)
     return lat
@@ -123,10 +131,15 @@ def mean_latencies(dag: Dag, profile: Profile) -> np.ndarray:
         if node.kind is NodeKind.SCALE:
             out[v] = np.mean(profile.queue_wait[profile.queue_size(node.devices)])
         elif node.kind is NodeKind.INIT:
-            out[v] = np.mean(profile.startup)
+            out[v] = profile.init_mean(node.together)
         elif node.kind is NodeKind.TRAIN:
-            start = np.mean(profile.segment_start) if node.begins else 0.0
-            out[v] = start + node.steps * profile.step_mean(node.devices)
+            out[v] = profile.train_mean(
+                node.devices,
+                node.steps,
+                begins=node.begins,
+                together=node.together,
+                gap=node.gap,
+            )
         else:
             out[v] = np.mean(profile.decision)
     return out

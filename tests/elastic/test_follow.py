@@ -7,6 +7,7 @@ SIGKILLed mid-plan that resumes the same plan.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -20,6 +21,8 @@ import pytest
 from hpctune.cli import main
 from hpctune.elastic.experiment import ExperimentSpec, PlanningError, Stage
 from hpctune.elastic.follow import (
+    PLAN_REASON_LAUNCH,
+    StageTracker,
     TrialProgress,
     bracket_trials,
     current_stage,
@@ -193,6 +196,53 @@ def test_stages_follow_the_trials_steps() -> None:
     assert current_stage(spec, {i: _progress(0, 0) for i in range(4)}, since=2) == 2
 
 
+def test_the_stage_tracker_asks_for_few_trials_per_call() -> None:
+    """Two brackets of 4 trials (stages 0-2 and 3-5): the tracker gives current_stage's answer
+    and asks for the progress of the current stage's trials only, each once while it is past
+    the stage's end, until the stage is left (then its bracket once more)."""
+    one = ExperimentSpec.successive_halving(4, [1, 2, 4], 2).stages
+    spec = ExperimentSpec((*one, *(Stage(t.trials, t.start_step, t.end_step, 1) for t in one)))
+    trials: dict[int, TrialProgress] = {i: _progress(0, 0) for i in range(8)}
+    asked: list[int] = []
+
+    def progress(trial_id: int) -> TrialProgress | None:
+        asked.append(trial_id)
+        return trials.get(trial_id)
+
+    tracker = StageTracker(spec)
+    for _ in range(5):  # nothing changes: one trial a call
+        assert tracker.advance(progress) == 0
+    assert asked == [0] * 5
+    asked.clear()
+    for i in range(3):
+        trials[i] = _progress(1)
+    assert tracker.advance(progress) == 0
+    assert asked == [0, 1, 2, 3]  # 0 still past, so on to the first not past
+    asked.clear()
+    assert tracker.advance(progress) == 0
+    assert asked == [3]
+    trials[3] = _progress(1)
+    asked.clear()
+    assert tracker.advance(progress) == current_stage(spec, trials) == 1
+    assert asked == [3, 0, 1, 2, 3, 0]  # the whole bracket once more, then stage 1 from 0
+    assert set(asked) <= set(range(4))  # never the other bracket's trials
+    for i in range(4):  # bracket 0 ends; bracket 1 has not started: its trials do not exist
+        trials[i] = _progress(4, ended=True)
+    for i in range(4, 8):
+        del trials[i]
+    assert tracker.advance(progress) == current_stage(spec, trials) == 3
+    trials[4] = _progress(0, 0)
+    asked.clear()
+    assert tracker.advance(progress) == 3
+    assert asked == [4]
+    for i in range(4, 8):
+        trials[i] = _progress(4, ended=True)
+    assert tracker.advance(progress) == current_stage(spec, trials) == 6
+    trials[0] = _progress(0, 0)  # a trial resumed from an earlier checkpoint: never back
+    assert tracker.advance(progress) == 6
+    assert StageTracker(spec, since=2).advance(lambda _: None) == 2
+
+
 def test_plan_status_sets_predicted_against_measured(tmp_path: Path) -> None:
     spec = load_spec(_study(tmp_path))
     result = plan_study(spec)
@@ -297,6 +347,10 @@ def test_local_study_follows_the_plan_and_shrinks_its_pool(
     record = study.record
     assert record.state is StudyState.FINISHED
     assert len(record.elastic_plans) == 1
+    # launch's plan, journaled with the study's creation: the controller did not plan again
+    assert record.elastic_plans[0]["time"] == record.created_time
+    assert record.started_time is not None
+    assert record.elastic_plans[0]["time"] < record.started_time
     planned = plan_study(load_spec(path)).to_dict()  # the plan is a pure function of its inputs
     assert record.elastic_plan is not None
     assert record.elastic_plan["plan"] == planned
@@ -384,7 +438,7 @@ def test_a_late_stage_is_replanned_and_the_new_plan_followed(
     # the re-plan took the latencies the study measured, not the profile's 0.01 s
     assert "latencies measured in the study" in plans[1]["profile"]
     assert min(plans[1]["profile_data"]["startup"]) > 0.01
-    assert min(plans[1]["profile_data"]["segment_start"]) > 0.01
+    assert min(plans[1]["profile_data"]["segment_gap"]) > 0.0
     measured = measured_profile(Profile.from_dict(fast), record)
     assert measured.startup == study_latencies(record)[1]
     assert measured.step_seconds == Profile.from_dict(fast).step_seconds
@@ -400,6 +454,41 @@ def test_a_late_stage_is_replanned_and_the_new_plan_followed(
     status = open_study(tmp_path / "study").elastic_plan()
     assert status is not None
     assert status.plans == len(plans)
+
+
+def test_the_controller_follows_the_plan_the_study_was_created_with(
+    tmp_path: Path, cleanup_studies: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan journaled with the study (as `hpctune launch` does) is followed as it is: here
+    2, 2 and 1 workers where planning again would give 4, 2 and 1; the controller plans
+    nothing, even with the profile gone."""
+    from hpctune.controller.launch import create_study
+
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")
+    spec = load_spec(_study(tmp_path))
+    result = plan_study(spec)
+    assert [s.workers for s in result.plan.allocation.shapes] == PLANNED_WORKERS
+    shapes = tuple(
+        dataclasses.replace(s, workers=w)
+        for s, w in zip(result.plan.allocation.shapes, [2, 2, 1], strict=True)
+    )
+    allocation = dataclasses.replace(result.plan.allocation, shapes=shapes)
+    given = dataclasses.replace(
+        result, plan=dataclasses.replace(result.plan, allocation=allocation)
+    )
+    record = plan_record(given, load_study_profile(spec), PLAN_REASON_LAUNCH)
+    paths = create_study(spec, record)
+    cleanup_studies.append(paths.root)
+    (tmp_path / "profile.json").unlink()  # planning again would fail the study
+    run_hpctune("resume", str(paths.root), "--local", check=True)
+
+    study = open_study(paths.root).record
+    assert study.state is StudyState.FINISHED
+    assert len(study.elastic_plans) == 1
+    assert study.elastic_plans[0]["plan"] == given.to_dict()
+    experiment = ExperimentSpec.from_dict(given.to_dict()["spec"])
+    assert _busy_per_stage(study, experiment) == [2, 2, 1]
+    assert len(study.workers) == 2
 
 
 def test_a_study_whose_profile_went_missing_fails_with_the_reason(

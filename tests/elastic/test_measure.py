@@ -16,7 +16,7 @@ import pytest
 from hpctune.controller.launch import local_executor
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import PlanningError
-from hpctune.elastic.measure import parse_sizes
+from hpctune.elastic.measure import SizeRun, parse_sizes, together_fields
 from hpctune.journal import open_study
 from hpctune.study.spec import load_spec
 from hpctune.wire.layout import StudyPaths
@@ -58,27 +58,45 @@ def test_the_example_is_profiled_at_each_size_and_planned(
     and load; the profile lands in the study directory, where plan-elastic finds it."""
     spec = _example(tmp_path)
     study_dir = spec.parent / "runs" / "digits-elastic"
-    cleanup_studies += [study_dir / "profile" / "size-1", study_dir / "profile" / "size-2"]
+    cleanup_studies += [study_dir / "profile" / f"size-{g}" for g in (1, 2)]
+    cleanup_studies.append(study_dir / "profile" / "together-2")
     result = run_hpctune("profile", str(spec), "--sizes", "2,1", "--steps", "2", "--local")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 cpus/trial" in result.stdout
     assert "2 cpus/trial" in result.stdout
+    assert "then 2 workers at once" in result.stdout  # the example's slots
 
     profile = Profile.load(study_dir / "profile.json")
     assert profile.sizes == (1, 2)
     assert profile.device == "cpu"
     for size in (1, 2):
-        assert len(profile.step_seconds[size]) == 2
+        assert len(profile.step_seconds[size]) == 6  # three trials of two steps, one worker
         assert all(s > 0 for s in profile.step_seconds[size])
-        assert len(profile.queue_wait[size]) == 1
-        assert profile.queue_wait[size][0] >= 0
-        trial = open_study(study_dir / "profile" / f"size-{size}").trials[0]
-        assert trial.status.value == "completed"
-        assert trial.step == 2
-        assert trial.last_metrics["devices"] == size
-    assert len(profile.startup) == 2
+        short = open_study(study_dir / "profile" / f"size-{size}")
+        trials = short.trials
+        assert [t.status.value for t in trials] == ["completed"] * 3
+        assert [t.step for t in trials] == [2, 2, 2]
+        assert len({seg.worker_id for seg in short.record.segments.values()}) == 1
+        assert trials[0].last_metrics["devices"] == size
+    assert len(profile.queue_wait[1]) == 1 + 2  # size 1's worker and the two together
+    assert len(profile.queue_wait[2]) == 1
+    assert all(v >= 0 for v in profile.queue_wait[1])
+    assert len(profile.startup) == 2  # one worker per size
     assert all(s >= 0 for s in profile.startup)
-    assert len(profile.checkpoint_save) == 4
+    # set-up times are medians over every size's segments: one sample each
+    assert len(profile.segment_gap) == 1
+    assert profile.segment_gap[0] > 0
+    assert len(profile.warmup) == 1
+    assert len(profile.segment_start) == 1
+    together = open_study(study_dir / "profile" / "together-2").record
+    assert len(together.workers) == 2
+    assert sorted(profile.startup_together) == [2]
+    assert len(profile.startup_together[2]) == 2
+    assert len(profile.warmup_together[2]) == 2
+    # its two trials' steps over the mean step alone, or 1 when they were faster
+    assert len(profile.crowding[2]) in (1, 4)
+    assert sum(profile.crowding[2]) >= len(profile.crowding[2])
+    assert len(profile.checkpoint_save) == 2 * 3 * 2 + 2 * 2
     assert all(s > 0 for s in profile.checkpoint_save)
     assert profile.checkpoint_load
     assert all(s > 0 for s in profile.checkpoint_load)
@@ -115,9 +133,11 @@ def test_a_profiled_directory_is_launched_around_its_profile(
     assert trial.last_metrics["devices"] == 3
     assert trial.last_metrics["threads"] == 3
 
-    again = run_hpctune(*args[:3], "1", *args[4:])  # replaces size-1; to the default place
+    assert sorted(printed["startup_together"]) == ["2"]  # slots = 2: two workers at once
+    again = run_hpctune(*args[:3], "1", *args[4:], "--together", "0")  # to the default place
     assert again.returncode == 0, again.stdout + again.stderr
     assert Profile.load(study_dir).sizes == (1,)
+    assert Profile.load(study_dir).startup_together == {}  # --together 0: not measured
 
     launched = run_hpctune("launch", str(spec), "--local")
     assert launched.returncode == 0, launched.stdout + launched.stderr
@@ -156,6 +176,8 @@ def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
         ("--steps", "1=trace.h5"): "DEVICES=SOURCE step times go without STUDY_TOML",
         ("--startup", "3"): "--startup: measured by",
         ("--sizes", "2", "--speedup", "4=3"): "a 1 in --sizes",
+        ("--together", "1"): "--together '1': counts of workers at once are >= 2",
+        ("--together", "2,x"): "e.g. --together 1,2,4",
     }
     for args, text in cases.items():
         result = run_hpctune("profile", str(spec), "--local", *args)
@@ -169,10 +191,33 @@ def test_bad_input_names_the_field_and_the_fix(tmp_path: Path) -> None:
     missing = run_hpctune("profile", str(tmp_path / "none.toml"), "--local")
     assert missing.returncode == 2
     assert "does not exist" in missing.stderr
-    alone = run_hpctune("profile", "--sizes", "1,2")
-    assert alone.returncode == 2
-    assert "needs a STUDY_TOML" in alone.stderr
+    for args in (("--sizes", "1,2"), ("--together", "2")):
+        alone = run_hpctune("profile", *args)
+        assert alone.returncode == 2
+        assert f"{args[0]} needs a STUDY_TOML" in alone.stderr
     assert not (tmp_path / "study").exists()
+
+
+def test_together_fields_by_hand(tmp_path: Path) -> None:
+    def run(steps: tuple[float, ...], **fields: tuple[float, ...]) -> SizeRun:
+        base = dict.fromkeys(
+            ("segment_start", "checkpoint_save", "checkpoint_load", "queue_wait", "startup"), ()
+        )
+        return SizeRun(devices=1, directory=tmp_path, steps=steps, **{**base, **fields})  # type: ignore[arg-type]
+
+    alone = run((1.0, 1.0, 1.0), segment_start=(0.1, 0.2, 0.9))
+    crowd = run((1.5, 2.5), startup=(3.0, 4.0), first_start=(1.2, 0.7))
+    assert together_fields(crowd, alone, 2) == {
+        "startup_together": {2: (3.0, 4.0)},
+        "warmup_together": {2: pytest.approx((1.0, 0.5))},  # less the median start alone
+        "crowding": {2: (1.5, 2.5)},
+    }
+    faster = run((0.5, 0.7))  # the node was busier while the worker ran alone
+    assert together_fields(faster, alone, 3) == {
+        "startup_together": {},
+        "warmup_together": {},
+        "crowding": {3: (1.0,)},
+    }
 
 
 def test_sizes_and_the_devices_variable(tmp_path: Path) -> None:

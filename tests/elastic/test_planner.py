@@ -33,6 +33,7 @@ from hpctune.elastic.allocation import (
 )
 from hpctune.elastic.cost import device_billing, parse_tres_weights
 from hpctune.elastic.planner import naive_elastic
+from hpctune.elastic.profile import at_together
 from hpctune.elastic.simulate import mean_latencies
 
 # -- the paper's example (§6.3.1, Tables 2 and 3) ----------------------------------------------
@@ -166,6 +167,97 @@ def test_a_dag_in_waves_and_a_resize() -> None:
     assert prediction.time.mean == pytest.approx(28.0 + 16.0)
     # stage 0: worker 0 holds 5..28, worker 1 5..18; stage 1: 2 devices from 35 to 44
     assert prediction.cost.mean == pytest.approx(23.0 + 13.0 + 2 * 9.0)
+
+
+# A profile that measured a worker's start-up, warm-up and steps with two workers at once.
+TOGETHER = Profile(
+    step_seconds={1: (10.0,)},
+    segment_start=(1.0,),
+    queue_wait={1: (5.0,)},
+    startup=(3.0,),
+    startup_together={2: (4.0,)},
+    warmup=(0.5,),
+    warmup_together={2: (1.5,)},
+    segment_gap=(0.25,),
+    crowding={2: (1.5,)},
+    decision=(2.0,),
+)
+
+
+def test_at_together_interpolates_and_extrapolates() -> None:
+    assert at_together((2.0,), {4: (5.0,)}, 1) == (2.0,)
+    assert at_together((2.0,), {4: (5.0,)}, 4) == (5.0,)
+    assert at_together((2.0,), {4: (5.0,)}, 2) == pytest.approx((3.0,))  # 2 + 3 * 1/3
+    assert at_together((2.0,), {4: (5.0,)}, 3) == pytest.approx((4.0,))
+    assert at_together((2.0,), {4: (5.0,)}, 6) == pytest.approx((7.0,))  # slope 1 beyond 4
+    assert at_together((2.0,), {}, 8) == (2.0,)  # measured alone only: as alone
+    assert at_together((2.0,), {4: (1.0,)}, 8) == (1.0,)  # never below the largest measured
+    # samples keep their spread, scaled to the interpolated mean
+    assert at_together((1.0, 3.0), {3: (4.0,)}, 2) == pytest.approx((1.5, 4.5))
+    assert at_together((0.0,), {3: (3.0,)}, 2) == pytest.approx((1.5,))  # 0 + 3 x 1/2
+    with pytest.raises(PlanningError, match="crowding"):
+        Profile(step_seconds={1: (1.0,)}, crowding={1: (2.0,)})  # n >= 2: alone is 1
+
+
+def test_start_up_together_gaps_and_crowding_by_hand() -> None:
+    """The DAG of test_an_elastic_dag_by_hand with a profile measured with workers together."""
+    allocation = Allocation((StageShape(1, 2), StageShape(1, 1)))
+    dag = to_dag(TWO_STAGES, allocation)
+    inits = [n for n in dag.nodes if n.kind is NodeKind.INIT]
+    trains = [n for n in dag.nodes if n.kind is NodeKind.TRAIN]
+    assert [n.together for n in inits] == [2, 2]
+    assert [(n.stage, n.together, n.gap) for n in trains] == [
+        (0, 2, False),  # after its worker's INIT: no gap
+        (0, 2, False),
+        (1, 1, True),  # the kept worker's next segment, after the SYNC
+    ]
+    prediction = simulate(TWO_STAGES, allocation, TOGETHER, DEVICE_SECONDS, samples=3)
+    # SCALE 5, INIT 4 + 1.5 (two at once), TRAIN 1 + 2 x 10 x 1.5 = 31 (two at once): 41.5;
+    # SYNC 2: 43.5; the kept worker: gap 0.25 + 1 + 2 x 10 = 21.25: 64.75; SYNC 2
+    assert prediction.time.mean == pytest.approx(66.75)
+    # stage 0: both workers 5..41.5, the kept one on to the SYNC at 43.5; stage 1: 43.5..64.75
+    assert prediction.cost.mean == pytest.approx(36.5 + 38.5 + 21.25)
+    assert prediction.critical == pytest.approx(
+        {"SCALE": 5.0, "INIT": 5.5, "TRAIN": 31.0 + 21.25, "SYNC": 4.0}
+    )
+    lat = mean_latencies(dag, TOGETHER)
+    assert sorted(lat[[v for v, n in enumerate(dag.nodes) if n.kind is NodeKind.INIT]]) == [
+        5.5,
+        5.5,
+    ]
+
+
+def test_waves_pay_the_gap_and_a_static_pool_starts_together() -> None:
+    spec = ExperimentSpec((Stage(3, 0, 1),))
+    profile = Profile(
+        step_seconds={1: (10.0,)},
+        startup=(3.0,),
+        segment_gap=(0.5,),
+        crowding={2: (2.0,)},
+    )
+    elastic = simulate(spec, Allocation((StageShape(1, 2),)), profile, DEVICE_SECONDS)
+    # worker 0: INIT 3 (no together measured: as alone), 10 x 2, then gap 0.5 + 10 x 2
+    assert elastic.time.mean == pytest.approx(3.0 + 20.0 + 20.5)
+    static = to_dag(TWO_STAGES, static_allocation(TWO_STAGES, 2, (1,)))
+    assert [n.together for n in static.nodes if n.kind is NodeKind.INIT] == [2, 2]
+    assert [n.gap for n in static.nodes if n.kind is NodeKind.TRAIN] == [False, False, True]
+    prediction = simulate(
+        TWO_STAGES, static_allocation(TWO_STAGES, 2, (1,)), TOGETHER, DEVICE_SECONDS, samples=3
+    )
+    # as the elastic plan's time: the pool holds 2 devices from 5 to 66.75
+    assert prediction.time.mean == pytest.approx(66.75)
+    assert prediction.cost.mean == pytest.approx(2 * (66.75 - 5.0))
+
+
+def test_a_version_1_profile_reads_with_nothing_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    old = {"version": 1, "step_seconds": {"1": [0.5]}, "startup": [1.5]}
+    profile = Profile.from_dict(old)
+    assert profile.startup_at(4) == (1.5,)
+    assert profile.warmup == (0.0,)
+    assert profile.segment_gap == (0.0,)
+    assert profile.crowding_at(4) == 1.0
+    TOGETHER.save(tmp_path / "p.json")
+    assert Profile.load(tmp_path / "p.json") == TOGETHER
 
 
 def test_a_replan_starts_from_progress() -> None:
