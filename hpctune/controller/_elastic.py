@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import TYPE_CHECKING
 
 from hpctune.analysis.usage import study_usage
-from hpctune.controller._workers import WorkerManagingController
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
@@ -40,6 +40,9 @@ from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
 
+if TYPE_CHECKING:
+    from hpctune.controller._loop import Controller
+
 logger = logging.getLogger(__name__)
 
 
@@ -53,17 +56,23 @@ def replan_drift() -> float:
     return value if value >= 0 and not math.isnan(value) else REPLAN_DRIFT
 
 
-class ElasticController(WorkerManagingController):
-    """The plan-following part of the controller."""
+class ElasticFollower:
+    """The plan-following part of the controller (a study with ``[resources] deadline``).
 
-    _elastic_result: PlanResult | None = None
-    _elastic_from: int = -1  # the elastic_plan records _elastic_result was read from
-    _pool_target: int | None = None  # workers to keep busy, set by _follow_plan
-    _stage_tracker: StageTracker | None = None  # the stage the study is in, kept up
+    Args:
+        controller: The controller whose worker pool follows the plan.
+    """
 
-    def _elastic_plan(self) -> PlanResult | None:
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+        self._elastic_result: PlanResult | None = None
+        self._elastic_from = -1  # the elastic_plan records _elastic_result was read from
+        self._pool_target: int | None = None  # workers to keep busy, set by follow
+        self._stage_tracker: StageTracker | None = None  # the stage the study is in, kept up
+
+    def plan(self) -> PlanResult | None:
         """The plan in force (journaled), or ``None`` for a study without a deadline."""
-        plans = self.state.elastic_plans
+        plans = self.c.state.elastic_plans
         if not plans:
             return None
         if self._elastic_from != len(plans):
@@ -71,26 +80,26 @@ class ElasticController(WorkerManagingController):
             self._elastic_from = len(plans)
         return self._elastic_result
 
-    def _start_elastic(self) -> None:
+    def start(self) -> None:
         """Plan a study with a deadline once, at its first start (the journal keeps the plan
         for every later controller); a study that cannot be planned fails with the reason. A
         study launched by ``hpctune launch`` has the plan launch made journaled with it: the
         controller follows that one and does not plan again."""
-        if self.spec.resources.deadline is None or self.state.state is not StudyState.RUNNING:
+        if self.c.spec.resources.deadline is None or self.c.state.state is not StudyState.RUNNING:
             return
-        if self.state.elastic_plans:  # launch's, or an earlier controller's
-            result = self._elastic_plan()
-            warned = any(w.code == "elastic-infeasible" for w in self.state.warnings)
+        if self.c.state.elastic_plans:  # launch's, or an earlier controller's
+            result = self.plan()
+            warned = any(w.code == "elastic-infeasible" for w in self.c.state.warnings)
             if result is not None and not result.feasible and not warned:
                 self._warn_infeasible(result)
             return
         try:
-            profile = load_study_profile(self.spec)
-            result = plan_study(self.spec, profile=profile)
+            profile = load_study_profile(self.c.spec)
+            result = plan_study(self.c.spec, profile=profile)
         except PlanningError as exc:
-            self._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
+            self.c._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return
-        self._log(st.ELASTIC_PLAN, **plan_record(result, profile, PLAN_REASON_LAUNCH))
+        self.c._log(st.ELASTIC_PLAN, **plan_record(result, profile, PLAN_REASON_LAUNCH))
         shapes = [s.workers for s in result.plan.allocation.shapes]
         logger.info(
             "elastic plan (%s): workers per stage %s, predicted %.0f s, deadline %.0f s",
@@ -103,7 +112,7 @@ class ElasticController(WorkerManagingController):
             self._warn_infeasible(result)
 
     def _warn_infeasible(self, result: PlanResult) -> None:
-        self._warn(
+        self.c._warn(
             "elastic-infeasible",
             f"no plan is predicted to meet the deadline of {result.deadline:.0f} s; "
             f"following the fastest static plan ({result.plan.prediction.time.mean:.0f} s "
@@ -112,10 +121,10 @@ class ElasticController(WorkerManagingController):
 
     def _elastic_stage(self) -> int | None:
         """The stage the study is in (journaled when it changes), or ``None`` without a plan."""
-        result = self._elastic_plan()
+        result = self.plan()
         if result is None:
             return None
-        known = self.state.elastic_stages
+        known = self.c.state.elastic_stages
         since = known[-1][0] if known else 0
         tracker = self._stage_tracker
         if tracker is None or tracker.spec != result.spec or tracker.stage < since:
@@ -123,7 +132,7 @@ class ElasticController(WorkerManagingController):
         stage = tracker.advance(self._progress_of)
         if not known or known[-1][0] != stage:
             last = result.spec.num_stages()
-            self._log(
+            self.c._log(
                 st.ELASTIC_STAGE,
                 stage=stage,
                 workers=stage_workers(result, stage) if stage < last else 0,
@@ -136,85 +145,87 @@ class ElasticController(WorkerManagingController):
         """Re-plan the stages after ``ended`` (journaled with the reason) when it ended later
         than the plan in force predicted by more than ``HPCTUNE_REPLAN_DRIFT`` (default
         :data:`~hpctune.elastic.follow.REPLAN_DRIFT`)."""
-        record = self.state.elastic_plan
-        started = self.state.started_time or self.state.created_time
+        record = self.c.state.elastic_plan
+        started = self.c.state.started_time or self.c.state.created_time
         if record is None or "profile_data" not in record:
             return
-        now = self.clock.now()
+        now = self.c.clock.now()
         reason = drift_reason(record, ended, now - started, replan_drift())
         if not reason:
             return
-        usage = study_usage(self.state, now)
+        usage = study_usage(self.c.state, now)
         cost = PlanResult.from_dict(record["plan"]).cost
         try:
             result, profile = replan(
-                record, ended, now - started, cost.of(usage.allocated_s), self.state
+                record, ended, now - started, cost.of(usage.allocated_s), self.c.state
             )
         except PlanningError as exc:
-            self._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
+            self.c._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
             return
-        self._log(st.ELASTIC_PLAN, **plan_record(result, profile, reason, record["stage_ends"]))
+        self.c._log(st.ELASTIC_PLAN, **plan_record(result, profile, reason, record["stage_ends"]))
         logger.info(
             "elastic re-plan: %s; workers per stage now %s",
             reason,
             [s.workers for s in result.plan.allocation.shapes],
         )
 
-    def _follow_plan(self) -> None:
+    def follow(self) -> None:
         """Find the stage the study is in and the workers its plan keeps busy (every
         iteration, before the scheduler offers slots)."""
         stage = self._elastic_stage()
-        result = self._elastic_plan()
+        result = self.plan()
         self._pool_target = (
             None if stage is None or result is None else stage_workers(result, stage)
         )
 
     def _progress_of(self, trial_id: int) -> TrialProgress | None:
         """What the stage tracker needs of trial ``trial_id`` (``None``: not created yet)."""
-        trial = self.state.trials.get(trial_id)
+        trial = self.c.state.trials.get(trial_id)
         return None if trial is None else self._trial_progress(trial)
 
     def _trial_progress(self, trial: TrialRecord) -> TrialProgress:
         """What the stage tracker needs of ``trial``."""
         running_from = None
         if trial.status is TrialStatus.RUNNING and trial.segments:
-            seg = self.state.segments[trial.segments[-1]]
+            seg = self.c.state.segments[trial.segments[-1]]
             if not seg.status.is_final:
                 running_from = seg.start_step
         return TrialProgress(trial.step, running_from, trial.status.is_final)
 
-    def _pool_size(self) -> int:
+    def pool_size(self) -> int:
         """The workers to keep busy now: the plan's for the current stage, else ``slots``."""
         if self._pool_target is None:
-            return self.spec.resources.slots
+            return self.c.spec.resources.slots
         return self._pool_target
 
-    def _idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
+    def idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
         """The idle workers the policy has no work for that may go: all of them without a plan;
         with one, those beyond the next stage's workers less the workers still busy (the last
         to finish a stage wait for the next, as the plan's DAG holds them to the rung's SYNC)."""
-        result = self._elastic_plan()
-        known = self.state.elastic_stages
+        result = self.plan()
+        known = self.c.state.elastic_stages
         if result is None or not known:
             return idle
         following = known[-1][0] + 1
         if following >= result.spec.num_stages():
             return idle
-        busy = len([w for w in self._live_workers() if w.state is WorkerLife.STARTED]) - len(idle)
+        busy = len([w for w in self.c._live_workers() if w.state is WorkerLife.STARTED]) - len(
+            idle
+        )
         keep = max(stage_workers(result, following) - busy, 0)
         return idle[keep:]
 
-    def _shrink_pool(self) -> None:
+    def shrink_pool(self) -> None:
         """Tell idle workers above the plan's pool to exit (busy ones finish their segment)."""
-        if self._pool_target is None or self.state.state is not StudyState.RUNNING:
+        if self._pool_target is None or self.c.state.state is not StudyState.RUNNING:
             return
         target = self._pool_target
-        live = [w for w in self._live_workers() if w.state is WorkerLife.STARTED]
-        busy = {s.worker_id for s in self.state.active_segments()}
+        live = [w for w in self.c._live_workers() if w.state is WorkerLife.STARTED]
+        busy = {s.worker_id for s in self.c.state.active_segments()}
         extra = len(live) - target
         for worker in live:
             if extra <= 0:
                 break
             if worker.worker_id not in busy:
-                self._order_exit(worker, f"the elastic plan holds {target} worker(s) now")
+                self.c._order_exit(worker, f"the elastic plan holds {target} worker(s) now")
                 extra -= 1

@@ -35,9 +35,10 @@ import numpy as np
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE
 from hpctune.controller._commands import TrialCommands
-from hpctune.controller._elastic import ElasticController
+from hpctune.controller._elastic import ElasticFollower
 from hpctune.controller._scheduling import Scheduling, TrialScheduling
 from hpctune.controller._stages import StageTreeScheduling
+from hpctune.controller._workers import WorkerManagingController
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
@@ -62,7 +63,7 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(ElasticController):
+class Controller(WorkerManagingController):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -73,10 +74,13 @@ class Controller(ElasticController):
 
     commands: TrialCommands
     """The ``add_trials``, ``ask`` and ``tell`` commands' side of the controller."""
+    elastic: ElasticFollower
+    """Follows the elastic plan of a study with a deadline (a fixed pool without one)."""
 
     def _setup(self, **kwargs: Any) -> None:
         super()._setup(**kwargs)
         self.commands = TrialCommands(self)
+        self.elastic = ElasticFollower(self)
         self.scheduling = (
             StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
         )
@@ -108,7 +112,7 @@ class Controller(ElasticController):
         self._log(st.CONTROLLER, event="started", epoch=self.epoch, **self.wire.identity())
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
-        self._start_elastic()
+        self.elastic.start()
         rejected = {c.file: c.reason for c in self.state.rejected_commands}
         for name in self.state.commands_done:  # files a killed controller left behind
             if name in rejected:
@@ -166,14 +170,14 @@ class Controller(ElasticController):
         self._enforce_grace()
         self._watch_segments()
         self.curves.update()
-        self._follow_plan()
+        self.elastic.follow()
         self._schedule(writable)
         changes = self.state.checkpoint_changes
         if changes != self._collected_at:
             self._collected_at = changes
             self.scheduling.collect_checkpoints()
         if writable:
-            self._shrink_pool()
+            self.elastic.shrink_pool()
             self._manage_pool()
         self._commit()
         self._beat()
@@ -352,7 +356,7 @@ class Controller(ElasticController):
             now=self.clock.now() - t0,
             trials=trials,
             free_slots=free_slots,
-            total_slots=self._pool_size(),
+            total_slots=self.elastic.pool_size(),
             trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
             bounds=self.spec.metric_bounds,
             random_level=self.spec.random_level,
@@ -469,7 +473,7 @@ class Controller(ElasticController):
             not w.info or self._worker_states.get(w.worker_id) is WorkerState.PENDING for w in live
         )
         can_submit = max(self.spec.slurm.max_pending - pending, 0)
-        free_slots = min(self._pool_size() - len(busy), len(idle) + can_submit)
+        free_slots = min(self.elastic.pool_size() - len(busy), len(idle) + can_submit)
         return idle, free_slots
 
     def _fill_slots(self) -> None:

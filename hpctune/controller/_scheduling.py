@@ -97,7 +97,7 @@ class TrialScheduling(Scheduling):
             placed += 1
         if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations
-        for worker in c._idle_to_release(idle):  # the policy has nothing for them
+        for worker in c.elastic.idle_to_release(idle):  # the policy has nothing for them
             c._order_exit(worker, "no work for it")
         if not placed and not active and not c.commands.external_running():
             c._set_study(StudyState.FINISHED, "no trial left to run")
