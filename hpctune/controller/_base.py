@@ -21,7 +21,7 @@ from hpctune.controller._curves import CurveFits
 from hpctune.controller._ingest import Ingest
 from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.executors._base import Executor
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
 from hpctune.journal.epochs import branch_journal, point_link
@@ -38,7 +38,7 @@ from hpctune.wire.files import dumps, write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Fenced, Lease, acquire
 from hpctune.wire.permissions import check_study_dir, use_umask_of
-from hpctune.wire.protocol import DecisionMessage, Heartbeat
+from hpctune.wire.protocol import DecisionMessage
 from hpctune.wire.states import Decision, StudyState, TrialStatus
 from hpctune.wire.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
 
@@ -192,24 +192,17 @@ class ControllerBase:
         self._events: list[Event] = []
         self._dirty = True
         self._last_beat = -np.inf
-        self._startup_failures = 0
-        self._start_retry_at = 0.0
         self._abort = False
         self._abort_request = False
         self._detach = False
         self._stop_request = ""
         self._exit_ordered_at: float | None = None
-        self._worker_states: dict[str, WorkerState] = {}
-        self._running_since: dict[str, float] = {}
         self.iterations = 0
         self.curves = CurveFits(self, curve_options)  # learning-curve fits and predictions
         self.ingest = Ingest(self)  # the workers' event lines into the journal
         self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
         self.storage_patience = STORAGE_PATIENCE
         self.assignment_timeout = ASSIGNMENT_TIMEOUT
-        self._beats: dict[str, Heartbeat | None] = {}  # last heartbeat read of each worker
-        self._idle_since: dict[int, float] = {}  # segment -> first seen with its worker idle
-        self._resends: dict[int, int] = {}  # segment -> assignment re-sends
         self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
         self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
         self._trial_views: dict[int, tuple[tuple[Any, ...], TrialView]] = {}  # see _trial_view
@@ -221,8 +214,6 @@ class ControllerBase:
         self._policy_baseline = False  # a policy that tracks its changes had a whole state
         self._policy_patches = 0  # policy_delta records since the last whole state
         self._consulted = True  # the policy was asked since its state was last journaled
-        self._checked: dict[str, float] = {}  # worker -> when its heartbeat was last read
-        self._watched_at = -math.inf  # when the segment watchdogs last ran
 
     @classmethod
     def in_memory(

@@ -227,5 +227,5 @@ class ElasticFollower:
             if extra <= 0:
                 break
             if worker.worker_id not in busy:
-                self.c._order_exit(worker, f"the elastic plan holds {target} worker(s) now")
+                self.c.pool.order_exit(worker, f"the elastic plan holds {target} worker(s) now")
                 extra -= 1

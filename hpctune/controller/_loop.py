@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 
 from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
-from hpctune.controller._base import EXIT_GRACE
+from hpctune.controller._base import EXIT_GRACE, ControllerBase
 from hpctune.controller._commands import TrialCommands
 from hpctune.controller._elastic import ElasticFollower
 from hpctune.controller._scheduling import Scheduling, TrialScheduling
 from hpctune.controller._stages import StageTreeScheduling
-from hpctune.controller._workers import WorkerManagingController
+from hpctune.controller._workers import WorkerPool
 from hpctune.executors._base import WorkerState
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(WorkerManagingController):
+class Controller(ControllerBase):
     """Run a study to its end (or until stopped) from its journal.
 
     See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
@@ -72,6 +72,8 @@ class Controller(WorkerManagingController):
     scheduling: Scheduling
     """How free workers get work, chosen from the spec (``[stages] enabled``: a stage tree)."""
 
+    pool: WorkerPool
+    """The study's workers: liveness, runs, grace, watchdogs, the pool's size."""
     commands: TrialCommands
     """The ``add_trials``, ``ask`` and ``tell`` commands' side of the controller."""
     elastic: ElasticFollower
@@ -79,6 +81,7 @@ class Controller(WorkerManagingController):
 
     def _setup(self, **kwargs: Any) -> None:
         super()._setup(**kwargs)
+        self.pool = WorkerPool(self)
         self.commands = TrialCommands(self)
         self.elastic = ElasticFollower(self)
         self.scheduling = (
@@ -122,7 +125,7 @@ class Controller(WorkerManagingController):
         for worker in self._live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
                 # (a controller killed while submitting: no sign of workers failing to start)
-                self._worker_gone(
+                self.pool.worker_gone(
                     worker, WorkerLife.LOST, "never confirmed started", None, failed_start=False
                 )
                 self._outbox.append(
@@ -134,7 +137,7 @@ class Controller(WorkerManagingController):
                         epoch=self.epoch,
                     )
                 )
-        self._startup_failures = 0
+        self.pool.startup_failures = 0
         for trial_id in self.wire.checkpoint_folders():  # files a killed one did not delete
             trial = self.state.trials.get(trial_id)
             if trial is not None and trial.status.is_final:
@@ -164,11 +167,11 @@ class Controller(WorkerManagingController):
         writable = self._check_storage()
         self._read_inbox()
         self.ingest.ingest()
-        self._check_workers()
+        self.pool.check()
         if self._abort_request and not self._abort:
             self._kill_workers()
-        self._enforce_grace()
-        self._watch_segments()
+        self.pool.enforce_grace()
+        self.pool.watch_segments()
         self.curves.update()
         self.elastic.follow()
         self._schedule(writable)
@@ -178,7 +181,7 @@ class Controller(WorkerManagingController):
             self.scheduling.collect_checkpoints()
         if writable:
             self.elastic.shrink_pool()
-            self._manage_pool()
+            self.pool.manage()
         self._commit()
         self._beat()
         if self.on_progress is not None:
@@ -229,8 +232,8 @@ class Controller(WorkerManagingController):
                     self.ingest.end_segment(
                         seg, SegmentStatus.LOST, reason, "", None, count_retry=False
                     )
-            beat = self._beats.get(worker.worker_id)
-            self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
+            beat = self.pool.beats.get(worker.worker_id)
+            self.pool.worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
         self._abort = True
 
     def _read_inbox(self) -> None:
@@ -269,7 +272,7 @@ class Controller(WorkerManagingController):
                 ids += [t.trial_id for t in trials if t.status is TrialStatus.FAILED]
             self._retry(sorted(set(ids)))
         elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
-            self._change_slurm(command)
+            self.pool.change_slurm(command)
 
     def _retry(self, trial_ids: list[int]) -> None:
         """Queue failed (or ended early) trials again from their last good checkpoint.
@@ -467,10 +470,10 @@ class Controller(WorkerManagingController):
         rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
         idle = sorted(
             (w for w in live if w.state is WorkerLife.STARTED and w.worker_id not in busy),
-            key=lambda w: rank.get(self._worker_states.get(w.worker_id, WorkerState.PENDING), 2),
+            key=lambda w: rank.get(self.pool.states.get(w.worker_id, WorkerState.PENDING), 2),
         )
         pending = sum(
-            not w.info or self._worker_states.get(w.worker_id) is WorkerState.PENDING for w in live
+            not w.info or self.pool.states.get(w.worker_id) is WorkerState.PENDING for w in live
         )
         can_submit = max(self.spec.slurm.max_pending - pending, 0)
         free_slots = min(self.elastic.pool_size() - len(busy), len(idle) + can_submit)
@@ -673,7 +676,7 @@ class Controller(WorkerManagingController):
                     st.WORKER, worker=worker.worker_id, event="exited", reason="never started"
                 )
             elif worker.state is WorkerLife.STARTED:
-                self._order_exit(worker, f"study {self.state.state.value}")
+                self.pool.order_exit(worker, f"study {self.state.state.value}")
             elif now - self._exit_ordered_at > EXIT_GRACE:
                 self.executor.cancel(worker.worker_id, worker.info)
                 self._log(

@@ -92,13 +92,13 @@ class TrialScheduling(Scheduling):
             trial = c._trial_for(action, view)
             if trial is None:
                 continue
-            worker_id = idle.pop(0).worker_id if idle else c._new_worker()
+            worker_id = idle.pop(0).worker_id if idle else c.pool.new_worker()
             c._assign(trial, worker_id, action.until_step)
             placed += 1
         if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations
         for worker in c.elastic.idle_to_release(idle):  # the policy has nothing for them
-            c._order_exit(worker, "no work for it")
+            c.pool.order_exit(worker, "no work for it")
         if not placed and not active and not c.commands.external_running():
             c._set_study(StudyState.FINISHED, "no trial left to run")
 

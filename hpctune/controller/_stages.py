@@ -123,7 +123,7 @@ class StageTreeScheduling(Scheduling):
         milestones = self._tuner_milestones()
         work, plan = self._stage_work(max(free_slots, 0), milestones)
         for item in work:
-            worker_id = idle.pop(0).worker_id if idle else c._new_worker()
+            worker_id = idle.pop(0).worker_id if idle else c.pool.new_worker()
             self._assign_stages(item, worker_id)
         if work:
             plan = self._stage_plan()
@@ -137,7 +137,7 @@ class StageTreeScheduling(Scheduling):
         if c._dirty:
             return  # trials reached their requests just now: ask the tuner again first
         for worker in idle:
-            c._order_exit(worker, "no work for it")
+            c.pool.order_exit(worker, "no work for it")
         queued = [t.trial_id for t in c.state.trials.values() if t.status is TrialStatus.QUEUED]
         if not queued:
             if c.policy.traits.makes_configurations:  # PBT names no parent now: collect

@@ -7,13 +7,12 @@ import logging
 import math
 import os
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpctune.controller._base import (
     ASSIGNMENT_RESENDS,
     REQUEUE_SILENCE,
     STARTUP_FAILURES_LIMIT,
-    ControllerBase,
     _tail,
 )
 from hpctune.errors import SubmissionError
@@ -22,6 +21,9 @@ from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
 from hpctune.wire.protocol import Heartbeat
 from hpctune.wire.states import Decision, SegmentStatus, StudyState, WorkerLife
+
+if TYPE_CHECKING:
+    from hpctune.controller._loop import Controller
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +46,32 @@ def submit_retry_delay(failures: int) -> float:
     return float(first * 2 ** max(failures - 1, 0))
 
 
-class WorkerManagingController(ControllerBase):
-    """Turns gone workers into lost or exited ones and starts the workers the scheduler adds."""
+class WorkerPool:
+    """The controller's workers: liveness (heartbeat first, executor second), their runs, the
+    grace of a segment told to stop, the watchdogs, and the pool's size.
 
-    def _check_workers(self) -> None:
+    Args:
+        controller: The controller whose workers these are.
+
+    Attributes:
+        states: Each worker's state as the executor last told it.
+        beats: Each worker's heartbeat as last read.
+        startup_failures: Workers in a row that died before their first heartbeat.
+    """
+
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+        self.states: dict[str, WorkerState] = {}
+        self.beats: dict[str, Heartbeat | None] = {}  # last heartbeat read of each worker
+        self.startup_failures = 0
+        self._start_retry_at = 0.0
+        self._running_since: dict[str, float] = {}
+        self._idle_since: dict[int, float] = {}  # segment -> first seen with its worker idle
+        self._resends: dict[int, int] = {}  # segment -> assignment re-sends
+        self._checked: dict[str, float] = {}  # worker -> when its heartbeat was last read
+        self._watched_at = -math.inf  # when the segment watchdogs last ran
+
+    def check(self) -> None:
         """Turn workers that are gone into lost or exited ones, and their segments into lost ones.
 
         The heartbeat file is the first opinion, the executor (pid, squeue) the second. A worker
@@ -55,43 +79,43 @@ class WorkerManagingController(ControllerBase):
         when its heartbeat is older than ``worker_timeout``, or when none newer than its start
         came within ``startup_timeout``.
         """
-        now = self.clock.now()
-        for worker in self._live_workers():
+        now = self.c.clock.now()
+        for worker in self.c._live_workers():
             if not worker.info:
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
-            seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+            seg = self.c.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
             busy = seg is not None and seg.status is SegmentStatus.RUNNING
             if busy and now - self._checked.get(wid, -math.inf) < BUSY_CHECK_PERIOD:
                 continue  # a busy worker's heartbeat is read at its own period
             self._checked[wid] = now
             # the executor first: a worker writes its "exited" heartbeat before its process
             # ends, so a heartbeat read after the executor saw it gone tells a clean exit
-            state = self.executor.state(wid, worker.info)
-            beat = self.wire.heartbeat(wid)
-            self._beats[wid] = beat
-            if self._worker_states.get(wid) is not state:
-                self._worker_states[wid] = state
-                self._dirty = True  # e.g. a queued job started: slots may be offered again
+            state = self.c.executor.state(wid, worker.info)
+            beat = self.c.wire.heartbeat(wid)
+            self.beats[wid] = beat
+            if self.states.get(wid) is not state:
+                self.states[wid] = state
+                self.c._dirty = True  # e.g. a queued job started: slots may be offered again
             self._track_runs(worker, beat, state)
             exited = beat is not None and beat.state == "exited"
             if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
                 if exited:
-                    self._worker_gone(worker, WorkerLife.EXITED, "exited", beat)
+                    self.worker_gone(worker, WorkerLife.EXITED, "exited", beat)
                 else:
-                    how = self.executor.end_reason(wid, worker.info)
-                    self._worker_gone(
+                    how = self.c.executor.end_reason(wid, worker.info)
+                    self.worker_gone(
                         worker, WorkerLife.LOST, how or "its process or job is gone", beat
                     )
                 continue
             if state is WorkerState.PENDING:
                 self._running_since.pop(wid, None)
-                seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+                seg = self.c.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
                 beating = beat is not None and now - beat.time < REQUEUE_SILENCE
                 if seg is not None and seg.status is SegmentStatus.RUNNING and not beating:
-                    self.ingest.ingest_segment(seg)
+                    self.c.ingest.ingest_segment(seg)
                     if not seg.status.is_final:  # the job was requeued under it
-                        self.ingest.end_segment(
+                        self.c.ingest.end_segment(
                             seg,
                             SegmentStatus.LOST,
                             f"worker {wid} was requeued",
@@ -101,15 +125,15 @@ class WorkerManagingController(ControllerBase):
                         )
                 continue
             since = self._running_since.setdefault(wid, now)
-            fresh = beat is not None and beat.time >= since - self.worker_timeout
+            fresh = beat is not None and beat.time >= since - self.c.worker_timeout
             if fresh:
-                self._startup_failures = 0
+                self.startup_failures = 0
             age = now - (beat.time if fresh and beat is not None else since)
-            limit = self.worker_timeout if fresh else self.startup_timeout
+            limit = self.c.worker_timeout if fresh else self.c.startup_timeout
             if age > limit:
-                self.executor.cancel(wid, worker.info)
+                self.c.executor.cancel(wid, worker.info)
                 what = "heartbeat" if fresh else "heartbeat since its start"
-                self._worker_gone(worker, WorkerLife.LOST, f"no {what} for {age:.0f} s", beat)
+                self.worker_gone(worker, WorkerLife.LOST, f"no {what} for {age:.0f} s", beat)
 
     def _track_runs(
         self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
@@ -119,16 +143,16 @@ class WorkerManagingController(ControllerBase):
         if beat is not None and worker.open_run != beat.started:
             known = {run.since for run in worker.runs}
             if worker.open_run is not None:  # an earlier process ended unseen
-                self._log(st.WORKER, worker=wid, event="down", at=_run_end(worker, beat))
+                self.c._log(st.WORKER, worker=wid, event="down", at=_run_end(worker, beat))
             prev, prev_end = beat.previous_started, beat.previous_time
             if prev is not None and prev_end is not None and prev not in known | {beat.started}:
                 # a process the controller never saw (it was away while the job was requeued)
-                self._log(
+                self.c._log(
                     st.WORKER, worker=wid, event="running", since=prev, job=beat.slurm_job_id
                 )
-                self._log(st.WORKER, worker=wid, event="down", at=prev_end)
+                self.c._log(st.WORKER, worker=wid, event="down", at=prev_end)
             if beat.started not in known:
-                self._log(
+                self.c._log(
                     st.WORKER,
                     worker=wid,
                     event="running",
@@ -141,13 +165,13 @@ class WorkerManagingController(ControllerBase):
         if since is None:
             return
         ended = beat is not None and beat.started == since and beat.state in ("exited", "requeued")
-        beating = beat is not None and self.clock.now() - beat.time < REQUEUE_SILENCE
+        beating = beat is not None and self.c.clock.now() - beat.time < REQUEUE_SILENCE
         queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
         if ended or queued or state is WorkerState.GONE:
-            at = beat.time if beat is not None and beat.started == since else self.clock.now()
-            self._log(st.WORKER, worker=wid, event="down", at=at)
+            at = beat.time if beat is not None and beat.started == since else self.c.clock.now()
+            self.c._log(st.WORKER, worker=wid, event="down", at=at)
 
-    def _watch_segments(self) -> None:
+    def watch_segments(self) -> None:
         """Watchdogs over active segments whose worker is alive.
 
         * An assignment the worker has not taken while it sits idle (its file was not
@@ -162,35 +186,37 @@ class WorkerManagingController(ControllerBase):
         * A stop or suspend decision still in force is written again every
           ``assignment_timeout`` seconds (its file may not have been written).
         """
-        now = self.clock.now()
+        now = self.c.clock.now()
         if now - self._watched_at < WATCH_PERIOD:
             return  # the watchdogs' delays are tens of seconds
         self._watched_at = now
-        active = {seg.segment_id for seg in self.state.active_segments()}
-        for table in (self._idle_since, self._decision_sent):
+        active = {seg.segment_id for seg in self.c.state.active_segments()}
+        for table in (self._idle_since, self.c._decision_sent):
             for key in [k for k in table if k not in active]:
                 del table[key]
-        for seg in self.state.active_segments():
-            worker = self.state.workers.get(seg.worker_id)
+        for seg in self.c.state.active_segments():
+            worker = self.c.state.workers.get(seg.worker_id)
             if worker is None or worker.state is not WorkerLife.STARTED or not worker.info:
                 continue
-            beat = self._beats.get(worker.worker_id)
-            fresh = beat is not None and now - beat.time < self.worker_timeout
+            beat = self.beats.get(worker.worker_id)
+            fresh = beat is not None and now - beat.time < self.c.worker_timeout
             idle = fresh and beat is not None and beat.state == "idle"
             if not idle:
                 self._idle_since.pop(seg.segment_id, None)
-            elif now - self._idle_since.setdefault(seg.segment_id, now) > self.assignment_timeout:
+            elif (
+                now - self._idle_since.setdefault(seg.segment_id, now) > self.c.assignment_timeout
+            ):
                 self._idle_since[seg.segment_id] = now
                 self._idle_worker(seg, worker)
                 continue
             if seg.status is SegmentStatus.RUNNING:
                 self._check_report_timeout(seg, worker, now)
-            if seg.decision and now - self._decision_sent.get(seg.segment_id, now) > (
-                self.assignment_timeout
+            if seg.decision and now - self.c._decision_sent.get(seg.segment_id, now) > (
+                self.c.assignment_timeout
             ):  # its file may not have been written (a full disk): again, idempotent
-                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+                self.c._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
             if seg.decision:
-                self._decision_sent.setdefault(seg.segment_id, now)
+                self.c._decision_sent.setdefault(seg.segment_id, now)
 
     def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
         """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
@@ -204,66 +230,66 @@ class WorkerManagingController(ControllerBase):
                     seg.segment_id,
                     wid,
                 )
-                self._outbox.append(self._assignment_writer(seg))
+                self.c._outbox.append(self.c._assignment_writer(seg))
                 return
             reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
-            self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
-            self._order_exit(worker, reason)
+            self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self.order_exit(worker, reason)
             return
-        self.ingest.ingest_segment(seg)  # its end line may have come just now
+        self.c.ingest.ingest_segment(seg)  # its end line may have come just now
         if not seg.status.is_final:
             reason = (
                 f"worker {wid} is idle but the segment's end line is missing (corrupt or "
                 "not written)"
             )
-            self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
+            self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
 
     def _check_report_timeout(
         self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
     ) -> None:
         """End a running segment whose function has not reported for ``report_timeout`` s."""
-        limit = self.spec.report_timeout
-        last = self._last_event.setdefault(seg.segment_id, now)
+        limit = self.c.spec.report_timeout
+        last = self.c._last_event.setdefault(seg.segment_id, now)
         if limit <= 0 or now - last <= limit or seg.decision:
             return
-        self.executor.cancel(worker.worker_id, worker.info)
-        self.ingest.ingest_segment(seg)
+        self.c.executor.cancel(worker.worker_id, worker.info)
+        self.c.ingest.ingest_segment(seg)
         if seg.status.is_final:
             return
         reason = f"no report for {limit:.0f} s (report_timeout); worker {worker.worker_id} killed"
-        self.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None)
-        beat = self._beats.get(worker.worker_id)
-        self._worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
+        self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None)
+        beat = self.beats.get(worker.worker_id)
+        self.worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
 
-    def _enforce_grace(self) -> None:
+    def enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
-        now = self.clock.now()
-        for seg in self.state.active_segments():
+        now = self.c.clock.now()
+        for seg in self.c.state.active_segments():
             if not seg.decision or seg.decision_time is None:
                 continue
-            if now - seg.decision_time <= self.stop_grace:
+            if now - seg.decision_time <= self.c.stop_grace:
                 continue
-            worker = self.state.workers.get(seg.worker_id)
+            worker = self.c.state.workers.get(seg.worker_id)
             if worker is None or not worker.state.is_alive:
                 continue
             reason = (
-                f"did not {seg.decision} within {self.stop_grace:.0f} s; "
+                f"did not {seg.decision} within {self.c.stop_grace:.0f} s; "
                 f"worker {worker.worker_id} cancelled"
             )
-            self.executor.cancel(worker.worker_id, worker.info)
-            self.ingest.ingest_segment(seg)
+            self.c.executor.cancel(worker.worker_id, worker.info)
+            self.c.ingest.ingest_segment(seg)
             if not seg.status.is_final:
                 if seg.decision == Decision.STOP.value:
-                    self.ingest.end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
+                    self.c.ingest.end_segment(seg, SegmentStatus.TERMINATED, reason, "", None)
                 else:
-                    self.ingest.end_segment(
+                    self.c.ingest.end_segment(
                         seg, SegmentStatus.LOST, reason, "", None, count_retry=False
                     )
-            self._worker_gone(
-                worker, WorkerLife.LOST, reason, self.wire.heartbeat(worker.worker_id)
+            self.worker_gone(
+                worker, WorkerLife.LOST, reason, self.c.wire.heartbeat(worker.worker_id)
             )
 
-    def _worker_gone(
+    def worker_gone(
         self,
         worker: st.WorkerRecord,
         event: WorkerLife,
@@ -277,52 +303,54 @@ class WorkerManagingController(ControllerBase):
         it on purpose, or it was never submitted."""
         segment_id = worker.segment_id
         if segment_id is not None:
-            seg = self.state.segments[segment_id]
-            self.ingest.ingest_segment(seg)  # it may have ended just before its worker went
+            seg = self.c.state.segments[segment_id]
+            self.c.ingest.ingest_segment(seg)  # it may have ended just before its worker went
             if not seg.status.is_final:
-                self.ingest.end_segment(
+                self.c.ingest.end_segment(
                     seg, SegmentStatus.LOST, f"worker {worker.worker_id} {reason}", "", None
                 )
         logger.info("worker %s %s: %s", worker.worker_id, event, reason)
         since = worker.open_run
         if since is not None:
-            last = beat.time if beat is not None and beat.started == since else self.clock.now()
-            self._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
-        self._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
+            last = beat.time if beat is not None and beat.started == since else self.c.clock.now()
+            self.c._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
+        self.c._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
         if event is WorkerLife.LOST and beat is None and failed_start:
-            self._startup_failures += 1  # it never wrote a heartbeat
-            if self._startup_failures >= STARTUP_FAILURES_LIMIT:
-                output = self.executor.output_path(worker.worker_id, worker.info)
+            self.startup_failures += 1  # it never wrote a heartbeat
+            if self.startup_failures >= STARTUP_FAILURES_LIMIT:
+                output = self.c.executor.output_path(worker.worker_id, worker.info)
                 where = f"see {output}: {_tail(output)}" if output is not None else ""
-                self._set_study(
+                self.c._set_study(
                     StudyState.STOPPING,
-                    f"{self._startup_failures} workers died before their first heartbeat; "
+                    f"{self.startup_failures} workers died before their first heartbeat; "
                     + (where or "see the controller log"),
                     fail=True,
                 )
 
-    def _manage_pool(self) -> None:
+    def manage(self) -> None:
         """Start the workers the scheduler created, once the journal holds them (write-ahead).
 
         A failed submission is journaled (``status`` shows Slurm's message) and tried again
         after :func:`submit_retry_delay`; :data:`SUBMIT_TRIES` failures in a row stop the study
         as failed. A stopping study submits nothing and lets go of workers that never started.
         """
-        if self.state.state is StudyState.STOPPING:
+        if self.c.state.state is StudyState.STOPPING:
             self._release_unstarted()
             return
-        pending = [w for w in self._live_workers() if w.state is WorkerLife.STARTED and not w.info]
-        if not pending or self.clock.now() < self._start_retry_at:
+        pending = [
+            w for w in self.c._live_workers() if w.state is WorkerLife.STARTED and not w.info
+        ]
+        if not pending or self.c.clock.now() < self._start_retry_at:
             return
-        self._commit()
-        self._check_lease()  # never start a process for a journal no one reads any more
+        self.c._commit()
+        self.c._check_lease()  # never start a process for a journal no one reads any more
         try:
-            infos = self.executor.start([w.worker_id for w in pending])
+            infos = self.c.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:
-            self._log(st.SUBMISSION, error=str(exc), workers=[w.worker_id for w in pending])
-            failures = self.state.submit_failures
+            self.c._log(st.SUBMISSION, error=str(exc), workers=[w.worker_id for w in pending])
+            failures = self.c.state.submit_failures
             if failures >= SUBMIT_TRIES:
-                self._set_study(
+                self.c._set_study(
                     StudyState.STOPPING,
                     f"worker jobs could not be submitted ({failures} tries): {exc}; "
                     "change the settings with `hpctune resume <study> --slurm KEY=VALUE`",
@@ -331,44 +359,44 @@ class WorkerManagingController(ControllerBase):
                 return
             delay = submit_retry_delay(failures)
             logger.error("%s; try %d of %d in %.0f s", exc, failures + 1, SUBMIT_TRIES, delay)
-            self._start_retry_at = self.clock.now() + delay
+            self._start_retry_at = self.c.clock.now() + delay
             return
         for worker_id, info in infos.items():
-            self._log(st.WORKER, worker=worker_id, event="submitted", info=info)
+            self.c._log(st.WORKER, worker=worker_id, event="submitted", info=info)
 
-    def _order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
-        self._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
-        order = partial(self.wire.write_assignment, worker.worker_id, None, reason)
-        self._outbox.append(partial(order, epoch=self.epoch))
+    def order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+        self.c._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
+        order = partial(self.c.wire.write_assignment, worker.worker_id, None, reason)
+        self.c._outbox.append(partial(order, epoch=self.c.epoch))
 
     def _release_unstarted(self) -> None:
         """Let go of workers whose jobs never ran (never submitted, or still queued): their
         segments end lost (not counted) at once, so a stop need not wait for them."""
-        for worker in self._live_workers():
-            seg = self.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
+        for worker in self.c._live_workers():
+            seg = self.c.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
             if worker.runs or (seg is not None and seg.status.is_final):
                 continue
-            queued = self._worker_states.get(worker.worker_id) is WorkerState.PENDING
+            queued = self.states.get(worker.worker_id) is WorkerState.PENDING
             if worker.info and not queued:
                 continue
             if seg is not None:
-                self.ingest.ingest_segment(seg)
+                self.c.ingest.ingest_segment(seg)
                 if seg.started_time is not None or seg.status.is_final:
                     continue  # it started after all: it suspends like the others
             if worker.info:
-                self.executor.cancel(worker.worker_id, worker.info)
+                self.c.executor.cancel(worker.worker_id, worker.info)
             if seg is not None:
-                self.ingest.end_segment(
+                self.c.ingest.end_segment(
                     seg,
                     SegmentStatus.LOST,
-                    f"worker {worker.worker_id} never started ({self.state.reason})",
+                    f"worker {worker.worker_id} never started ({self.c.state.reason})",
                     "",
                     None,
                     count_retry=False,
                 )
-            self._log(st.WORKER, worker=worker.worker_id, event="exited", reason="never started")
+            self.c._log(st.WORKER, worker=worker.worker_id, event="exited", reason="never started")
 
-    def _change_slurm(self, command: dict[str, Any]) -> None:
+    def change_slurm(self, command: dict[str, Any]) -> None:
         """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
         from hpctune.slurm.settings import read_command
 
@@ -377,20 +405,20 @@ class WorkerManagingController(ControllerBase):
         except ValueError as exc:
             logger.warning("%s; ignored", exc)
             return
-        self._log(
+        self.c._log(
             st.SLURM_CHANGED,
             slurm=slurm.to_dict(),
             changes=command.get("changes", {}),
             source=str(command.get("source", "")),
         )
-        self.spec = dataclasses.replace(self.spec, slurm=slurm)
-        self.executor.use_spec(self.spec)
+        self.c.spec = dataclasses.replace(self.c.spec, slurm=slurm)
+        self.c.executor.use_spec(self.c.spec)
         self._start_retry_at = 0.0
         logger.info("[slurm] settings changed: %s", command.get("changes", {}))
 
-    def _new_worker(self) -> str:
-        worker_id = f"w{len(self.state.workers):04d}"
-        self._log(st.WORKER, worker=worker_id, event="started", info={})
+    def new_worker(self) -> str:
+        worker_id = f"w{len(self.c.state.workers):04d}"
+        self.c._log(st.WORKER, worker=worker_id, event="started", info={})
         return worker_id
 
 
