@@ -47,6 +47,8 @@ def train(ctx):
         time.sleep(ctx.params["sleep"])
         while os.path.exists(ctx.params["gate"]):  # the test holds the trials here
             time.sleep(0.05)
+        while step == ctx.max_steps and os.path.exists(f"{ctx.params['gate']}-{ctx.trial_id}"):
+            time.sleep(0.05)  # and here, a trial before its last step
         value = 0.3 if a == 0 else 0.9 - 0.6 * step ** -a
         ctx.report(step=step, score=value)
 """
@@ -120,6 +122,11 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     paths = _study(tmp_path, [0.0, 0.5, 1.0, 1.5], max_steps=12, sleep=0.25)
+    # each trial waits before its last step until a prediction of it is journaled, so that
+    # every trial has one however slowly the fits run on a loaded machine
+    held = {t: tmp_path / f"gate-{t}" for t in range(4)}
+    for gate in held.values():
+        gate.touch()
     # per controller iteration: the fits in flight and the reports ingested so far
     seen: list[tuple[frozenset[tuple[int, int]], int]] = []
 
@@ -128,6 +135,8 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
         running = service.running.items() if service is not None else ()
         reports = sum(len(t.curve_steps) for t in c.state.trials.values())
         seen.append((frozenset((t, job.n) for t, job in running), reports))
+        for trial_id in c.state.predictions:  # journaled in this iteration's commit
+            held[trial_id].unlink(missing_ok=True)
 
     controller = _controller(paths, on_progress=progress)
     try:
