@@ -16,11 +16,10 @@ Each iteration of its loop:
 
 It keeps no state the journal does not have: kill it at any instant and a new one rebuilds the
 same state from the journal, re-sends what may not have been sent, and adopts the live workers.
-Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.wire.lease`), checked
-at
-every iteration and around every commit; a fenced one raises :class:`~hpctune.wire.lease.Fenced`
-from
-:meth:`Controller.run` without committing or writing anything more.
+Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.wire.lease`),
+checked at every iteration and around every commit; a fenced one raises
+:class:`~hpctune.wire.lease.Fenced` from :meth:`Controller.run` without committing or writing
+anything more.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.controller._base import EXIT_GRACE, ControllerBase
 from hpctune.controller._commands import TrialCommands
 from hpctune.controller._elastic import ElasticFollower
@@ -418,49 +416,6 @@ class Controller(ControllerBase):
             return
         message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
         self._outbox.append(partial(self.wire.write_decision, message))
-
-    def _collect_checkpoints(self) -> None:
-        """Delete the checkpoints nothing needs any more (trial-based studies).
-
-        Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
-        ``[study] keep_checkpoints`` says (:mod:`hpctune.analysis.best`); the checkpoint behind
-        the best
-        value of every trial not ended and of the study's best trial (unless ``"last"``); any
-        checkpoint a trial not yet ended was forked from. A policy that forks
-        (``makes_configurations``) and names the ended trials it may still fork from
-        (:meth:`Policy.needed_checkpoints`, PBT's garbage collection, §3.7) has the latest
-        checkpoints of the other ended trials deleted.
-        """
-        needed: set[int] | None = None
-        if self.policy.traits.makes_configurations:
-            needed = self.policy.needed_checkpoints(self._view())
-            if needed is None:
-                return  # the policy keeps everything (e.g. keep_last_checkpoints)
-        keep = best_checkpoint_rows(self.state)
-        forks = (self.state.trials[tid] for tid in self.state.forked)
-        keep |= {
-            t.parent_checkpoint_row
-            for t in forks
-            if not t.status.is_final and t.parent_checkpoint_row is not None
-        }
-        rows = []
-        latest_kept = needed is None and keep_mode(self.state) != "best"
-        for trial_id, live_rows in self.state.live_rows().items():
-            trial = self.state.trials.get(trial_id)
-            if trial is None or (latest_kept and live_rows == {trial.checkpoint_row}):
-                continue  # its only checkpoint is its latest, which the rule keeps
-            live = self.state.live_checkpoints(trial_id)
-            if needed is not None:
-                drop_latest = trial.status.is_final and trial.trial_id not in needed
-            else:
-                drop_latest = not keeps_latest(self.state, trial)
-            for ref in live:
-                if ref.row in keep:
-                    continue
-                if ref.row != trial.checkpoint_row or drop_latest:
-                    rows.append(ref.row)
-        if rows:
-            self.ingest.delete_checkpoints(rows)
 
     def _idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
         """The started workers without a segment (running ones first) and the free slots."""

@@ -14,6 +14,7 @@ import abc
 import logging
 from typing import TYPE_CHECKING
 
+from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.policies import ActionKind, Event
 from hpctune.wire.states import StudyState
 
@@ -64,8 +65,47 @@ class TrialScheduling(Scheduling):
         return c.decision_wait if c.policy.traits.boundary_decisions else 0.0
 
     def collect_checkpoints(self) -> None:
-        """The trial-based collection (:meth:`Controller._collect_checkpoints`)."""
-        self.c._collect_checkpoints()
+        """Delete the checkpoints nothing needs any more.
+
+        Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
+        ``[study] keep_checkpoints`` says (:mod:`hpctune.analysis.best`); the checkpoint behind
+        the best value of every trial not ended and of the study's best trial (unless
+        ``"last"``); any checkpoint a trial not yet ended was forked from. A policy that forks
+        (``makes_configurations``) and names the ended trials it may still fork from
+        (:meth:`Policy.needed_checkpoints`, PBT's garbage collection, §3.7) has the latest
+        checkpoints of the other ended trials deleted.
+        """
+        c = self.c
+        needed: set[int] | None = None
+        if c.policy.traits.makes_configurations:
+            needed = c.policy.needed_checkpoints(c._view())
+            if needed is None:
+                return  # the policy keeps everything (e.g. keep_last_checkpoints)
+        keep = best_checkpoint_rows(c.state)
+        forks = (c.state.trials[tid] for tid in c.state.forked)
+        keep |= {
+            t.parent_checkpoint_row
+            for t in forks
+            if not t.status.is_final and t.parent_checkpoint_row is not None
+        }
+        rows = []
+        latest_kept = needed is None and keep_mode(c.state) != "best"
+        for trial_id, live_rows in c.state.live_rows().items():
+            trial = c.state.trials.get(trial_id)
+            if trial is None or (latest_kept and live_rows == {trial.checkpoint_row}):
+                continue  # its only checkpoint is its latest, which the rule keeps
+            live = c.state.live_checkpoints(trial_id)
+            if needed is not None:
+                drop_latest = trial.status.is_final and trial.trial_id not in needed
+            else:
+                drop_latest = not keeps_latest(c.state, trial)
+            for ref in live:
+                if ref.row in keep:
+                    continue
+                if ref.row != trial.checkpoint_row or drop_latest:
+                    rows.append(ref.row)
+        if rows:
+            c.ingest.delete_checkpoints(rows)
 
     def fill_slots(self) -> None:
         """Offer free slots to the policy; end the study if it has nothing and nothing runs."""
