@@ -145,11 +145,6 @@ class SimCurveService:
         """When the next fit in flight is answered, ``None`` when none is."""
         return self._pending[0][0] if self._pending else None
 
-    @property
-    def in_flight(self) -> list[tuple[int, int]]:
-        """(trial, points) of the fits asked for and not answered yet."""
-        return [(r.job.trial_id, r.job.n) for _, _, r in sorted(self._pending)]
-
     def close(self) -> None:
         """Drop the fits in flight (the controller that asked for them is gone)."""
         self._pending.clear()
