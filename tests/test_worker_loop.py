@@ -3,13 +3,18 @@ clock, which also stamps its heartbeats, with no real waiting."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from hpctune.simulator import SimClock
 from hpctune.wire.files import write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Heartbeat
-from hpctune.worker.loop import Worker
+from hpctune.worker.loop import Worker, _batch_step_age, _process_age, process_start_time
 
 
 def _worker(tmp_path: Path, clock: SimClock) -> tuple[Worker, StudyPaths]:
@@ -52,3 +57,41 @@ def test_a_worker_with_a_live_controller_keeps_waiting_on_its_clock(tmp_path: Pa
     last = 1_000_600.0  # the controller's last beat (the clock moves in steps of 0.5 s)
     # the worker left once that beat was 120 s old, not while the controller beat
     assert last + 120.0 < clock.now() <= last + 121.0
+
+
+def _titled_process(tmp_path: Path, title: str) -> subprocess.Popen[bytes]:
+    """A sleeping process whose executable is named ``slurmstepd`` and whose title is ``title``
+    (how Slurm's step daemon shows in ``/proc``)."""
+    exe = tmp_path / "slurmstepd"
+    if not exe.exists():
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
+    return subprocess.Popen(["bash", "-c", f'exec -a "{title}" {exe} 60'])
+
+
+def test_a_run_in_a_slurm_job_starts_at_its_batch_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a Slurm job the run's start is its batch step's (as sacct counts it), not the
+    worker process's; another job's step and a job without a visible step do not count."""
+    other = _titled_process(tmp_path, "slurmstepd: [98.batch]")
+    time.sleep(0.5)
+    ours = _titled_process(tmp_path, "slurmstepd: [987.batch]")
+    try:
+        time.sleep(1.5)  # both processes are older than this one's start
+        monkeypatch.setenv("SLURM_JOB_ID", "987")
+        own_age, other_age = _process_age("self"), _batch_step_age("98")
+        step_age = _batch_step_age("987")
+        assert own_age is not None
+        assert other_age is not None
+        assert step_age is not None
+        assert 1.2 <= step_age < other_age < own_age
+        started = process_start_time()
+        assert abs(started - (time.time() - step_age)) < 0.5
+        monkeypatch.setenv("SLURM_JOB_ID", "9876")  # no visible step: the process's start
+        self_age = _process_age("self")
+        assert self_age is not None
+        assert abs(process_start_time() - (time.time() - self_age)) < 0.5
+    finally:
+        for proc in (other, ours):
+            proc.kill()
+            proc.wait()

@@ -501,19 +501,59 @@ def own_job_id() -> str | None:
 
 
 def process_start_time(clock: Clock | None = None) -> float:
-    """When this process started (``clock``'s time, the wall clock by default; from Linux's
-    ``/proc``), if within the last minute (a worker process starts its :class:`Worker` at
-    once); else now."""
+    """When this worker's run started (``clock``'s time, the wall clock by default).
+
+    Inside a Slurm job that is the start of the job's batch step (its ``slurmstepd``, found in
+    Linux's ``/proc``), so that the run counts Slurm's launch of the step the worker runs in, as
+    sacct does; elsewhere, or where ``/proc`` hides that process, the start of this process if
+    within the last minute (a worker process starts its :class:`Worker` at once); else now."""
     now = (clock or RealClock()).now()
+    job = os.environ.get("SLURM_JOB_ID")
+    age = _batch_step_age(job) if job else None
+    if age is None:
+        age = _process_age("self")
+        if age is None or age > 60.0:
+            return now
+    return now - age
+
+
+def _process_age(pid: str) -> float | None:
+    """Seconds since process ``pid`` started (from ``/proc``), or ``None`` if unknown."""
     try:
-        with open("/proc/self/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
-        return now
+        return None
     age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    return now - age if 0.0 <= age <= 60.0 else now
+    return age if age >= 0.0 else None
+
+
+def _batch_step_age(job: str) -> float | None:
+    """Seconds since the batch step of Slurm job ``job`` started on this node (its process is
+    titled ``slurmstepd: [<job>.batch]``; the youngest, should an earlier run's be ending), or
+    ``None`` if no such process is visible."""
+    title = f"slurmstepd: [{job}.batch]".encode()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    ages: list[float] = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                if f.read().strip() != b"slurmstepd":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().rstrip(b"\0").startswith(title):
+                    continue
+        except OSError:
+            continue
+        age = _process_age(pid)
+        if age is not None:
+            ages.append(age)
+    return min(ages, default=None)
 
 
 def setup_logging(path: Path) -> None:
