@@ -2,13 +2,13 @@
 # The test command of README.md, and what CI runs: install everything from scratch (Python
 # packages into .venv, Debian's Slurm and munge packages, Debian's Chromium for the report's
 # headless-browser test), run the linters, start the local Slurm cluster and run the whole test
-# suite (Slurm and slow tests included; the Slurm tests in a second pytest run beside the rest),
-# then switch to the cluster's second configuration (the
-# "site" variant: other partitions, no accounting database, SBATCH_EXPORT=NONE) and run the Slurm
-# tests marked `site` against it; stop the cluster.
+# suite (Slurm and slow tests included). Beside the rest of the suite, a second pytest run takes
+# the Slurm tests, then switches the cluster to its second configuration (the "site" variant:
+# other partitions, no accounting database, SBATCH_EXPORT=NONE) and runs the Slurm tests marked
+# `site` against it; stop the cluster.
 #
 #   tests/run.sh                 everything
-#   tests/run.sh -k journal      extra arguments go to pytest (both runs)
+#   tests/run.sh -k journal      extra arguments go to pytest (all runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,32 +48,38 @@ eval "$(tests/slurm/cluster.sh env)"
 
 echo "== tests: the Slurm tests and the rest, side by side"
 # Two pytest runs at once: the Slurm tests one after another (they share the one cluster; a
-# preemptor job would preempt another test's workers), and the rest on two pytest-xdist
-# workers. Each run has its own temporary directory; the Slurm run's output follows the other's.
+# preemptor job would preempt another test's workers), then, on the cluster's second
+# configuration (the "site" variant: other partitions, no accounting database,
+# SBATCH_EXPORT=NONE), the Slurm tests marked `site`; and beside them the rest on two
+# pytest-xdist workers. Each run has its own temporary directory; the Slurm side's output
+# follows the other's.
+slurm_side() {
+    local rc=0 rc_site=0
+    .venv/bin/pytest -m slurm --basetemp=/tmp/hpctune-tests-slurm "$@" || rc=$?
+    ((rc == 5)) && rc=0 # the extra arguments selected none of them
+    echo "== local Slurm cluster (site variant: its own config, no slurmdbd, SBATCH_EXPORT=NONE)"
+    export HPCTUNE_SLURM_VARIANT=site
+    tests/slurm/cluster.sh up || return 1 # stops the default variant first
+    eval "$(tests/slurm/cluster.sh env)"
+    echo "== tests marked site, against the site variant"
+    .venv/bin/pytest -m "slurm and site" --basetemp=/tmp/hpctune-tests-site tests/slurm "$@" ||
+        rc_site=$?
+    ((rc_site == 5)) && rc_site=0
+    echo "the Slurm tests exited $rc, the site tests $rc_site"
+    ((rc == 0 && rc_site == 0))
+}
 slurm_log=$(mktemp /tmp/hpctune-slurm-tests.XXXXXX)
-.venv/bin/pytest -m slurm --basetemp=/tmp/hpctune-tests-slurm "$@" >"$slurm_log" 2>&1 &
+slurm_side "$@" >"$slurm_log" 2>&1 &
 slurm_pid=$!
 rc_rest=0
 .venv/bin/pytest -m "not slurm" -n 2 --basetemp=/tmp/hpctune-tests-rest "$@" || rc_rest=$?
 rc_slurm=0
 wait "$slurm_pid" || rc_slurm=$?
-echo "== the Slurm tests (run beside the rest)"
+echo "== the Slurm tests and the site tests (run beside the rest)"
 cat "$slurm_log"
 rm -f "$slurm_log"
 ((rc_rest == 5)) && rc_rest=0 # the extra arguments selected none of them
-((rc_slurm == 5)) && rc_slurm=0
 if ((rc_rest != 0 || rc_slurm != 0)); then
-    echo "tests failed: the rest exited $rc_rest, the Slurm tests $rc_slurm" >&2
+    echo "tests failed: the rest exited $rc_rest, the Slurm side $rc_slurm" >&2
     exit 1
 fi
-
-echo "== local Slurm cluster (site variant: its own config, no slurmdbd, SBATCH_EXPORT=NONE)"
-export HPCTUNE_SLURM_VARIANT=site
-tests/slurm/cluster.sh up # stops the default variant first
-eval "$(tests/slurm/cluster.sh env)"
-
-echo "== tests marked site, against the site variant"
-rc=0
-.venv/bin/pytest -m "slurm and site" tests/slurm "$@" || rc=$?
-((rc == 5)) && rc=0 # the extra arguments selected none of them
-exit "$rc"
