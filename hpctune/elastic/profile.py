@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from hpctune.elastic.experiment import PlanningError
+
+T = TypeVar("T")
 
 FORMAT_VERSION = 2
 PROFILE_FILE = "profile.json"
@@ -132,6 +134,11 @@ class Profile:
     warmup_together: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     segment_gap: tuple[float, ...] = (0.0,)
     crowding: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    # what the simulator asks again and again, by (quantity, devices or workers): the fields are
+    # frozen, so each is computed once (planning runs thousands of simulations)
+    _memo: dict[tuple[str, int], Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         steps = _by_size(self.step_seconds, "step_seconds")
@@ -168,6 +175,13 @@ class Profile:
         """The largest measured size: the planner gives no trial more."""
         return self.sizes[-1]
 
+    def _memoized(self, what: str, n: int, compute: Callable[[], T]) -> T:
+        """``compute()``, kept under ``(what, n)`` (the profile's fields never change)."""
+        key = (what, n)
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast("T", self._memo[key])
+
     def step_mean(self, devices: int) -> float:
         """Mean seconds per step at ``devices`` devices per trial.
 
@@ -175,16 +189,24 @@ class Profile:
         size; below the smallest, perfect scaling from it is assumed (an upper bound for any
         sublinear workload); above the largest, no further speed-up.
         """
-        return float(
-            np.exp(self._interpolate(devices, [math.log(self._mean(g)) for g in self.sizes]))
+        return self._memoized(
+            "step_mean",
+            devices,
+            lambda: float(
+                np.exp(self._interpolate(devices, [math.log(self._mean(g)) for g in self.sizes]))
+            ),
         )
 
     def step_sd(self, devices: int) -> float:
         """Standard deviation of the seconds per step at ``devices`` (its coefficient of
         variation interpolated as :meth:`step_mean` interpolates the mean)."""
-        cvs = [np.std(self.step_seconds[g]) / self._mean(g) for g in self.sizes]
-        cv = float(np.interp(np.log(devices), np.log(self.sizes), cvs))
-        return cv * self.step_mean(devices)
+
+        def compute() -> float:
+            cvs = [np.std(self.step_seconds[g]) / self._mean(g) for g in self.sizes]
+            cv = float(np.interp(np.log(devices), np.log(self.sizes), cvs))
+            return cv * self.step_mean(devices)
+
+        return self._memoized("step_sd", devices, compute)
 
     def speedup(self, devices: int) -> float:
         """Throughput at ``devices`` relative to one device."""
@@ -206,15 +228,23 @@ class Profile:
 
     def startup_at(self, together: int) -> tuple[float, ...]:
         """INIT samples with ``together`` workers starting at once (:func:`at_together`)."""
-        return at_together(self.startup, self.startup_together, together)
+        return self._memoized(
+            "startup", together, lambda: at_together(self.startup, self.startup_together, together)
+        )
 
     def warmup_at(self, together: int) -> tuple[float, ...]:
         """Warm-up samples with ``together`` workers starting at once."""
-        return at_together(self.warmup, self.warmup_together, together)
+        return self._memoized(
+            "warmup", together, lambda: at_together(self.warmup, self.warmup_together, together)
+        )
 
     def crowding_at(self, together: int) -> float:
         """The mean slow-down of a step with ``together`` workers training at once."""
-        return float(np.mean(at_together((1.0,), self.crowding, together)))
+        return self._memoized(
+            "crowding",
+            together,
+            lambda: float(np.mean(at_together((1.0,), self.crowding, together))),
+        )
 
     def init_mean(self, together: int) -> float:
         """Mean INIT node: start-up plus warm-up with ``together`` workers starting at once."""
@@ -236,9 +266,9 @@ class Profile:
         """Mean TRAIN node (:meth:`sample_train`)."""
         out = steps * self.step_mean(devices) * self.crowding_at(together)
         if begins:
-            out += float(np.mean(self.segment_start))
+            out += self._memoized("segment_start", 0, lambda: float(np.mean(self.segment_start)))
         if gap:
-            out += float(np.mean(self.segment_gap))
+            out += self._memoized("segment_gap", 0, lambda: float(np.mean(self.segment_gap)))
         return out
 
     def sample_train(

@@ -184,6 +184,31 @@ TOGETHER = Profile(
 )
 
 
+def test_a_profile_answers_alike_from_its_memo_and_a_copy_keeps_none_of_it() -> None:
+    """The simulator's repeated questions are answered from a memo: the same answers as a
+    fresh profile's, and a changed copy (``dataclasses.replace``) computes its own."""
+    import dataclasses
+
+    profile = Profile(step_seconds={1: (10.0, 12.0), 4: (3.0,)}, crowding={2: (1.5,)})
+    first = [
+        (profile.step_mean(d), profile.step_sd(d), profile.crowding_at(d)) for d in (1, 2, 3, 8)
+    ]
+    again = [
+        (profile.step_mean(d), profile.step_sd(d), profile.crowding_at(d)) for d in (1, 2, 3, 8)
+    ]
+    fresh = Profile(step_seconds={1: (10.0, 12.0), 4: (3.0,)}, crowding={2: (1.5,)})
+    assert (
+        first
+        == again
+        == [(fresh.step_mean(d), fresh.step_sd(d), fresh.crowding_at(d)) for d in (1, 2, 3, 8)]
+    )
+    assert profile == fresh  # the memo is not part of what a profile is
+    slower = dataclasses.replace(profile, step_seconds={1: (20.0, 24.0)}, crowding={2: (3.0,)})
+    assert slower.step_mean(1) == pytest.approx(2 * profile.step_mean(1))
+    assert slower.crowding_at(2) == pytest.approx(3.0)
+    assert profile.crowding_at(2) == pytest.approx(1.5)
+
+
 def test_at_together_interpolates_and_extrapolates() -> None:
     assert at_together((2.0,), {4: (5.0,)}, 1) == (2.0,)
     assert at_together((2.0,), {4: (5.0,)}, 4) == (5.0,)
