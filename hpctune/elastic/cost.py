@@ -152,7 +152,8 @@ def partition_billing(spec: Any, partition: str | None, *, gpu: bool = True) -> 
     if part is None:
         raise PlanningError(
             f"partition {name or '(the default)'} is not known to `scontrol show partition`; "
-            "name one with --partition or give --billing-weight"
+            "name one with --partition or give --billing-weight (in a study.toml: [slurm] "
+            "partition, or a number as [resources] billing_weight)"
         )
     resources = spec.resources
     per_device = max(resources.gpus_per_worker, 1) if gpu else resources.cpus_per_worker

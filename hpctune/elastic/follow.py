@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.elastic.cost import CostModel
+from hpctune.elastic.cost import CostModel, partition_billing
 from hpctune.elastic.dag import finish_times, to_dag
 from hpctune.elastic.experiment import (
     ExperimentSpec,
@@ -72,19 +72,46 @@ def load_study_profile(spec: Any) -> Profile:
 def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
     """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
     profile, one device per trial (every worker holds one), at most ``slots`` workers at once;
-    the cost in device-hours held. ``profile``: default :func:`load_study_profile`.
+    the cost in device-hours held, billed and priced as ``[resources] billing_weight`` and
+    ``price`` say. ``profile``: default :func:`load_study_profile`.
 
     Raises:
-        PlanningError: No deadline, a policy the planner does not know, or no profile.
+        PlanningError: No deadline, a policy the planner does not know, no profile, or a
+            billing weight to read from a partition Slurm does not know.
     """
     deadline = spec.resources.deadline
     if deadline is None:
         raise PlanningError(f"{spec.source}: [resources] deadline is not set; nothing to plan")
     experiment = experiment_from_study(spec)
     profile = profile or load_study_profile(spec)
-    cost = CostModel(device="CPU" if spec.resources.gpus_per_worker == 0 else "GPU")
+    cost = study_cost_model(spec)
     options = PlanOptions(samples=samples, max_pool=spec.resources.slots, max_devices=1)
     return plan_elastic(experiment, profile, deadline, cost, options=options)
+
+
+def study_cost_model(spec: Any) -> CostModel:
+    """The cost model of a study's plan: device-hours held, times ``[resources]
+    billing_weight`` (a number, or ``"partition"``: the workers' partition's
+    ``TRESBillingWeights``, read with ``scontrol``), times ``price``.
+
+    Raises:
+        PlanningError: The partition is not known to Slurm (or Slurm cannot be asked).
+    """
+    from hpctune.study.spec import BILLING_FROM_PARTITION
+
+    resources = spec.resources
+    gpu = resources.gpus_per_worker > 0
+    weight, source = resources.billing_weight, ""
+    if weight == BILLING_FROM_PARTITION:
+        weight, source = partition_billing(spec, None, gpu=gpu)
+    elif weight is not None:
+        source = "[resources] billing_weight"
+    return CostModel(
+        billing_weight=1.0 if weight is None else float(weight),
+        price=resources.price,
+        device="GPU" if gpu else "CPU",
+        billing_source=source,
+    )
 
 
 def predicted_stage_ends(

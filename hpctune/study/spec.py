@@ -71,7 +71,8 @@ STUDY_KEYS = (
     "keep_checkpoints",
 )
 RESOURCE_COUNTS = ("slots", "cpus_per_worker", "gpus_per_worker")  # the integer keys
-RESOURCE_KEYS = (*RESOURCE_COUNTS, "deadline", "profile")
+RESOURCE_KEYS = (*RESOURCE_COUNTS, "deadline", "profile", "price", "billing_weight")
+BILLING_FROM_PARTITION = "partition"  # [resources] billing_weight: read it from Slurm
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
 # Upper bounds of counts (a typo like 1e23 or 2**63-1 is refused, not run).
 MAX_STEPS = 10**9
@@ -212,6 +213,11 @@ class ResourcesSpec:
             pool of ``slots`` workers.
         profile: The elastic planner's profile (absolute); ``None``: ``profile.json`` in the
             study directory.
+        price: With a ``deadline``: money per billed hour (with a billing weight of 1: per
+            device-hour); the plan's costs are in money. ``None``: no money.
+        billing_weight: With a ``deadline``: billed units per device-hour, or ``"partition"``
+            to read it from the workers' partition's ``TRESBillingWeights`` when the study is
+            planned. ``None``: 1 (plain device-hours).
     """
 
     slots: int = 2
@@ -219,6 +225,8 @@ class ResourcesSpec:
     gpus_per_worker: int = 0
     deadline: float | None = None
     profile: Path | None = None
+    price: float | None = None
+    billing_weight: float | str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the keys of an older journal's spec are the first three)."""
@@ -228,18 +236,23 @@ class ResourcesSpec:
             "gpus_per_worker": self.gpus_per_worker,
             "deadline": self.deadline,
             "profile": None if self.profile is None else str(self.profile),
+            "price": self.price,
+            "billing_weight": self.billing_weight,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResourcesSpec:
         """Rebuild from :meth:`to_dict`."""
         deadline, profile = data.get("deadline"), data.get("profile")
+        price, weight = data.get("price"), data.get("billing_weight")
         return cls(
             slots=int(data["slots"]),
             cpus_per_worker=int(data["cpus_per_worker"]),
             gpus_per_worker=int(data["gpus_per_worker"]),
             deadline=None if deadline is None else float(deadline),
             profile=None if profile is None else Path(profile),
+            price=None if price is None else float(price),
+            billing_weight=weight if weight is None or isinstance(weight, str) else float(weight),
         )
 
 
@@ -652,6 +665,8 @@ def parse_spec(
         ),
         deadline=_deadline(res),
         profile=_profile_path(res, source),
+        price=_positive(res, "price", "a number > 0 (money per billed hour)"),
+        billing_weight=_billing_weight(res),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
@@ -660,6 +675,14 @@ def parse_spec(
     )
     if resources.deadline is not None:
         _check_deadline(source, resources, policy.name, stages.enabled)
+    for key in ("price", "billing_weight"):
+        if resources.deadline is None and getattr(resources, key) is not None:
+            raise StudySpecError(
+                source,
+                f"resources.{key}",
+                f"`resources.{key}` prices the elastic plan of a study with a deadline; set "
+                f"resources.deadline, or remove resources.{key}",
+            )
     if stages.enabled and policy.name == "median" and policy.options.get("hard_stop") is False:
         raise StudySpecError(
             source,
@@ -765,6 +788,26 @@ def _deadline(res: _Section) -> float | None:
     if not math.isfinite(seconds):
         raise res.must("deadline", rule, value)
     return seconds
+
+
+def _positive(res: _Section, key: str, rule: str) -> float | None:
+    """An optional number > 0 of ``res`` (``None`` when the key is missing)."""
+    value = res.get(key, None, "")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise res.must(key, rule, value)
+    if not math.isfinite(value):
+        raise res.must(key, rule, value)
+    return float(value)
+
+
+def _billing_weight(res: _Section) -> float | str | None:
+    """``[resources] billing_weight``: a number > 0, or ``"partition"`` (read from Slurm)."""
+    rule = f'a number > 0 (billed units per device-hour) or "{BILLING_FROM_PARTITION}"'
+    if res.get("billing_weight", None, "") == BILLING_FROM_PARTITION:
+        return BILLING_FROM_PARTITION
+    return _positive(res, "billing_weight", rule)
 
 
 def _profile_path(res: _Section, source: Path) -> Path | None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from hpctune.cli import main
+from hpctune.elastic.cost import CostModel
 from hpctune.elastic.experiment import ExperimentSpec, PlanningError, Stage
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
@@ -33,9 +34,12 @@ from hpctune.elastic.follow import (
     plan_status,
     plan_study,
     replan,
+    study_cost_model,
 )
+from hpctune.elastic.planner import PlanResult
 from hpctune.elastic.profile import Profile
 from hpctune.elastic.profiling import study_latencies
+from hpctune.elastic.report import format_plan
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
 from hpctune.journal.state import StudyRecord
@@ -111,6 +115,16 @@ def _study(folder: Path, *, deadline: Any = "8s", **changes: Any) -> Path:
         ({"resources": {"slots": 0}}, "resources.slots", ">= 1"),
         ({"resources": {"profile": ""}}, "resources.profile", "non-empty"),
         ({"resources": {"budget": 1}}, "resources.budget", "valid keys"),
+        ({"resources": {"price": 0}}, "resources.price", "a number > 0"),
+        ({"resources": {"price": "2.5"}}, "resources.price", "a number > 0"),
+        ({"resources": {"billing_weight": -1}}, "resources.billing_weight", '"partition"'),
+        ({"resources": {"billing_weight": "site"}}, "resources.billing_weight", '"partition"'),
+        ({"deadline": None, "resources": {"price": 2.5}}, "resources.price", "set resources."),
+        (
+            {"deadline": None, "resources": {"billing_weight": "partition"}},
+            "resources.billing_weight",
+            "set resources.deadline",
+        ),
     ],
 )
 def test_spec_refuses_a_deadline_it_cannot_follow(
@@ -137,6 +151,27 @@ def test_spec_reads_the_deadline_and_profile(tmp_path: Path) -> None:
     assert with_deadline(spec, "2h").resources.deadline == 7200.0
     with pytest.raises(StudySpecError, match=r"resources\.deadline"):
         with_deadline(spec, "later")
+
+
+def test_a_priced_study_plans_in_money_and_its_plan_keeps_the_price(tmp_path: Path) -> None:
+    """``[resources] price`` and ``billing_weight`` price the plan the controller follows: the
+    same allocation (a constant factor changes no choice), its costs in money."""
+    plain = load_spec(_study(tmp_path / "a", deadline="1h"))
+    priced = load_spec(
+        _study(tmp_path / "b", deadline="1h", resources={"price": 2.5, "billing_weight": 4})
+    )
+    assert (priced.resources.price, priced.resources.billing_weight) == (2.5, 4.0)
+    again = type(priced).from_dict(json.loads(json.dumps(priced.to_dict())))
+    assert again.resources == priced.resources
+    assert study_cost_model(plain) == CostModel(device="CPU")
+    model = study_cost_model(priced)
+    assert (model.unit, model.billing_weight, model.price) == ("$", 4.0, 2.5)
+    assert model.billing_source == "[resources] billing_weight"
+    a, b = plan_study(plain, samples=8), plan_study(priced, samples=8)
+    assert b.plan.allocation == a.plan.allocation
+    assert b.plan.prediction.cost.mean == pytest.approx(10.0 * a.plan.prediction.cost.mean)
+    assert PlanResult.from_dict(b.to_dict()).cost == model  # journaled with the plan
+    assert format_plan(b).count("$") >= 2
 
 
 def test_launch_refuses_a_deadline_without_a_profile(

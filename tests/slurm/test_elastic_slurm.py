@@ -14,7 +14,9 @@ import pytest
 from hpctune.cli import main
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import ExperimentSpec
+from hpctune.elastic.follow import study_cost_model
 from hpctune.journal import open_study
+from hpctune.study.spec import load_spec
 from hpctune.wire.states import StudyState
 from tests.conftest import DIGITS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
@@ -62,6 +64,23 @@ def test_plan_elastic_bills_by_the_partitions_weights(
         )
         assert main([*args, "--partition", "nosuchpartition"]) == 2
         assert "nosuchpartition is not known" in capsys.readouterr().err
+        # a study with a deadline priced by its workers' partition: the same weight
+        priced = write_study(
+            tmp_path / "priced",
+            train=DIGITS / "train.py",
+            num_trials=9,
+            max_steps=9,
+            policy={"name": "sha", "bracket_size": 9},
+            space={"lr": 0.1},
+            resources={
+                "slots": 2, "cpus_per_worker": 4, "gpus_per_worker": 1, "deadline": "1h",
+                "billing_weight": "partition", "price": 0.5,
+            },
+            slurm={"mem": "8G", "partition": name},
+        )  # fmt: skip
+        model = study_cost_model(load_spec(priced))
+        assert (model.billing_weight, model.price, model.unit) == (8.0, 0.5, "$")
+        assert weights in model.billing_source
     finally:
         slurm_cluster.run("scontrol", "delete", f"PartitionName={name}")
         shutil.rmtree(tmp_path / "study", ignore_errors=True)
