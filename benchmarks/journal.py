@@ -148,23 +148,16 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
     """Drive the real controller's ingestion while ``writers`` processes append reports."""
     from hpctune.controller import Controller
     from hpctune.controller.launch import create_study, local_executor
-    from hpctune.journal import state as st
+    from hpctune.journal import records as rec
 
     spec = _make_spec(tmp / "ingest", max_steps=reports, boundary=boundary, trials=writers)
     paths = create_study(spec)
     controller = Controller(paths.root, lambda s: local_executor(paths, s))
     controller.start()
     for i in range(writers):
-        controller._log(st.TRIAL_CREATED, trial=i, params={"lr": 0.01}, seed=i)
-        controller._log(
-            st.SEGMENT_ASSIGNED,
-            trial=i,
-            segment=i,
-            worker=f"w{i:04d}",
-            start_step=0,
-            until_step=reports,
-            checkpoint_row=None,
-        )
+        controller._log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
+        assigned = rec.SegmentAssignedEntry(worker=f"w{i:04d}", start_step=0, until_step=reports)
+        controller._log(assigned, trial=i, segment=i)
     controller._commit()
 
     ctx = mp.get_context("spawn")

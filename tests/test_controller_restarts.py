@@ -10,13 +10,15 @@ without a plan of its own is checked (``replay`` needs a recorded study).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 from hpctune.analysis.traces import Trace
+from hpctune.journal.records import LogEntry, WarningEntry
 from hpctune.policies import POLICIES, make_policy
 from hpctune.simulator import PredictionCache, Simulator, simulation_context
 
@@ -87,7 +89,13 @@ def test_the_controller_journals_only_registered_record_kinds() -> None:
     sim = Simulator(
         TRACE.subset(range(4)), make_policy("asha", {}, simulation_context(TRACE)), slots=2, seed=0
     )
-    with pytest.raises(ValueError, match="'bogus' is not registered: add it to LOG_KINDS"):
-        sim.controller._log("bogus", note="x")
-    sim.controller._log("warning", message="registered kinds are journaled")
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class BogusEntry(LogEntry):
+        kind: ClassVar[str] = "bogus"
+        note: str
+
+    with pytest.raises(ValueError, match=r"'bogus' \(BogusEntry\) is not registered: add its"):
+        sim.controller._log(BogusEntry(note="x"))
+    sim.controller._log(WarningEntry(message="registered kinds are journaled"))
     assert sim.controller.state.warnings[-1].message == "registered kinds are journaled"

@@ -22,6 +22,7 @@ from hpctune.controller._ingest import Ingest
 from hpctune.controller.wire import FileWire, Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor
+from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
 from hpctune.journal.epochs import branch_journal, point_link
@@ -280,17 +281,21 @@ class ControllerBase:
             view = self._view()
         return self.generator.propose(index, view)
 
-    def _log(self, kind: str, *, trial: int = -1, segment: int = -1, **data: Any) -> None:
-        """Append a log record and apply it to the in-memory state, exactly as a reader would."""
-        if kind not in st.LOG_KINDS:
+    def _log(self, entry: rec.LogEntry, *, trial: int = -1, segment: int = -1) -> None:
+        """Append a log record and apply it to the in-memory state, exactly as a reader would
+        (read back first: a record a reader would refuse is not written)."""
+        kind = entry.kind
+        if rec.RECORD_TYPES.get(kind) is not type(entry):
             raise ValueError(
-                f"journal record kind {kind!r} is not registered: add it to LOG_KINDS in "
-                "hpctune/journal/state.py and raise FORMAT_MINOR in hpctune/journal/store.py"
+                f"journal record kind {kind!r} ({type(entry).__name__}) is not registered: add "
+                "its type to RECORD_TYPES in hpctune/journal/records.py and raise FORMAT_MINOR "
+                "in hpctune/journal/store.py"
             )
         now = self.clock.now()
-        text = dumps(data)
+        text = dumps(entry.to_data())
+        read = type(entry).from_data(json.loads(text))
         self.writer.append("log", kind=kind, trial=trial, segment=segment, time=now, data=text)
-        self.state.apply(kind, trial, segment, now, json.loads(text))
+        self.state.apply_entry(read, trial, segment, now)
         self._dirty = True
 
     @property
@@ -361,10 +366,10 @@ class ControllerBase:
         self._policy_raw = _copy_state(raw)
         if previous is None or self._policy_patches >= POLICY_SNAPSHOT_EVERY:
             self._policy_patches = 0
-            self._log(st.POLICY_STATE, state=raw)
+            self._log(rec.PolicyStateEntry(state=raw))
         else:
             self._policy_patches += 1
-            self._log(st.POLICY_DELTA, delta=state_delta(previous, raw))
+            self._log(rec.PolicyDeltaEntry(delta=state_delta(previous, raw)))
 
     def _journal_tracked_state(self) -> None:
         """The policy's own patch since the last commit (``policy_delta``); the whole state
@@ -374,18 +379,18 @@ class ControllerBase:
         if self._policy_baseline and self._policy_patches < POLICY_SNAPSHOT_EVERY:
             if changes:
                 self._policy_patches += 1
-                self._log(st.POLICY_DELTA, delta=changes)
+                self._log(rec.PolicyDeltaEntry(delta=changes))
             return
         self._policy_baseline = True
         raw = self.policy.state_dict()
         if json.loads(dumps(raw)) != self.state.policy_state:
             self._policy_patches = 0
-            self._log(st.POLICY_STATE, state=raw)
+            self._log(rec.PolicyStateEntry(state=raw))
 
     def _warn(self, code: str, message: str, trial: int = -1) -> None:
         """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""
         logger.warning("%s", message)
-        self._log(st.WARNING, trial=trial, code=code, message=message)
+        self._log(rec.WarningEntry(code=code, message=message), trial=trial)
 
     def _storage_fault(self, what: str, where: str) -> None:
         """Writes fail (a full disk, a quota, I/O errors): pause new assignments until a check
@@ -453,7 +458,7 @@ class ControllerBase:
             state, reason, fail = StudyState.FAILED, self._no_metric_reason(), True
         if self.state.state is not state:
             logger.info("study %s: %s", state.value, reason)
-            self._log(st.STUDY, state=state.value, reason=reason, fail=fail)
+            self._log(rec.StudyEntry(state=state, reason=reason, fail=fail))
             if state is StudyState.STOPPING:
                 for seg in self.state.active_segments():
                     self._send_decision(seg, Decision.SUSPEND, reason)
@@ -471,12 +476,17 @@ class ControllerBase:
         return f"{text}; no trial reported anything"
 
     def _set_trial(
-        self, trial: TrialRecord, status: TrialStatus, reason: str = "", **extra: Any
+        self,
+        trial: TrialRecord,
+        status: TrialStatus,
+        reason: str = "",
+        *,
+        error: str | None = None,
+        retries: int | None = None,
     ) -> None:
         logger.info("trial %d %s %s", trial.trial_id, status.value, reason)
-        self._log(
-            st.TRIAL_STATUS, trial=trial.trial_id, status=status.value, reason=reason, **extra
-        )
+        entry = rec.TrialStatusEntry(status=status, reason=reason, error=error, retries=retries)
+        self._log(entry, trial=trial.trial_id)
         if status.is_final:
             self._outbox.append(partial(self._sweep_checkpoints, trial.trial_id))
 
@@ -540,16 +550,13 @@ class ControllerBase:
         priority: float | None = None,
     ) -> None:
         if log:
-            data: dict[str, Any] = {"decision": decision.value, "reason": reason}
-            if priority is not None:
-                data["priority"] = priority
-            self._log(
-                st.DECISION,
-                trial=seg.trial_id,
-                segment=seg.segment_id,
+            entry = rec.DecisionEntry(
                 step=self.state.trials[seg.trial_id].step,
-                **data,
+                decision=decision.value,
+                reason=reason,
+                priority=priority,
             )
+            self._log(entry, trial=seg.trial_id, segment=seg.segment_id)
         message = DecisionMessage(
             seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason, self.epoch
         )

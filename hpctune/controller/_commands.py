@@ -7,7 +7,7 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hpctune.journal import state as st
+from hpctune.journal import records as rec
 from hpctune.study.seeding import component_seed, index_rng, trial_seed
 from hpctune.wire.asktell import complete_params
 from hpctune.wire.states import StudyState, TrialStatus
@@ -67,13 +67,10 @@ class TrialCommands:
         for given in configs:
             trial_id = len(self.c.state.trials)
             params = complete_params(self.c.spec.space, given, index_rng(seed, trial_id))
-            self.c._log(
-                st.TRIAL_CREATED,
-                trial=trial_id,
-                params=params,
-                seed=trial_seed(self.c.spec.seed, trial_id),
-                info={"enqueued": True},
+            entry = rec.TrialCreatedEntry(
+                params=params, seed=trial_seed(self.c.spec.seed, trial_id), info={"enqueued": True}
             )
+            self.c._log(entry, trial=trial_id)
             logger.info("trial %d added by the user: %s", trial_id, params)
         self._reopen(f"{len(configs)} trial(s) added")
 
@@ -82,14 +79,13 @@ class TrialCommands:
         trial_id = len(self.c.state.trials)
         proposal = self.c._propose(index, self.c._view())
         info = {**proposal.info, "external": True, "request": request}
-        self.c._log(
-            st.TRIAL_CREATED,
-            trial=trial_id,
+        entry = rec.TrialCreatedEntry(
             params=proposal.params,
             generator_index=index,
             seed=trial_seed(self.c.spec.seed, trial_id),
             info=info,
         )
+        self.c._log(entry, trial=trial_id)
         self.c._set_trial(self.c.state.trials[trial_id], TrialStatus.RUNNING, "asked")
         self._reopen("a trial was asked for")
         answer = {"trial": trial_id, "params": proposal.params}

@@ -22,9 +22,9 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hpctune.journal import state as st
+from hpctune.journal import records as rec
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import Event, EventKind
 from hpctune.wire.files import finite_or_none
@@ -164,10 +164,7 @@ class CurveFits:
         median = None
         if not prediction.unknown and prediction.horizon:
             median = finite_or_none(float(prediction.median[-1]))
-        extra: dict[str, Any] = {"reason": prediction.reason} if prediction.reason else {}
-        self.c._log(
-            st.PREDICTION,
-            trial=result.trial_id,
+        entry = rec.PredictionEntry(
             n=result.n,
             path=self.c.paths.relative(Path(result.job.path)),
             unknown=prediction.unknown,
@@ -175,8 +172,9 @@ class CurveFits:
             y_sha256=result.job.y_sha256,
             seconds=result.seconds,
             backend=result.backend,
-            **extra,
+            reason=prediction.reason or None,
         )
+        self.c._log(entry, trial=result.trial_id)
         self.predictions[result.trial_id] = prediction
         self.c._events.append(Event.prediction(result.trial_id, result.n))
 

@@ -36,6 +36,7 @@ from hpctune.elastic.follow import (
     stage_workers,
 )
 from hpctune.elastic.planner import PlanResult
+from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
@@ -99,7 +100,8 @@ class ElasticFollower:
         except PlanningError as exc:
             self.c._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return
-        self.c._log(st.ELASTIC_PLAN, **plan_record(result, profile, PLAN_REASON_LAUNCH))
+        data = plan_record(result, profile, PLAN_REASON_LAUNCH)
+        self.c._log(rec.ElasticPlanEntry.from_data(data))
         shapes = [s.workers for s in result.plan.allocation.shapes]
         logger.info(
             "elastic plan (%s): workers per stage %s, predicted %.0f s, deadline %.0f s",
@@ -132,11 +134,8 @@ class ElasticFollower:
         stage = tracker.advance(self._progress_of)
         if not known or known[-1][0] != stage:
             last = result.spec.num_stages()
-            self.c._log(
-                st.ELASTIC_STAGE,
-                stage=stage,
-                workers=stage_workers(result, stage) if stage < last else 0,
-            )
+            workers = stage_workers(result, stage) if stage < last else 0
+            self.c._log(rec.ElasticStageEntry(stage=stage, workers=workers))
             if known and 0 < stage < last:
                 self._check_drift(stage - 1)
         return stage
@@ -162,7 +161,8 @@ class ElasticFollower:
         except PlanningError as exc:
             self.c._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
             return
-        self.c._log(st.ELASTIC_PLAN, **plan_record(result, profile, reason, record["stage_ends"]))
+        data = plan_record(result, profile, reason, record["stage_ends"])
+        self.c._log(rec.ElasticPlanEntry.from_data(data))
         logger.info(
             "elastic re-plan: %s; workers per stage now %s",
             reason,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.journal import state as st
+from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef
 from hpctune.journal.state import SegmentRecord, TrialRecord
 from hpctune.policies import Event
@@ -82,21 +82,14 @@ class Ingest:
             trial.step,
             trial.trial_id,
         )
-        self.c._log(
-            st.CORRUPT_LINES,
-            trial=seg.trial_id,
-            segment=seg.segment_id,
-            file=name,
-            line_kind=kind,
-            rows=rows,
-            step=trial.step,
-        )
+        entry = rec.CorruptLinesEntry(file=name, line_kind=kind, rows=rows, step=trial.step)
+        self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
 
     def _on_event_checked(self, seg: SegmentRecord, record: dict[str, Any]) -> None:
         """Apply one event; a record that does not parse is skipped as a corrupt line."""
         try:
             self._on_event(seg, record)
-        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+        except (KeyError, ValueError, TypeError, OverflowError, rec.RecordError) as exc:
             logger.warning("segment %d: bad event %r skipped (%s)", seg.segment_id, record, exc)
             self._on_corrupt_line(
                 seg, self.c.wire.event_name(seg.segment_id), str(record.get("kind", ""))
@@ -130,15 +123,13 @@ class Ingest:
         trial = self.c.state.trials[seg.trial_id]
         self.c._last_event[seg.segment_id] = self.c.clock.now()  # report_timeout counts from here
         if kind == EV_START:
-            self.c._log(
-                st.SEGMENT_STARTED,
-                trial=seg.trial_id,
-                segment=seg.segment_id,
+            entry = rec.SegmentStartedEntry(
                 host=record.get("host", ""),
                 pid=record.get("pid"),
                 slurm_job_id=record.get("slurm_job_id"),
                 at=t,
             )
+            self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
         elif kind == EV_REPORT:
             step = int(record["step"])
             metrics = self._report_metrics(seg, record.get("metrics", {}))
@@ -243,7 +234,7 @@ class Ingest:
         ]
         if not refs:
             return
-        self.c._log(st.CHECKPOINT_DELETED, rows=[r.row for r in refs])
+        self.c._log(rec.CheckpointDeletedEntry(rows=[r.row for r in refs]))
         for ref in refs:
             self.c._outbox.append(partial(self.c.wire.delete_checkpoint, ref.path))
 
@@ -271,15 +262,13 @@ class Ingest:
         if status is SegmentStatus.SUSPENDED and seg.decision == Decision.STOP.value:
             # it reached the end of its assignment before it read the stop
             status, reason = SegmentStatus.TERMINATED, seg.decision_reason or reason
-        self.c._log(
-            st.SEGMENT_ENDED,
-            trial=seg.trial_id,
-            segment=seg.segment_id,
-            status=status.value,
+        entry = rec.SegmentEndedEntry(
+            status=status,
             step=step if step is None else int(step),
             reason=reason,
             at=self.c.clock.now() if at is None else at,
         )
+        self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
         if status is SegmentStatus.LOST or requeue:
             retries = trial.retries + int(count_retry and status is SegmentStatus.LOST)
             if retries > self.c.spec.max_retries:

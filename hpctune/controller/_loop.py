@@ -24,6 +24,7 @@ anything more.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -38,6 +39,7 @@ from hpctune.controller._scheduling import Scheduling, TrialScheduling
 from hpctune.controller._stages import StageTreeScheduling
 from hpctune.controller._workers import WorkerPool
 from hpctune.executors._base import WorkerState
+from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.epochs import prune_journals
 from hpctune.journal.state import SegmentRecord, TrialRecord
@@ -110,7 +112,8 @@ class Controller(ControllerBase):
 
     def start(self) -> None:
         """Record this controller's start and re-send what a killed one may not have sent."""
-        self._log(st.CONTROLLER, event="started", epoch=self.epoch, **self.wire.identity())
+        identity = self.wire.identity()
+        self._log(rec.ControllerEntry(event="started", epoch=self.epoch, **identity))
         if self.state.state is not StudyState.FINISHED:
             self._set_study(StudyState.RUNNING, "controller started")
         self.elastic.start()
@@ -247,10 +250,10 @@ class Controller(ControllerBase):
             if problem:
                 logger.warning("inbox file %s rejected: %s", name, problem)
                 shown = command if isinstance(command, dict | list | str | int | float) else None
-                self._log(st.COMMAND, file=name, command=shown, rejected=problem)
+                self._log(rec.CommandEntry(file=name, command=shown, rejected=problem))
                 self._outbox.append(partial(self.wire.reject_command, name, problem))
                 continue
-            self._log(st.COMMAND, file=name, command=command)
+            self._log(rec.CommandEntry(file=name, command=command))
             self._outbox.append(partial(self.wire.remove_command, name))
             self._apply_command(command, name)
 
@@ -447,15 +450,15 @@ class Controller(ControllerBase):
                 return None
             return trial
         trial_id = len(self.state.trials)
-        data: dict[str, Any] = {
-            "seed": action.seed
-            if action.seed is not None
-            else trial_seed(self.spec.seed, trial_id),
-            "priority": action.priority,
-        }
-        for key in ("end_step", "generation", "initiator"):
-            if getattr(action, key) is not None:
-                data[key] = getattr(action, key)
+        seed = action.seed if action.seed is not None else trial_seed(self.spec.seed, trial_id)
+        entry = rec.TrialCreatedEntry(
+            params={},
+            seed=seed,
+            priority=action.priority,
+            end_step=action.end_step,
+            generation=action.generation,
+            initiator=action.initiator,
+        )
         if action.kind is ActionKind.FORK:
             parent = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
             row = self._checkpoint_row(action.trial_id, action.step)
@@ -467,24 +470,25 @@ class Controller(ControllerBase):
                     "cannot fork trial %s at step %s; ignored", action.trial_id, action.step
                 )
                 return None
-            data.update(
+            entry = dataclasses.replace(
+                entry,
                 params=dict(action.params or {}),
                 parent_trial=parent.trial_id,
                 parent_step=action.step,
                 parent_checkpoint_row=row,
             )
         elif action.params is not None:
-            data["params"] = dict(action.params)
+            entry = dataclasses.replace(entry, params=dict(action.params))
         else:
             if self.state.generated >= self.spec.num_trials:
                 return None
             index = self.state.generated
             proposal = self._propose(index, view)
-            data.update(params=proposal.params, generator_index=index)
-            if proposal.info:
-                data["info"] = proposal.info
-        self._log(st.TRIAL_CREATED, trial=trial_id, **data)
-        logger.info("trial %d created: %s", trial_id, data["params"])
+            entry = dataclasses.replace(
+                entry, params=proposal.params, generator_index=index, info=proposal.info or None
+            )
+        self._log(entry, trial=trial_id)
+        logger.info("trial %d created: %s", trial_id, entry.params)
         return self.state.trials[trial_id]
 
     def _checkpoint_row(self, trial_id: int | None, step: int | None) -> int | None:
@@ -523,20 +527,21 @@ class Controller(ControllerBase):
         start: int,
         until: int,
         row: int | None,
-        **extra: Any,
+        *,
+        checkpoint_steps: list[int] | None = None,
+        stages: list[int] | None = None,
     ) -> SegmentRecord:
         """Journal a segment of ``trial`` on ``worker_id`` and queue its assignment file."""
         segment_id = len(self.state.segments)
-        self._log(
-            st.SEGMENT_ASSIGNED,
-            trial=trial.trial_id,
-            segment=segment_id,
+        entry = rec.SegmentAssignedEntry(
             worker=worker_id,
             start_step=start,
             until_step=until,
             checkpoint_row=row,
-            **extra,
+            checkpoint_steps=checkpoint_steps,
+            stages=stages,
         )
+        self._log(entry, trial=trial.trial_id, segment=segment_id)
         seg = self.state.segments[segment_id]
         self._outbox.append(self._assignment_writer(seg))
         return seg
@@ -580,13 +585,10 @@ class Controller(ControllerBase):
             return
         if action.kind is ActionKind.CONTINUE:
             if action.priority != trial.priority:
-                self._log(
-                    st.DECISION,
-                    trial=trial.trial_id,
-                    decision="continue",
-                    priority=action.priority,
-                    reason=action.reason,
+                entry = rec.DecisionEntry(
+                    decision="continue", priority=action.priority, reason=action.reason
                 )
+                self._log(entry, trial=trial.trial_id)
             if event is not None and event.kind is EventKind.BOUNDARY:
                 self._answer_boundary(trial, int(event.step or 0))
         elif action.kind is ActionKind.SUSPEND:
@@ -628,17 +630,20 @@ class Controller(ControllerBase):
         for worker in self._live_workers():
             if not worker.info:
                 self._log(
-                    st.WORKER, worker=worker.worker_id, event="exited", reason="never started"
+                    rec.WorkerEntry(
+                        worker=worker.worker_id, event="exited", reason="never started"
+                    )
                 )
             elif worker.state is WorkerLife.STARTED:
                 self.pool.order_exit(worker, f"study {self.state.state.value}")
             elif now - self._exit_ordered_at > EXIT_GRACE:
                 self.executor.cancel(worker.worker_id, worker.info)
                 self._log(
-                    st.WORKER,
-                    worker=worker.worker_id,
-                    event="lost",
-                    reason=f"did not exit within {EXIT_GRACE:.0f} s; cancelled",
+                    rec.WorkerEntry(
+                        worker=worker.worker_id,
+                        event="lost",
+                        reason=f"did not exit within {EXIT_GRACE:.0f} s; cancelled",
+                    )
                 )
         self._commit()
         return not self._live_workers()

@@ -26,7 +26,7 @@ import numpy as np
 
 from hpctune.analysis.best import best_checkpoint_rows
 from hpctune.controller._scheduling import Scheduling
-from hpctune.journal import state as st
+from hpctune.journal import records as rec
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import ActionKind, Event, StudyView
 from hpctune.stagetree.from_study import (
@@ -231,7 +231,7 @@ class StageTreeScheduling(Scheduling):
         """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
         c = self.c
         if until_step != trial.request_step:
-            c._log(st.REQUEST, trial=trial.trial_id, until_step=until_step)
+            c._log(rec.RequestEntry(until_step=until_step), trial=trial.trial_id)
         if trial.status is TrialStatus.SUSPENDED:
             c._set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
 
@@ -267,15 +267,13 @@ class StageTreeScheduling(Scheduling):
             trial_id = len(c.state.trials)
             proposal = c._propose(index, view)
             params = proposal.params
-            extra: dict[str, Any] = {"info": proposal.info} if proposal.info else {}
-            c._log(
-                st.TRIAL_CREATED,
-                trial=trial_id,
+            entry = rec.TrialCreatedEntry(
                 params=params,
                 generator_index=index,
                 seed=trial_seed(c.spec.seed, trial_id),
-                **extra,
+                info=proposal.info or None,
             )
+            c._log(entry, trial=trial_id)
             logger.info("trial %d created: %s", trial_id, params)
 
     def _future_configs(self) -> list[dict[str, Any]]:
@@ -348,15 +346,14 @@ class StageTreeScheduling(Scheduling):
                 values = {c.spec.metric: float(value)}
                 c.writer.append_metrics(trial.trial_id, -1, int(step), float(t), values)
                 c.state.add_report(trial.trial_id, int(step), float(t), float(value), values)
-        c._log(
-            st.IMPORTED,
-            trial=trial.trial_id,
+        imported = rec.ImportedEntry(
             study=entry.study,
             source_trial=entry.trial,
             step=entry.step,
             key=entry.key,
             checkpoint_row=ref.row,
         )
+        c._log(imported, trial=trial.trial_id)
         logger.info(
             "trial %d: step %d from the stage store (study %s, trial %d)",
             trial.trial_id,
@@ -489,13 +486,10 @@ class StageTreeScheduling(Scheduling):
         if trial.initiator is not None and ref.step == trial.parent_step:
             same = True  # a PBT child starts at its fork, whoever wrote the parent's checkpoint
         if ref.trial_id != trial.trial_id and not same:
-            c._log(
-                st.LINEAGE,
-                trial=trial.trial_id,
-                parent_trial=ref.trial_id,
-                parent_step=ref.step,
-                parent_checkpoint_row=ref.row,
+            entry = rec.LineageEntry(
+                parent_trial=ref.trial_id, parent_step=ref.step, parent_checkpoint_row=ref.row
             )
+            c._log(entry, trial=trial.trial_id)
 
     def _collect_stage_checkpoints(
         self, plan: SearchPlan, milestones: list[int], keep: set[int] | None = None

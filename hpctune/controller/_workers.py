@@ -17,6 +17,7 @@ from hpctune.controller._base import (
 )
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
+from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
 from hpctune.wire.protocol import Heartbeat
@@ -143,17 +144,16 @@ class WorkerPool:
         if beat is not None and worker.open_run != beat.started:
             known = {run.since for run in worker.runs}
             if worker.open_run is not None:  # an earlier process ended unseen
-                self.c._log(st.WORKER, worker=wid, event="down", at=_run_end(worker, beat))
+                self.c._log(rec.WorkerEntry(worker=wid, event="down", at=_run_end(worker, beat)))
             prev, prev_end = beat.previous_started, beat.previous_time
             if prev is not None and prev_end is not None and prev not in known | {beat.started}:
                 # a process the controller never saw (it was away while the job was requeued)
                 self.c._log(
-                    st.WORKER, worker=wid, event="running", since=prev, job=beat.slurm_job_id
+                    rec.WorkerEntry(worker=wid, event="running", since=prev, job=beat.slurm_job_id)
                 )
-                self.c._log(st.WORKER, worker=wid, event="down", at=prev_end)
+                self.c._log(rec.WorkerEntry(worker=wid, event="down", at=prev_end))
             if beat.started not in known:
-                self.c._log(
-                    st.WORKER,
+                entry = rec.WorkerEntry(
                     worker=wid,
                     event="running",
                     since=beat.started,
@@ -161,6 +161,7 @@ class WorkerPool:
                     pid=beat.pid,
                     host=beat.host,
                 )
+                self.c._log(entry)
         since = worker.open_run
         if since is None:
             return
@@ -169,7 +170,7 @@ class WorkerPool:
         queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
         if ended or queued or state is WorkerState.GONE:
             at = beat.time if beat is not None and beat.started == since else self.c.clock.now()
-            self.c._log(st.WORKER, worker=wid, event="down", at=at)
+            self.c._log(rec.WorkerEntry(worker=wid, event="down", at=at))
 
     def watch_segments(self) -> None:
         """Watchdogs over active segments whose worker is alive.
@@ -313,8 +314,8 @@ class WorkerPool:
         since = worker.open_run
         if since is not None:
             last = beat.time if beat is not None and beat.started == since else self.c.clock.now()
-            self.c._log(st.WORKER, worker=worker.worker_id, event="down", at=last)
-        self.c._log(st.WORKER, worker=worker.worker_id, event=event, reason=reason)
+            self.c._log(rec.WorkerEntry(worker=worker.worker_id, event="down", at=last))
+        self.c._log(rec.WorkerEntry(worker=worker.worker_id, event=event.value, reason=reason))
         if event is WorkerLife.LOST and beat is None and failed_start:
             self.startup_failures += 1  # it never wrote a heartbeat
             if self.startup_failures >= STARTUP_FAILURES_LIMIT:
@@ -347,7 +348,8 @@ class WorkerPool:
         try:
             infos = self.c.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:
-            self.c._log(st.SUBMISSION, error=str(exc), workers=[w.worker_id for w in pending])
+            workers = [w.worker_id for w in pending]
+            self.c._log(rec.SubmissionEntry(error=str(exc), workers=workers))
             failures = self.c.state.submit_failures
             if failures >= SUBMIT_TRIES:
                 self.c._set_study(
@@ -362,10 +364,10 @@ class WorkerPool:
             self._start_retry_at = self.c.clock.now() + delay
             return
         for worker_id, info in infos.items():
-            self.c._log(st.WORKER, worker=worker_id, event="submitted", info=info)
+            self.c._log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
 
     def order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
-        self.c._log(st.WORKER, worker=worker.worker_id, event="stopping", reason=reason)
+        self.c._log(rec.WorkerEntry(worker=worker.worker_id, event="stopping", reason=reason))
         order = partial(self.c.wire.write_assignment, worker.worker_id, None, reason)
         self.c._outbox.append(partial(order, epoch=self.c.epoch))
 
@@ -394,7 +396,9 @@ class WorkerPool:
                     None,
                     count_retry=False,
                 )
-            self.c._log(st.WORKER, worker=worker.worker_id, event="exited", reason="never started")
+            self.c._log(
+                rec.WorkerEntry(worker=worker.worker_id, event="exited", reason="never started")
+            )
 
     def change_slurm(self, command: dict[str, Any]) -> None:
         """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
@@ -406,10 +410,11 @@ class WorkerPool:
             logger.warning("%s; ignored", exc)
             return
         self.c._log(
-            st.SLURM_CHANGED,
-            slurm=slurm.to_dict(),
-            changes=command.get("changes", {}),
-            source=str(command.get("source", "")),
+            rec.SlurmChangedEntry(
+                slurm=slurm.to_dict(),
+                changes=command.get("changes", {}),
+                source=str(command.get("source", "")),
+            )
         )
         self.c.spec = dataclasses.replace(self.c.spec, slurm=slurm)
         self.c.executor.use_spec(self.c.spec)
@@ -418,7 +423,7 @@ class WorkerPool:
 
     def new_worker(self) -> str:
         worker_id = f"w{len(self.c.state.workers):04d}"
-        self.c._log(st.WORKER, worker=worker_id, event="started", info={})
+        self.c._log(rec.WorkerEntry(worker=worker_id, event="started", info={}))
         return worker_id
 
 

@@ -277,6 +277,10 @@ def _apply(
         if data is None:
             data = decode_data(str(text))
         record.apply(str(kind), int(trial), int(segment), float(time), data)
+    except JournalError as exc:  # a record missing a key, or one of the wrong type
+        raise JournalError(
+            f"{reader.path}: log row {row} ({kind!r}): {exc}: {DAMAGED_HINT}"
+        ) from exc
     except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
         raise JournalError(
             f"{reader.path}: log row {row} ({kind!r}) does not fit the rows before it "

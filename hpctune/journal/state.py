@@ -14,64 +14,41 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.delta import apply_delta
 from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 
-# Log record kinds.
-STUDY = "study"
-TRIAL_CREATED = "trial_created"
-TRIAL_STATUS = "trial_status"
-SEGMENT_ASSIGNED = "segment_assigned"
-SEGMENT_STARTED = "segment_started"
-SEGMENT_ENDED = "segment_ended"
-DECISION = "decision"
-WORKER = "worker"
-COMMAND = "command"
-POLICY_STATE = "policy_state"
-POLICY_DELTA = "policy_delta"  # a patch of the last policy state (journal/delta.py)
-CHECKPOINT_DELETED = "checkpoint_deleted"
-CONTROLLER = "controller"
-PREDICTION = "prediction"
-LINEAGE = "lineage"
-REQUEST = "request"
-IMPORTED = "imported"
-WARNING = "warning"
-CORRUPT_LINES = "corrupt_lines"
-SUBMISSION = "submission"
-SLURM_CHANGED = "slurm_changed"
-ELASTIC_PLAN = "elastic_plan"  # the plan a study with a deadline follows (hpctune.elastic.follow)
-ELASTIC_STAGE = "elastic_stage"  # the controller moved to a stage of that plan
+# Log record kinds (their record types: hpctune/journal/records.py).
+STUDY = rec.StudyEntry.kind
+TRIAL_CREATED = rec.TrialCreatedEntry.kind
+TRIAL_STATUS = rec.TrialStatusEntry.kind
+SEGMENT_ASSIGNED = rec.SegmentAssignedEntry.kind
+SEGMENT_STARTED = rec.SegmentStartedEntry.kind
+SEGMENT_ENDED = rec.SegmentEndedEntry.kind
+DECISION = rec.DecisionEntry.kind
+WORKER = rec.WorkerEntry.kind
+COMMAND = rec.CommandEntry.kind
+POLICY_STATE = rec.PolicyStateEntry.kind
+POLICY_DELTA = rec.PolicyDeltaEntry.kind  # a patch of the last policy state (journal/delta.py)
+CHECKPOINT_DELETED = rec.CheckpointDeletedEntry.kind
+CONTROLLER = rec.ControllerEntry.kind
+PREDICTION = rec.PredictionEntry.kind
+LINEAGE = rec.LineageEntry.kind
+REQUEST = rec.RequestEntry.kind
+IMPORTED = rec.ImportedEntry.kind
+WARNING = rec.WarningEntry.kind
+CORRUPT_LINES = rec.CorruptLinesEntry.kind
+SUBMISSION = rec.SubmissionEntry.kind
+SLURM_CHANGED = rec.SlurmChangedEntry.kind
+ELASTIC_PLAN = rec.ElasticPlanEntry.kind  # the plan a study with a deadline follows
+ELASTIC_STAGE = rec.ElasticStageEntry.kind  # the controller moved to a stage of that plan
 
 # the kinds that can change which checkpoints a study still needs
 _CHECKPOINT_KINDS = frozenset(
     {TRIAL_CREATED, TRIAL_STATUS, SEGMENT_ASSIGNED, SEGMENT_ENDED, CHECKPOINT_DELETED, LINEAGE}
 )
-LOG_KINDS = (
-    STUDY,
-    TRIAL_CREATED,
-    TRIAL_STATUS,
-    SEGMENT_ASSIGNED,
-    SEGMENT_STARTED,
-    SEGMENT_ENDED,
-    DECISION,
-    WORKER,
-    COMMAND,
-    POLICY_STATE,
-    POLICY_DELTA,
-    CHECKPOINT_DELETED,
-    CONTROLLER,
-    PREDICTION,
-    LINEAGE,
-    REQUEST,
-    IMPORTED,
-    WARNING,
-    CORRUPT_LINES,
-    SUBMISSION,
-    SLURM_CHANGED,
-    ELASTIC_PLAN,
-    ELASTIC_STAGE,
-)
+LOG_KINDS = tuple(rec.RECORD_TYPES)  # the registered kinds
 
 
 @dataclass
@@ -283,49 +260,57 @@ class StudyRecord:
     def apply(
         self, kind: str, trial: int, segment: int, time: float, data: dict[str, Any]
     ) -> None:
-        """Apply one log record."""
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is None:
+        """Apply one log record as read from the journal (its ``data`` decoded).
+
+        Raises:
+            JournalError: ``data`` is not a valid record of its kind (naming the key).
+        """
+        record_type = rec.RECORD_TYPES.get(kind)
+        if record_type is None:
             return  # kinds from a newer minor version are ignored
-        handler(trial, segment, time, data)
+        self.apply_entry(record_type.from_data(data), trial, segment, time)
+
+    def apply_entry(self, entry: rec.LogEntry, trial: int, segment: int, time: float) -> None:
+        """Apply one log record (of a type in :data:`~hpctune.journal.records.RECORD_TYPES`)."""
+        getattr(self, f"_on_{entry.kind}")(trial, segment, time, entry)
         if trial >= 0:
             self.changed.add(trial)
-        if kind in _CHECKPOINT_KINDS:
+        if entry.kind in _CHECKPOINT_KINDS:
             self.checkpoint_changes += 1
 
     # -- handlers, one per kind ------------------------------------------------------------
 
-    def _on_study(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        if "spec" in data:
-            self.spec = data["spec"]
+    def _on_study(self, trial: int, segment: int, time: float, e: rec.StudyEntry) -> None:
+        if e.spec is not None:
+            self.spec = e.spec
             self.created_time = time
-        self.state = StudyState(data["state"])
-        self.reason = data.get("reason", "")
+        self.state = e.state
+        self.reason = e.reason
         if self.state in (StudyState.RUNNING, StudyState.STOPPING):
-            self.failing = bool(data.get("fail", False))
+            self.failing = bool(e.fail)
         if self.state is StudyState.RUNNING and self.started_time is None:
             self.started_time = time
         final = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
         self.ended_time = time if self.state in final else None
 
     def _on_trial_created(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.TrialCreatedEntry
     ) -> None:
         record = TrialRecord(
             trial_id=trial,
-            params=data["params"],
+            params=e.params,
             created_time=time,
-            seed=int(data["seed"]),
-            generator_index=data.get("generator_index"),
-            parent_trial=data.get("parent_trial"),
-            parent_step=data.get("parent_step"),
-            parent_checkpoint_row=data.get("parent_checkpoint_row"),
-            info=data.get("info", {}),
-            end_step=data.get("end_step"),
-            generation=data.get("generation"),
-            initiator=data.get("initiator"),
-            priority=float(data.get("priority", 0.0)),
-            step=int(data.get("parent_step") or 0),
+            seed=e.seed,
+            generator_index=e.generator_index,
+            parent_trial=e.parent_trial,
+            parent_step=e.parent_step,
+            parent_checkpoint_row=e.parent_checkpoint_row,
+            info=e.info if e.info is not None else {},
+            end_step=e.end_step,
+            generation=e.generation,
+            initiator=e.initiator,
+            priority=e.priority if e.priority is not None else 0.0,
+            step=e.parent_step or 0,
         )
         record.history.append(StatusChange(time, TrialStatus.QUEUED, record.step))
         self.trials[trial] = record
@@ -335,31 +320,31 @@ class StudyRecord:
             self.generated = max(self.generated, record.generator_index + 1)
 
     def _on_trial_status(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.TrialStatusEntry
     ) -> None:
         record = self.trials[trial]
-        record.status = TrialStatus(data["status"])
-        record.reason = data.get("reason", "")
-        if "error" in data:
-            record.error = data["error"]
-        if "retries" in data:
-            record.retries = int(data["retries"])
-        if "priority" in data:
-            record.priority = float(data["priority"])
+        record.status = e.status
+        record.reason = e.reason
+        if e.error is not None:
+            record.error = e.error
+        if e.retries is not None:
+            record.retries = e.retries
+        if e.priority is not None:
+            record.priority = e.priority
         record.history.append(StatusChange(time, record.status, record.step, record.reason))
 
     def _on_segment_assigned(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.SegmentAssignedEntry
     ) -> None:
         record = SegmentRecord(
             segment_id=segment,
             trial_id=trial,
-            worker_id=data["worker"],
-            start_step=int(data["start_step"]),
-            until_step=int(data["until_step"]),
-            checkpoint_row=data.get("checkpoint_row"),
+            worker_id=e.worker,
+            start_step=e.start_step,
+            until_step=e.until_step,
+            checkpoint_row=e.checkpoint_row,
             assigned_time=time,
-            checkpoint_steps=tuple(int(s) for s in data.get("checkpoint_steps", ())),
+            checkpoint_steps=tuple(e.checkpoint_steps or ()),
         )
         self.segments[segment] = record
         self._active[segment] = record
@@ -375,83 +360,78 @@ class StudyRecord:
             worker.segment_id = segment
 
     def _on_segment_started(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.SegmentStartedEntry
     ) -> None:
         record = self.segments[segment]
         record.status = SegmentStatus.RUNNING
-        record.started_time = float(data.get("at", time))  # the worker's clock
-        record.host = data.get("host", "")
-        record.pid = data.get("pid")
+        record.started_time = e.at if e.at is not None else time  # the worker's clock
+        record.host = e.host
+        record.pid = e.pid
 
     def _on_segment_ended(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.SegmentEndedEntry
     ) -> None:
         record = self.segments[segment]
-        record.status = SegmentStatus(data["status"])
+        record.status = e.status
         self._active.pop(segment, None)
-        record.ended_time = float(data.get("at", time))
-        record.end_step = data.get("step")
-        record.reason = data.get("reason", "")
+        record.ended_time = e.at if e.at is not None else time
+        record.end_step = e.step
+        record.reason = e.reason
         worker = self.workers.get(record.worker_id)
         if worker is not None and worker.segment_id == segment:
             worker.segment_id = None
 
-    def _on_decision(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        if trial in self.trials and "priority" in data:
-            self.trials[trial].priority = float(data["priority"])
+    def _on_decision(self, trial: int, segment: int, time: float, e: rec.DecisionEntry) -> None:
+        if trial in self.trials and e.priority is not None:
+            self.trials[trial].priority = e.priority
         seg = self.segments.get(segment)
-        if seg is not None and data.get("decision") in ("suspend", "stop"):
-            seg.decision = data["decision"]
-            seg.decision_reason = data.get("reason", "")
+        if seg is not None and e.decision in ("suspend", "stop"):
+            seg.decision = e.decision
+            seg.decision_reason = e.reason
             seg.decision_time = time
 
-    def _on_worker(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        worker_id = data["worker"]
-        event = data["event"]
-        if event == "started":
-            self.workers[worker_id] = WorkerRecord(worker_id, time, info=data.get("info", {}))
+    def _on_worker(self, trial: int, segment: int, time: float, e: rec.WorkerEntry) -> None:
+        info = e.info if e.info is not None else {}
+        if e.event == "started":
+            self.workers[e.worker] = WorkerRecord(e.worker, time, info=info)
             return
-        worker = self.workers[worker_id]
-        if event == "submitted":
+        worker = self.workers[e.worker]
+        if e.event == "submitted":
             self.submit_failures, self.submit_error = 0, ""
-            worker.info = data.get("info", {})
+            worker.info = info
             worker.started_time = time
             worker.submitted_time = time
             return
-        if event == "running":
-            worker.runs.append(WorkerRun(float(data["since"])))
+        if e.event == "running":
+            worker.runs.append(WorkerRun(_needed(e.since, e, "since")))
             return
-        if event == "down":
+        if e.event == "down":
             if worker.runs and worker.runs[-1].until is None:
-                worker.runs[-1].until = float(data["at"])
+                worker.runs[-1].until = _needed(e.at, e, "at")
             return
-        worker.state = WorkerLife(event)
-        worker.reason = data.get("reason", "")
+        worker.state = WorkerLife(e.event)
+        worker.reason = e.reason or ""
         if not worker.state.is_alive:
             worker.ended_time = time
 
-    def _on_command(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        if data.get("file"):
-            self.commands_done.add(data["file"])
-            if data.get("rejected"):
-                self.rejected_commands.append(
-                    RejectedCommand(str(data["file"]), str(data["rejected"]), time)
-                )
+    def _on_command(self, trial: int, segment: int, time: float, e: rec.CommandEntry) -> None:
+        if e.file:
+            self.commands_done.add(e.file)
+            if e.rejected:
+                self.rejected_commands.append(RejectedCommand(e.file, e.rejected, time))
 
-    def _on_warning(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        self.warnings.append(
-            StudyWarning(str(data.get("code", "")), str(data.get("message", "")), time, trial)
-        )
+    def _on_warning(self, trial: int, segment: int, time: float, e: rec.WarningEntry) -> None:
+        self.warnings.append(StudyWarning(e.code, e.message, time, trial))
 
     def _on_elastic_plan(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.ElasticPlanEntry
     ) -> None:
-        self.elastic_plans.append({**data, "time": time})
+        self.elastic_plans.append({**e.to_data(), "time": time})
 
     def _on_elastic_stage(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.ElasticStageEntry
     ) -> None:
-        self.elastic_stages.append((int(data["stage"]), time))
+        self.elastic_stages.append((e.stage, time))
 
     @property
     def elastic_plan(self) -> dict[str, Any] | None:
@@ -459,28 +439,28 @@ class StudyRecord:
         return self.elastic_plans[-1] if self.elastic_plans else None
 
     def _on_corrupt_lines(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.CorruptLinesEntry
     ) -> None:
         """Corrupt lines of a segment's event file were skipped; ``rows``: how many may have
         held a report, after ``step`` (the last step read before them)."""
         record = self.trials.get(trial)
         if record is not None:
-            record.missing.extend([(segment, int(data.get("step", 0)))] * int(data["rows"]))
+            record.missing.extend([(segment, e.step)] * e.rows)
 
     def _on_policy_state(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.PolicyStateEntry
     ) -> None:
-        self.policy_state = data["state"]
+        self.policy_state = e.state
 
     def _on_policy_delta(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.PolicyDeltaEntry
     ) -> None:
-        self.policy_state = apply_delta(self.policy_state, data["delta"])
+        self.policy_state = apply_delta(self.policy_state, e.delta)
 
     def _on_checkpoint_deleted(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.CheckpointDeletedEntry
     ) -> None:
-        marked = self.checkpoints.mark_deleted(data["rows"])
+        marked = self.checkpoints.mark_deleted(e.rows)
         if self._live_rows is not None:
             for row, trial_id in marked.items():
                 self._live_rows.get(trial_id, set()).discard(row)
@@ -493,15 +473,15 @@ class StudyRecord:
             mine = ref is not None and ref.trial_id == tr.trial_id
             self.hold_checkpoint(tr, own[-1].row if own and mine else None)
 
-    def _on_lineage(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+    def _on_lineage(self, trial: int, segment: int, time: float, e: rec.LineageEntry) -> None:
         """A stage-tree trial goes on from another trial's checkpoint: its curve up to that step
         is the parent's (copied here; :func:`inherit_prefix_curves` does it for readers)."""
         record = self.trials[trial]
-        parent = self.trials[int(data["parent_trial"])]
-        step = int(data["parent_step"])
+        parent = self.trials[e.parent_trial]
+        step = e.parent_step
         record.parent_trial = parent.trial_id
         record.parent_step = step
-        record.parent_checkpoint_row = data.get("parent_checkpoint_row")
+        record.parent_checkpoint_row = e.parent_checkpoint_row
         record.shares_prefix = True
         if record.parent_checkpoint_row is not None:
             self.forked.add(trial)
@@ -512,51 +492,53 @@ class StudyRecord:
             and row in self.checkpoints
             and (current is None or current.step <= step)
         ):
-            self.hold_checkpoint(record, int(row))  # its latest until it writes its own
+            self.hold_checkpoint(record, row)  # its latest until it writes its own
         _copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
 
-    def _on_request(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+    def _on_request(self, trial: int, segment: int, time: float, e: rec.RequestEntry) -> None:
         """A stage-tree tuner asks for a trial to be trained up to ``until_step`` (a rung)."""
-        until = data.get("until_step")
-        self.trials[trial].request_step = None if until is None else int(until)
+        self.trials[trial].request_step = e.until_step
 
-    def _on_imported(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+    def _on_imported(self, trial: int, segment: int, time: float, e: rec.ImportedEntry) -> None:
         """A stage-tree trial starts from another study's checkpoint (the stage store)."""
         self.trials[trial].info.setdefault("imported", []).append(
-            {k: data.get(k) for k in ("study", "source_trial", "step", "key")}
+            {"study": e.study, "source_trial": e.source_trial, "step": e.step, "key": e.key}
         )
 
-    def _on_controller(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        if data.get("event") == "started":
+    def _on_controller(
+        self, trial: int, segment: int, time: float, e: rec.ControllerEntry
+    ) -> None:
+        if e.event == "started":
             self.controller_starts += 1
             self.submit_failures = 0  # a new controller gets a fresh set of tries
 
-    def _on_submission(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
+    def _on_submission(
+        self, trial: int, segment: int, time: float, e: rec.SubmissionEntry
+    ) -> None:
         """Submitting workers failed (sbatch's message in ``error``)."""
         self.submit_failures += 1
-        self.submit_error = str(data.get("error", ""))
+        self.submit_error = e.error
 
     def _on_slurm_changed(
-        self, trial: int, segment: int, time: float, data: dict[str, Any]
+        self, trial: int, segment: int, time: float, e: rec.SlurmChangedEntry
     ) -> None:
         """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
-        self.spec = {**self.spec, "slurm": data["slurm"]}
-        self.slurm_changes.append(
-            {"time": time, "changes": data.get("changes", {}), "source": data.get("source", "")}
-        )
+        self.spec = {**self.spec, "slurm": e.slurm}
+        self.slurm_changes.append({"time": time, "changes": e.changes, "source": e.source})
         self.submit_failures, self.submit_error = 0, ""
 
-    def _on_prediction(self, trial: int, segment: int, time: float, data: dict[str, Any]) -> None:
-        median = data.get("median")
+    def _on_prediction(
+        self, trial: int, segment: int, time: float, e: rec.PredictionEntry
+    ) -> None:
         self.predictions[trial] = PredictionRef(
             trial_id=trial,
-            n=int(data["n"]),
-            path=str(data["path"]),
+            n=e.n,
+            path=e.path,
             time=time,
-            unknown=bool(data.get("unknown", False)),
-            median=None if median is None else float(median),
-            y_sha256=str(data.get("y_sha256", "")),
+            unknown=e.unknown,
+            median=e.median,
+            y_sha256=e.y_sha256,
         )
 
     # -- the other tables --------------------------------------------------------------------
@@ -630,6 +612,13 @@ class StudyRecord:
         for trial in self.trials.values():
             result[trial.status.value] += 1
         return result
+
+
+def _needed(value: float | None, entry: rec.LogEntry, key: str) -> float:
+    """``value`` of a key the record's event needs (a ``running`` worker's ``since``)."""
+    if value is None:
+        raise rec.RecordError(f"a {entry.kind!r} record has no {key!r}")
+    return value
 
 
 def _copy_prefix(parent: TrialRecord, child: TrialRecord, step: int) -> None:

@@ -29,7 +29,7 @@ from hpctune.study.metric_names import metric_key, metric_name_problem
 
 FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
 # Additions within a format (new record kinds) raise the minor version: a reader refuses a log
-# record of a kind it does not know (journal/state.py LOG_KINDS) unless the journal's minor
+# record of a kind it does not know (journal/records.py RECORD_TYPES) unless the journal's minor
 # version is newer than its own (then the record is from a newer hpctune and is skipped).
 FORMAT_MINOR = 1  # 1: every kind written is registered
 ATTR = "hpctune"
