@@ -10,13 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from hpctune.simulator import SimClock
 from hpctune.wire.files import write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Heartbeat
-from hpctune.worker.loop import Worker, _batch_step_age, _process_age, process_start_time
+from hpctune.worker.loop import Worker, _batch_step_age, _process_age
 
 
 def _worker(tmp_path: Path, clock: SimClock) -> tuple[Worker, StudyPaths]:
@@ -61,44 +59,66 @@ def test_a_worker_with_a_live_controller_keeps_waiting_on_its_clock(tmp_path: Pa
     assert last + 120.0 < clock.now() <= last + 121.0
 
 
-def _titled_process(tmp_path: Path, title: str) -> subprocess.Popen[bytes]:
-    """A sleeping process whose executable is named ``slurmstepd`` and whose title is ``title``
-    (how Slurm's step daemon shows in ``/proc``)."""
-    exe = tmp_path / "slurmstepd"
+def _titled_process(
+    tmp_path: Path,
+    title: str,
+    program: str = "sleep",
+    args: str = "60",
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """A process whose executable is named ``slurmstepd`` (a copy of ``program``) and whose
+    title is ``title`` (how Slurm's step daemon shows in ``/proc``), run with ``args``."""
+    exe = tmp_path / program / "slurmstepd"
     if not exe.exists():
-        shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
-    return subprocess.Popen(["bash", "-c", f'exec -a "{title}" {exe} 60'])
+        exe.parent.mkdir(exist_ok=True)
+        shutil.copy(shutil.which(program) or f"/bin/{program}", exe)
+    command = f'exec -a "{title}" {exe} {args}'
+    return subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, text=True, env=env)
 
 
-def test_a_run_in_a_slurm_job_starts_at_its_batch_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Inside a Slurm job the run's start is its batch step's (as sacct counts it), not the
-    worker process's; another job's step and a job without a visible step do not count."""
+# prints how far process_start_time() is from the start of job 987's batch step, and from the
+# start of the process itself
+OFFSETS = """
+import time
+from hpctune.worker.loop import _batch_step_age, _process_age, process_start_time
+now, started = time.time(), process_start_time()
+print(started - (now - _batch_step_age("987")), started - (now - _process_age("self")))
+"""
+
+
+def test_a_run_in_a_slurm_job_starts_at_its_batch_step(tmp_path: Path) -> None:
+    """A worker that is a Slurm step's task (started by ``slurmstepd``) starts its run at its
+    job's batch step (as sacct counts it), not at its own start; another job's step does not
+    count; a worker started otherwise (the local executor, even inside an allocation) or
+    without a visible step starts at its own start."""
     other = _titled_process(tmp_path, "slurmstepd: [98.batch]")
     time.sleep(0.5)
     ours = _titled_process(tmp_path, "slurmstepd: [987.batch]")
     try:
         time.sleep(1.5)  # the two steps started after this process, 98 before 987
-        monkeypatch.setenv("SLURM_JOB_ID", "987")
         own_age, other_age = _process_age("self"), _batch_step_age("98")
         step_age = _batch_step_age("987")
         assert own_age is not None
         assert other_age is not None
         assert step_age is not None
         assert 1.2 <= step_age < other_age < own_age
-        started = process_start_time()
-        assert abs(started - (time.time() - step_age)) < 0.5
-        # a job whose step is not visible: the start of the (young) worker process
-        code = (
-            "import time; from hpctune.worker.loop import process_start_time, _process_age; "
-            "age = _process_age('self'); print(process_start_time() - (time.time() - age))"
-        )
-        env = {**os.environ, "SLURM_JOB_ID": "9876"}
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        assert abs(float(out)) < 0.5
+        script = tmp_path / "offsets.py"
+        script.write_text(OFFSETS)
+        # a step's task: its parent is a slurmstepd (here a second one of job 987)
+        env = {**os.environ, "SLURM_JOB_ID": "987"}
+        args = f'-c "{sys.executable} {script}; true"'
+        task = _titled_process(tmp_path, "slurmstepd: [987.0]", "bash", args, env)
+        out, _ = task.communicate(timeout=120)
+        to_step, to_self = (float(v) for v in out.split())
+        assert abs(to_step) < 0.5
+        assert to_self < -1.0  # the batch step started well before the task
+        # the local executor's worker in the same job, and a job whose step is not visible
+        for job in ("987", "9876"):
+            env = {**os.environ, "SLURM_JOB_ID": job}
+            out = subprocess.run(
+                [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
+            ).stdout
+            assert abs(float(out.split()[1])) < 0.5, job
     finally:
         for proc in (other, ours):
             proc.kill()

@@ -503,13 +503,15 @@ def own_job_id() -> str | None:
 def process_start_time(clock: Clock | None = None) -> float:
     """When this worker's run started (``clock``'s time, the wall clock by default).
 
-    Inside a Slurm job that is the start of the job's batch step (its ``slurmstepd``, found in
-    Linux's ``/proc``), so that the run counts Slurm's launch of the step the worker runs in, as
-    sacct does; elsewhere, or where ``/proc`` hides that process, the start of this process if
-    within the last minute (a worker process starts its :class:`Worker` at once); else now."""
+    For a worker that is a Slurm job step's task (its parent is a ``slurmstepd``, as ``srun``
+    starts hpctune's Slurm workers) that is the start of the job's batch step (its
+    ``slurmstepd``, found in Linux's ``/proc``), so that the run counts Slurm's launch of the
+    step the worker runs in, as sacct does. Elsewhere (a local worker, even inside a Slurm
+    allocation), or where ``/proc`` hides that process, the start of this process if within the
+    last minute (a worker process starts its :class:`Worker` at once); else now."""
     now = (clock or RealClock()).now()
     job = os.environ.get("SLURM_JOB_ID")
-    age = _batch_step_age(job) if job else None
+    age = _batch_step_age(job) if job and _parent_is_slurmstepd() else None
     if age is None:
         age = _process_age("self")
         if age is None or age > 60.0:
@@ -528,6 +530,17 @@ def _process_age(pid: str) -> float | None:
         return None
     age = uptime - ticks / os.sysconf("SC_CLK_TCK")
     return age if age >= 0.0 else None
+
+
+def _parent_is_slurmstepd() -> bool:
+    """Whether this process was started by Slurm's step daemon (it is a step's task)."""
+    try:
+        with open("/proc/self/stat") as f:
+            parent = f.read().rsplit(")", 1)[1].split()[1]
+        with open(f"/proc/{parent}/comm", "rb") as f:
+            return f.read().strip() == b"slurmstepd"
+    except (OSError, IndexError):
+        return False
 
 
 def _batch_step_age(job: str) -> float | None:
