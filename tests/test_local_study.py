@@ -225,14 +225,24 @@ def test_stop_then_resume_finishes_every_trial_once(
 
 
 def test_stop_one_trial_terminates_it(tmp_path: Path, cleanup_studies: list[Path]) -> None:
-    spec = _slow_study(tmp_path, num_trials=2)
+    # both trials wait at step 3 until the gate file exists: the stop lands mid-training
+    gate = tmp_path / "gate"
+    spec = write_study(
+        tmp_path,
+        train=BEHAVIOURS,
+        num_trials=2,
+        max_steps=8,
+        space={"x": {"type": "float", "low": 0.0, "high": 1.0}, "gate": str(gate)},
+    )
     study_dir = tmp_path / "study"
     cleanup_studies.append(study_dir)
     launch = start_hpctune("launch", str(spec), "--local")
     try:
-        assert wait_for(lambda: _reports(study_dir) >= 2, 60)
+        assert wait_for(lambda: _reports(study_dir) >= 4, 120)  # both at the gate
         run_hpctune("stop", str(study_dir), "--trial", "0", check=True)
-        out, _ = launch.communicate(timeout=60)
+        assert wait_for(lambda: open_study(study_dir).record.commands_done, 120)
+        gate.touch()
+        out, _ = launch.communicate(timeout=120)
     finally:
         launch.kill()
     assert launch.returncode == 0, out
