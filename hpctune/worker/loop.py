@@ -519,11 +519,26 @@ def process_start_time(clock: Clock | None = None) -> float:
     return now - age
 
 
+def _stat_fields(pid: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...).
+
+    Raises:
+        OSError, IndexError: No such process, or an unreadable line.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def _is_slurmstepd(pid: str) -> bool:
+    """Whether process ``pid`` is Slurm's step daemon (by its executable's name)."""
+    with open(f"/proc/{pid}/comm", "rb") as f:
+        return f.read().strip() == b"slurmstepd"
+
+
 def _process_age(pid: str) -> float | None:
     """Seconds since process ``pid`` started (from ``/proc``), or ``None`` if unknown."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        ticks = int(_stat_fields(pid)[19])
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
@@ -535,10 +550,7 @@ def _process_age(pid: str) -> float | None:
 def _parent_is_slurmstepd() -> bool:
     """Whether this process was started by Slurm's step daemon (it is a step's task)."""
     try:
-        with open("/proc/self/stat") as f:
-            parent = f.read().rsplit(")", 1)[1].split()[1]
-        with open(f"/proc/{parent}/comm", "rb") as f:
-            return f.read().strip() == b"slurmstepd"
+        return _is_slurmstepd(_stat_fields("self")[1])
     except (OSError, IndexError):
         return False
 
@@ -555,9 +567,8 @@ def _batch_step_age(job: str) -> float | None:
     ages: list[float] = []
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/comm", "rb") as f:
-                if f.read().strip() != b"slurmstepd":
-                    continue
+            if not _is_slurmstepd(pid):
+                continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if not f.read().rstrip(b"\0").startswith(title):
                     continue
