@@ -155,10 +155,10 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
     controller = Controller(paths.root, lambda s: local_executor(paths, s))
     controller.start()
     for i in range(writers):
-        controller._log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
+        controller.log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
         assigned = rec.SegmentAssignedEntry(worker=f"w{i:04d}", start_step=0, until_step=reports)
-        controller._log(assigned, trial=i, segment=i)
-    controller._commit()
+        controller.log(assigned, trial=i, segment=i)
+    controller.commit()
 
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
@@ -184,8 +184,8 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         cpu_start = time.process_time()
         while controller.state.active_segments():
             controller.ingest.ingest()
-            controller._events.clear()  # policy work is not part of this measurement
-            controller._commit()
+            controller.pending_events.clear()  # policy work is not part of this measurement
+            controller.commit()
             iterations += 1
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start

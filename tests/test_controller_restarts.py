@@ -96,6 +96,6 @@ def test_the_controller_journals_only_registered_record_kinds() -> None:
         note: str
 
     with pytest.raises(ValueError, match=r"'bogus' \(BogusEntry\) is not registered: add its"):
-        sim.controller._log(BogusEntry(note="x"))
-    sim.controller._log(WarningEntry(message="registered kinds are journaled"))
+        sim.controller.log(BogusEntry(note="x"))
+    sim.controller.log(WarningEntry(message="registered kinds are journaled"))
     assert sim.controller.state.warnings[-1].message == "registered kinds are journaled"

@@ -85,17 +85,17 @@ def test_the_guard_catches_a_controller_that_reads_the_wall_clock(
     """The check can fail: a controller step that reads ``time.time()`` is refused."""
     import time
 
-    from hpctune.controller import Controller
+    from hpctune.core import SchedulingCore
     from hpctune.testing._io_guard import ForbiddenIOError
 
     trace, cache = digits
-    step = Controller.step
+    step = SchedulingCore.step
 
-    def step_reading_the_clock(self: Controller) -> bool:
+    def step_reading_the_clock(self: SchedulingCore) -> bool:
         time.time()
         return step(self)
 
-    monkeypatch.setattr(Controller, "step", step_reading_the_clock)
+    monkeypatch.setattr(SchedulingCore, "step", step_reading_the_clock)
     policy = make_policy("default", {}, simulation_context(trace))
     sim = Simulator(trace, policy, slots=3, predictions=cache)
     with forbid_io() as violations, pytest.raises(ForbiddenIOError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.controller._workers import SUBMIT_TRIES, _run_end, submit_retry_delay
+from hpctune.core.pool import SUBMIT_TRIES, _run_end, submit_retry_delay
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
 from hpctune.journal.state import WorkerRecord, WorkerRun

@@ -1,13 +1,11 @@
-"""The controller: the only writer of the journal, and the only one that decides.
-
-Layered for size, each layer a subclass of the one before: :mod:`._base` (state, journal helpers),
-:mod:`._ingest` (event files in), :mod:`._workers` (liveness, runs, pool), :mod:`._loop` (the loop,
-the inbox, scheduling: :class:`Controller`).
+"""The controller of a study directory: the scheduling core (:mod:`hpctune.core`) on the
+study's files (:mod:`.wire`), its lease and the real clock; :mod:`.launch` creates studies and
+runs their controllers locally or in a Slurm job.
 """
 
 from __future__ import annotations
 
-from hpctune.controller._loop import Controller
+from hpctune.controller.directory import Controller
 from hpctune.wire.lease import controller_alive
 
 __all__ = ["Controller", "controller_alive"]

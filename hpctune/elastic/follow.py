@@ -3,7 +3,7 @@ is in, and what was predicted against what was measured (issue 18, items 5 and 6
 
 Everything here is pure but :func:`load_study_profile` and :func:`plan_study` (they read the
 profile) and :func:`study_plan_status` (the clock). The controller
-(:mod:`hpctune.controller._elastic`) journals the plan (an ``elastic_plan`` record, again at each
+(:mod:`hpctune.core.elastic`) journals the plan (an ``elastic_plan`` record, again at each
 re-plan: :func:`drift_reason`, :func:`replan`) and each stage it moves to (``elastic_stage``);
 ``hpctune status`` and :func:`plan_status` read them.
 

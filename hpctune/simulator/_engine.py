@@ -1,7 +1,7 @@
 """The engine: the controller itself, run on a trace in simulated time.
 
-A simulated study is a real :class:`~hpctune.controller.Controller` built in memory
-(:meth:`~hpctune.controller.Controller.in_memory`): its journal is a
+A simulated study is a real :class:`~hpctune.core.SchedulingCore` built in memory
+(:meth:`~hpctune.core.SchedulingCore.in_memory`): its journal is a
 :class:`~hpctune.journal.memory.MemoryJournal`, its clock a :class:`SimClock`, its workers the
 simulated ones of :mod:`._workers` (a wire and an executor in memory) and its curve fits come
 from the trace (:class:`SimCurveService`). Every rule that turns events into assignments and
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctune.analysis.nearest import NearestConfigurations, trace_space
 from hpctune.analysis.traces import Trace
-from hpctune.controller import Controller
+from hpctune.core import SchedulingCore
 from hpctune.curves.service import FitJob, FitResult
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
@@ -314,7 +314,7 @@ class Simulator:
                 clock=self.clock,
                 fit_seconds=self.config.fit_seconds,
             )
-        self.controller = Controller.in_memory(
+        self.controller = SchedulingCore.in_memory(
             self.record,
             self.journal,
             self.workers.wire,
@@ -355,7 +355,7 @@ class Simulator:
         self.record = self.workers.record = record
         if self.curves is not None:
             self.curves.record = record
-        self.controller = Controller.in_memory(
+        self.controller = SchedulingCore.in_memory(
             record,
             self.journal,
             self.workers.wire,

@@ -1,6 +1,6 @@
 """Simulated workers: the worker's and the training function's side of the wire, from a trace.
 
-The controller under simulation is the real one (:class:`~hpctune.controller.Controller`); it
+The controller under simulation is the real one (:class:`~hpctune.core.SchedulingCore`); it
 talks to these workers through an in-memory :class:`MemoryWire` and starts them through a
 :class:`SimExecutor`. Each worker does what :mod:`hpctune.worker.loop` and
 :class:`~hpctune.worker.context.TrialContext` do, with a training function that reports the trace's
@@ -45,7 +45,7 @@ import numpy as np
 
 from hpctune.analysis.nearest import NearestConfigurations
 from hpctune.analysis.traces import Trace
-from hpctune.controller.wire import EventLines, Wire
+from hpctune.core.wire import EventLines, Wire
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal.state import StudyRecord
 from hpctune.simulator._config import SimClock, SimulatorConfig

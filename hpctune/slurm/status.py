@@ -69,7 +69,7 @@ def status_lines(data: dict[str, Any], root: str) -> list[str]:
             lines.append(f"controller: job {job['job']} {job['state'].lower()}, starting")
     submission = data["submission"]
     if submission["failures"]:
-        from hpctune.controller._workers import SUBMIT_TRIES
+        from hpctune.core.pool import SUBMIT_TRIES
 
         lines.append(
             f"workers: submission failed {submission['failures']} time(s) in a row (the "

@@ -2,7 +2,7 @@
 
 With ``enabled = true`` every trial of the generator is a request in one search plan, and the
 controller gives each free worker a path of stages (shared prefixes trained once) instead of a
-trial (:mod:`hpctune.controller._stages`).
+trial (:mod:`hpctune.core.stages`).
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ class ResourcesSpec:
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
         deadline: Seconds from the study's start by which it should end: the controller
-            follows the elastic plan (:mod:`hpctune.controller._elastic`); ``None``: a fixed
+            follows the elastic plan (:mod:`hpctune.core.elastic`); ``None``: a fixed
             pool of ``slots`` workers.
         profile: The elastic planner's profile (absolute); ``None``: ``profile.json`` in the
             study directory.

@@ -5,7 +5,7 @@ checkpoints, forks with generations and initiators, learning-curve predictions) 
 rounds as the controller does: running trials report and reach boundaries (REPORT, BOUNDARY),
 fits arrive (PREDICTION), some trials fail, end early, lose their worker (queued again) or are
 stopped or retried by the user. The policy's actions are carried out as
-``hpctune.controller._loop`` carries them out (``_apply``, ``_trial_for``, ``_assign``): a running
+``hpctune.core.loop`` carries them out (``apply_action``, ``trial_for``, ``assign``): a running
 trial told to suspend or terminate stays running until its worker hears it (at once, mostly, or
 at its next boundary), and holds its slot till then. Checkpoints the policy no longer needs are
 deleted. Everything is drawn from one generator.
@@ -481,7 +481,7 @@ class StudyWalk:
                 placed += 1
 
     def _place(self, action: Action) -> bool:
-        """Start, fork or resume a trial (``_trial_for`` and ``_assign``); False if ignored."""
+        """Start, fork or resume a trial (``trial_for`` and ``assign``); False if ignored."""
         if action.kind is ActionKind.RESUME:
             trial = self.trials.get(action.trial_id) if action.trial_id is not None else None
             if trial is None or trial.status not in WAITING:

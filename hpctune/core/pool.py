@@ -9,11 +9,10 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hpctune.controller._base import (
+from hpctune.core.base import (
     ASSIGNMENT_RESENDS,
     REQUEUE_SILENCE,
     STARTUP_FAILURES_LIMIT,
-    _tail,
 )
 from hpctune.errors import SubmissionError
 from hpctune.executors._base import WorkerState
@@ -24,7 +23,7 @@ from hpctune.wire.protocol import Heartbeat
 from hpctune.wire.states import Decision, SegmentStatus, StudyState, WorkerLife
 
 if TYPE_CHECKING:
-    from hpctune.controller._loop import Controller
+    from hpctune.core.hosts import PoolHost
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class WorkerPool:
         startup_failures: Workers in a row that died before their first heartbeat.
     """
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: PoolHost) -> None:
         self.c = controller
         self.states: dict[str, WorkerState] = {}
         self.beats: dict[str, Heartbeat | None] = {}  # last heartbeat read of each worker
@@ -81,7 +80,7 @@ class WorkerPool:
         came within ``startup_timeout``.
         """
         now = self.c.clock.now()
-        for worker in self.c._live_workers():
+        for worker in self.c.live_workers():
             if not worker.info:
                 continue  # not started yet (see _manage_pool)
             wid = worker.worker_id
@@ -97,7 +96,7 @@ class WorkerPool:
             self.beats[wid] = beat
             if self.states.get(wid) is not state:
                 self.states[wid] = state
-                self.c._dirty = True  # e.g. a queued job started: slots may be offered again
+                self.c.dirty = True  # e.g. a queued job started: slots may be offered again
             self._track_runs(worker, beat, state)
             exited = beat is not None and beat.state == "exited"
             if state is WorkerState.GONE or (exited and state is not WorkerState.RUNNING):
@@ -144,14 +143,14 @@ class WorkerPool:
         if beat is not None and worker.open_run != beat.started:
             known = {run.since for run in worker.runs}
             if worker.open_run is not None:  # an earlier process ended unseen
-                self.c._log(rec.WorkerEntry(worker=wid, event="down", at=_run_end(worker, beat)))
+                self.c.log(rec.WorkerEntry(worker=wid, event="down", at=_run_end(worker, beat)))
             prev, prev_end = beat.previous_started, beat.previous_time
             if prev is not None and prev_end is not None and prev not in known | {beat.started}:
                 # a process the controller never saw (it was away while the job was requeued)
-                self.c._log(
+                self.c.log(
                     rec.WorkerEntry(worker=wid, event="running", since=prev, job=beat.slurm_job_id)
                 )
-                self.c._log(rec.WorkerEntry(worker=wid, event="down", at=prev_end))
+                self.c.log(rec.WorkerEntry(worker=wid, event="down", at=prev_end))
             if beat.started not in known:
                 entry = rec.WorkerEntry(
                     worker=wid,
@@ -161,7 +160,7 @@ class WorkerPool:
                     pid=beat.pid,
                     host=beat.host,
                 )
-                self.c._log(entry)
+                self.c.log(entry)
         since = worker.open_run
         if since is None:
             return
@@ -170,7 +169,7 @@ class WorkerPool:
         queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
         if ended or queued or state is WorkerState.GONE:
             at = beat.time if beat is not None and beat.started == since else self.c.clock.now()
-            self.c._log(rec.WorkerEntry(worker=wid, event="down", at=at))
+            self.c.log(rec.WorkerEntry(worker=wid, event="down", at=at))
 
     def watch_segments(self) -> None:
         """Watchdogs over active segments whose worker is alive.
@@ -192,7 +191,7 @@ class WorkerPool:
             return  # the watchdogs' delays are tens of seconds
         self._watched_at = now
         active = {seg.segment_id for seg in self.c.state.active_segments()}
-        for table in (self._idle_since, self.c._decision_sent):
+        for table in (self._idle_since, self.c.decision_sent):
             for key in [k for k in table if k not in active]:
                 del table[key]
         for seg in self.c.state.active_segments():
@@ -212,12 +211,12 @@ class WorkerPool:
                 continue
             if seg.status is SegmentStatus.RUNNING:
                 self._check_report_timeout(seg, worker, now)
-            if seg.decision and now - self.c._decision_sent.get(seg.segment_id, now) > (
+            if seg.decision and now - self.c.decision_sent.get(seg.segment_id, now) > (
                 self.c.assignment_timeout
             ):  # its file may not have been written (a full disk): again, idempotent
-                self.c._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+                self.c.send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
             if seg.decision:
-                self.c._decision_sent.setdefault(seg.segment_id, now)
+                self.c.decision_sent.setdefault(seg.segment_id, now)
 
     def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
         """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
@@ -231,7 +230,7 @@ class WorkerPool:
                     seg.segment_id,
                     wid,
                 )
-                self.c._outbox.append(self.c._assignment_writer(seg))
+                self.c.after_commit(self.c.assignment_writer(seg))
                 return
             reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
             self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
@@ -250,7 +249,7 @@ class WorkerPool:
     ) -> None:
         """End a running segment whose function has not reported for ``report_timeout`` s."""
         limit = self.c.spec.report_timeout
-        last = self.c._last_event.setdefault(seg.segment_id, now)
+        last = self.c.last_event.setdefault(seg.segment_id, now)
         if limit <= 0 or now - last <= limit or seg.decision:
             return
         self.c.executor.cancel(worker.worker_id, worker.info)
@@ -314,14 +313,18 @@ class WorkerPool:
         since = worker.open_run
         if since is not None:
             last = beat.time if beat is not None and beat.started == since else self.c.clock.now()
-            self.c._log(rec.WorkerEntry(worker=worker.worker_id, event="down", at=last))
-        self.c._log(rec.WorkerEntry(worker=worker.worker_id, event=event.value, reason=reason))
+            self.c.log(rec.WorkerEntry(worker=worker.worker_id, event="down", at=last))
+        self.c.log(rec.WorkerEntry(worker=worker.worker_id, event=event.value, reason=reason))
         if event is WorkerLife.LOST and beat is None and failed_start:
             self.startup_failures += 1  # it never wrote a heartbeat
             if self.startup_failures >= STARTUP_FAILURES_LIMIT:
                 output = self.c.executor.output_path(worker.worker_id, worker.info)
-                where = f"see {output}: {_tail(output)}" if output is not None else ""
-                self.c._set_study(
+                where = (
+                    f"see {output}: {self.c.wire.output_tail(output)}"
+                    if output is not None
+                    else ""
+                )
+                self.c.set_study(
                     StudyState.STOPPING,
                     f"{self.startup_failures} workers died before their first heartbeat; "
                     + (where or "see the controller log"),
@@ -339,20 +342,20 @@ class WorkerPool:
             self._release_unstarted()
             return
         pending = [
-            w for w in self.c._live_workers() if w.state is WorkerLife.STARTED and not w.info
+            w for w in self.c.live_workers() if w.state is WorkerLife.STARTED and not w.info
         ]
         if not pending or self.c.clock.now() < self._start_retry_at:
             return
-        self.c._commit()
-        self.c._check_lease()  # never start a process for a journal no one reads any more
+        self.c.commit()
+        self.c.check_lease()  # never start a process for a journal no one reads any more
         try:
             infos = self.c.executor.start([w.worker_id for w in pending])
         except SubmissionError as exc:
             workers = [w.worker_id for w in pending]
-            self.c._log(rec.SubmissionEntry(error=str(exc), workers=workers))
+            self.c.log(rec.SubmissionEntry(error=str(exc), workers=workers))
             failures = self.c.state.submit_failures
             if failures >= SUBMIT_TRIES:
-                self.c._set_study(
+                self.c.set_study(
                     StudyState.STOPPING,
                     f"worker jobs could not be submitted ({failures} tries): {exc}; "
                     "change the settings with `hpctune resume <study> --slurm KEY=VALUE`",
@@ -364,17 +367,18 @@ class WorkerPool:
             self._start_retry_at = self.c.clock.now() + delay
             return
         for worker_id, info in infos.items():
-            self.c._log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
+            self.c.log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
 
     def order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
-        self.c._log(rec.WorkerEntry(worker=worker.worker_id, event="stopping", reason=reason))
+        """Journal that ``worker`` is told to exit; the order is written after the commit."""
+        self.c.log(rec.WorkerEntry(worker=worker.worker_id, event="stopping", reason=reason))
         order = partial(self.c.wire.write_assignment, worker.worker_id, None, reason)
-        self.c._outbox.append(partial(order, epoch=self.c.epoch))
+        self.c.after_commit(partial(order, epoch=self.c.epoch))
 
     def _release_unstarted(self) -> None:
         """Let go of workers whose jobs never ran (never submitted, or still queued): their
         segments end lost (not counted) at once, so a stop need not wait for them."""
-        for worker in self.c._live_workers():
+        for worker in self.c.live_workers():
             seg = self.c.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
             if worker.runs or (seg is not None and seg.status.is_final):
                 continue
@@ -396,7 +400,7 @@ class WorkerPool:
                     None,
                     count_retry=False,
                 )
-            self.c._log(
+            self.c.log(
                 rec.WorkerEntry(worker=worker.worker_id, event="exited", reason="never started")
             )
 
@@ -409,7 +413,7 @@ class WorkerPool:
         except ValueError as exc:
             logger.warning("%s; ignored", exc)
             return
-        self.c._log(
+        self.c.log(
             rec.SlurmChangedEntry(
                 slurm=slurm.to_dict(),
                 changes=command.get("changes", {}),
@@ -422,8 +426,9 @@ class WorkerPool:
         logger.info("[slurm] settings changed: %s", command.get("changes", {}))
 
     def new_worker(self) -> str:
+        """Journal a new worker (not yet started) and return its id."""
         worker_id = f"w{len(self.c.state.workers):04d}"
-        self.c._log(rec.WorkerEntry(worker=worker_id, event="started", info={}))
+        self.c.log(rec.WorkerEntry(worker=worker_id, event="started", info={}))
         return worker_id
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpctune.analysis.best import best_checkpoint_rows
-from hpctune.controller._scheduling import Scheduling
+from hpctune.core.scheduling import Scheduling
 from hpctune.journal import records as rec
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import ActionKind, Event, StudyView
@@ -51,7 +51,7 @@ from hpctune.study.seeding import stage_seed, trial_seed
 from hpctune.wire.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
-    from hpctune.controller._loop import Controller
+    from hpctune.core.hosts import SchedulingHost
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class StageTreeScheduling(Scheduling):
     """Stage trees: admits the generator's trials to the search plan (or lets a tuner start,
     promote and stop them) and gives free workers paths of stages (``[stages] enabled``)."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: SchedulingHost) -> None:
         super().__init__(controller)
         self._trial_stages: dict[int, list[TrialStage]] = {}  # a trial's stages never change
         self._future: dict[int, dict[str, Any]] = {}  # generator index -> configuration
@@ -116,10 +116,10 @@ class StageTreeScheduling(Scheduling):
         c = self.c
         if c.policy.traits.admits_every_trial:
             if c.state.generated < c.spec.num_trials:
-                self._admit_trials(c._view())
+                self._admit_trials(c.view())
         else:
             self._ask_stage_tuner()
-        idle, free_slots = c._idle_workers()
+        idle, free_slots = c.idle_workers()
         milestones = self._tuner_milestones()
         work, plan = self._stage_work(max(free_slots, 0), milestones)
         for item in work:
@@ -130,22 +130,22 @@ class StageTreeScheduling(Scheduling):
         self._publish_stages(plan)
         keep = None
         if c.policy.traits.makes_configurations:  # PBT: the ended trials still parents
-            keep = c.policy.needed_checkpoints(c._view())
+            keep = c.policy.needed_checkpoints(c.view())
         self._collect_stage_checkpoints(plan, milestones, keep)
         if c.state.active_segments():
             return  # the children of running paths' branch points come: keep the allocations
-        if c._dirty:
+        if c.dirty:
             return  # trials reached their requests just now: ask the tuner again first
         for worker in idle:
             c.pool.order_exit(worker, "no work for it")
         queued = [t.trial_id for t in c.state.trials.values() if t.status is TrialStatus.QUEUED]
         if not queued:
             if c.policy.traits.makes_configurations:  # PBT names no parent now: collect
-                keep = c.policy.needed_checkpoints(c._view())
+                keep = c.policy.needed_checkpoints(c.view())
                 self._collect_stage_checkpoints(plan, milestones, keep)
-            c._set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
+            c.set_study(StudyState.FINISHED, "no trial of the stage tree left to run")
         elif free_slots > 0:
-            c._set_study(
+            c.set_study(
                 StudyState.STOPPING,
                 f"trials {sorted(queued)[:10]} wait for stages no worker can run; see the "
                 "controller log",
@@ -158,7 +158,7 @@ class StageTreeScheduling(Scheduling):
         if c.policy.traits.admits_every_trial:
             return []
         rng = np.random.default_rng(0)  # no draw: the rungs of every bracket
-        return c.policy.stage_milestones(c._view(), None, rng) or []
+        return c.policy.stage_milestones(c.view(), None, rng) or []
 
     def _ask_stage_tuner(self) -> None:
         """Let the tuner start, promote and stop trials over the stage tree.
@@ -180,11 +180,11 @@ class StageTreeScheduling(Scheduling):
             slots = max(c.spec.resources.slots - running, 0)  # less the queued: fill_slots
         else:
             slots = max(c.spec.num_trials, 1)
-        view = c._view(slots)
+        view = c.view(slots)
         event = Event.slot_free(slots)
-        for action in c.policy.decide(view, event, c._rng(event)).actions:
+        for action in c.policy.decide(view, event, c.rng_for(event)).actions:
             if action.kind in (ActionKind.START, ActionKind.FORK):
-                trial = c._trial_for(action, view)
+                trial = c.trial_for(action, view)
                 if trial is not None:
                     until = action.until_step
                     if judging:
@@ -198,14 +198,14 @@ class StageTreeScheduling(Scheduling):
                 ):
                     self._request(trial, action.until_step)
             elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
-                c._apply(action, None)
+                c.apply_action(action, None)
             elif action.kind is not ActionKind.RESUME:
                 logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
 
     def _next_milestone(self, trial: TrialRecord, step: int, view: StudyView) -> int | None:
         """The first step after ``step`` the tuner judges ``trial`` at (``None``: its end)."""
         c = self.c
-        rng = c._rng(Event.boundary(trial.trial_id, step))
+        rng = c.rng_for(Event.boundary(trial.trial_id, step))
         milestones = c.policy.stage_milestones(view, trial.trial_id, rng) or []
         later = [m for m in milestones if m > step and m < c.spec.max_steps]
         return later[0] if later else None
@@ -218,12 +218,12 @@ class StageTreeScheduling(Scheduling):
             step = trial.request_step
             if trial.status is not TrialStatus.SUSPENDED or step is None or trial.step < step:
                 continue
-            view = view or c._view()  # the tuner judges each trial by its own values
+            view = view or c.view()  # the tuner judges each trial by its own values
             event = Event.boundary(trial.trial_id, step)
-            actions = c.policy.decide(view, event, c._rng(event)).actions
+            actions = c.policy.decide(view, event, c.rng_for(event)).actions
             if any(a.kind is ActionKind.TERMINATE for a in actions):
                 for action in actions:
-                    c._apply(action, None)
+                    c.apply_action(action, None)
             else:
                 self._request(trial, self._next_milestone(trial, step, view))
 
@@ -231,16 +231,16 @@ class StageTreeScheduling(Scheduling):
         """Ask for ``trial`` to be trained up to ``until_step`` (``None``: to its end)."""
         c = self.c
         if until_step != trial.request_step:
-            c._log(rec.RequestEntry(until_step=until_step), trial=trial.trial_id)
+            c.log(rec.RequestEntry(until_step=until_step), trial=trial.trial_id)
         if trial.status is TrialStatus.SUSPENDED:
-            c._set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
+            c.set_trial(trial, TrialStatus.QUEUED, f"requested up to step {until_step}")
 
     def _assign_stages(self, work: StageWork, worker_id: str) -> None:
         c = self.c
         trial = c.state.trials[work.trial_id]
         row = self._resolve_checkpoint(trial, work.checkpoint)
         self._go_on_from(trial, row)
-        seg = c._new_segment(
+        seg = c.new_segment(
             trial,
             worker_id,
             work.start_step,
@@ -265,7 +265,7 @@ class StageTreeScheduling(Scheduling):
         while c.state.generated < c.spec.num_trials:
             index = c.state.generated
             trial_id = len(c.state.trials)
-            proposal = c._propose(index, view)
+            proposal = c.propose(index, view)
             params = proposal.params
             entry = rec.TrialCreatedEntry(
                 params=params,
@@ -273,7 +273,7 @@ class StageTreeScheduling(Scheduling):
                 seed=trial_seed(c.spec.seed, trial_id),
                 info=proposal.info or None,
             )
-            c._log(entry, trial=trial_id)
+            c.log(entry, trial=trial_id)
             logger.info("trial %d created: %s", trial_id, params)
 
     def _future_configs(self) -> list[dict[str, Any]]:
@@ -353,7 +353,7 @@ class StageTreeScheduling(Scheduling):
             key=entry.key,
             checkpoint_row=ref.row,
         )
-        c._log(imported, trial=trial.trial_id)
+        c.log(imported, trial=trial.trial_id)
         logger.info(
             "trial %d: step %d from the stage store (study %s, trial %d)",
             trial.trial_id,
@@ -409,7 +409,7 @@ class StageTreeScheduling(Scheduling):
             ref = c.state.checkpoints[row]
             self._go_on_from(trial, row)
             last = min(trial.end_step or c.spec.max_steps, c.spec.max_steps)
-            c._set_trial(
+            c.set_trial(
                 trial,
                 TrialStatus.COMPLETED if path.end >= last else TrialStatus.SUSPENDED,
                 f"reached step {path.end} (trial {ref.trial_id}'s checkpoint)",
@@ -489,7 +489,7 @@ class StageTreeScheduling(Scheduling):
             entry = rec.LineageEntry(
                 parent_trial=ref.trial_id, parent_step=ref.step, parent_checkpoint_row=ref.row
             )
-            c._log(entry, trial=trial.trial_id)
+            c.log(entry, trial=trial.trial_id)
 
     def _collect_stage_checkpoints(
         self, plan: SearchPlan, milestones: list[int], keep: set[int] | None = None

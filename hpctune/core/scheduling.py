@@ -1,8 +1,8 @@
 """How free workers get work, chosen from the spec: trial by trial, or paths of a stage tree.
 
-The controller holds one :class:`Scheduling` (``Controller.scheduling``):
+The controller holds one :class:`Scheduling` (``SchedulingCore.scheduling``):
 :class:`TrialScheduling` offers free slots to the policy trial by trial; with ``[stages]
-enabled`` the :class:`~hpctune.controller._stages.StageTreeScheduling` admits the trials to a
+enabled`` the :class:`~hpctune.core.stages.StageTreeScheduling` admits the trials to a
 stage tree and gives free workers paths of stages. The rest of the controller asks it, and never
 which one it is, how to fill slots, when to collect checkpoints, which seed a segment gets and
 how long a worker waits for a decision at a boundary.
@@ -19,7 +19,7 @@ from hpctune.policies import ActionKind, Event
 from hpctune.wire.states import StudyState
 
 if TYPE_CHECKING:
-    from hpctune.controller._loop import Controller
+    from hpctune.core.hosts import SchedulingHost
     from hpctune.journal.state import TrialRecord
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Scheduling(abc.ABC):
         controller: The controller it schedules for (its state, policy, workers).
     """
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: SchedulingHost) -> None:
         self.c = controller
 
     @abc.abstractmethod
@@ -78,7 +78,7 @@ class TrialScheduling(Scheduling):
         c = self.c
         needed: set[int] | None = None
         if c.policy.traits.makes_configurations:
-            needed = c.policy.needed_checkpoints(c._view())
+            needed = c.policy.needed_checkpoints(c.view())
             if needed is None:
                 return  # the policy keeps everything (e.g. keep_last_checkpoints)
         keep = best_checkpoint_rows(c.state)
@@ -112,35 +112,35 @@ class TrialScheduling(Scheduling):
         c = self.c
         if c.spec.resources.slots == 0:  # ask/tell only: no workers
             if c.commands.ask_tell_only_done():
-                c._set_study(StudyState.FINISHED, "every trial was asked for and told")
+                c.set_study(StudyState.FINISHED, "every trial was asked for and told")
             return
         active = c.state.active_segments()
-        idle, free_slots = c._idle_workers()
+        idle, free_slots = c.idle_workers()
         if free_slots <= 0:
             return
-        view = c._view(free_slots)
+        view = c.view(free_slots)
         placed = 0
         event = Event.slot_free(free_slots)
-        decision = c.policy.decide(view, event, c._rng(event))
+        decision = c.policy.decide(view, event, c.rng_for(event))
         for action in decision.actions:
             if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
-                c._apply(action, None)
+                c.apply_action(action, None)
                 continue
             if placed >= free_slots:
                 logger.warning("policy asked for more trials than free slots; %s ignored", action)
                 continue
-            trial = c._trial_for(action, view)
+            trial = c.trial_for(action, view)
             if trial is None:
                 continue
             worker_id = idle.pop(0).worker_id if idle else c.pool.new_worker()
-            c._assign(trial, worker_id, action.until_step)
+            c.assign(trial, worker_id, action.until_step)
             placed += 1
         if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations
         for worker in c.elastic.idle_to_release(idle):  # the policy has nothing for them
             c.pool.order_exit(worker, "no work for it")
         if not placed and not active and not c.commands.external_running():
-            c._set_study(StudyState.FINISHED, "no trial left to run")
+            c.set_study(StudyState.FINISHED, "no trial left to run")
 
 
 __all__ = ["Scheduling", "TrialScheduling"]

@@ -42,7 +42,7 @@ from hpctune.journal.state import TrialRecord
 from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
 
 if TYPE_CHECKING:
-    from hpctune.controller._loop import Controller
+    from hpctune.core.hosts import ElasticHost
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ElasticFollower:
         controller: The controller whose worker pool follows the plan.
     """
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: ElasticHost) -> None:
         self.c = controller
         self._elastic_result: PlanResult | None = None
         self._elastic_from = -1  # the elastic_plan records _elastic_result was read from
@@ -98,10 +98,10 @@ class ElasticFollower:
             profile = load_study_profile(self.c.spec)
             result = plan_study(self.c.spec, profile=profile)
         except PlanningError as exc:
-            self.c._set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
+            self.c.set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return
         data = plan_record(result, profile, PLAN_REASON_LAUNCH)
-        self.c._log(rec.ElasticPlanEntry.from_data(data))
+        self.c.log(rec.ElasticPlanEntry.from_data(data))
         shapes = [s.workers for s in result.plan.allocation.shapes]
         logger.info(
             "elastic plan (%s): workers per stage %s, predicted %.0f s, deadline %.0f s",
@@ -114,7 +114,7 @@ class ElasticFollower:
             self._warn_infeasible(result)
 
     def _warn_infeasible(self, result: PlanResult) -> None:
-        self.c._warn(
+        self.c.warn(
             "elastic-infeasible",
             f"no plan is predicted to meet the deadline of {result.deadline:.0f} s; "
             f"following the fastest static plan ({result.plan.prediction.time.mean:.0f} s "
@@ -135,7 +135,7 @@ class ElasticFollower:
         if not known or known[-1][0] != stage:
             last = result.spec.num_stages()
             workers = stage_workers(result, stage) if stage < last else 0
-            self.c._log(rec.ElasticStageEntry(stage=stage, workers=workers))
+            self.c.log(rec.ElasticStageEntry(stage=stage, workers=workers))
             if known and 0 < stage < last:
                 self._check_drift(stage - 1)
         return stage
@@ -159,10 +159,10 @@ class ElasticFollower:
                 record, ended, now - started, cost.of(usage.allocated_s), self.c.state
             )
         except PlanningError as exc:
-            self.c._warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
+            self.c.warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
             return
         data = plan_record(result, profile, reason, record["stage_ends"])
-        self.c._log(rec.ElasticPlanEntry.from_data(data))
+        self.c.log(rec.ElasticPlanEntry.from_data(data))
         logger.info(
             "elastic re-plan: %s; workers per stage now %s",
             reason,
@@ -209,9 +209,7 @@ class ElasticFollower:
         following = known[-1][0] + 1
         if following >= result.spec.num_stages():
             return idle
-        busy = len([w for w in self.c._live_workers() if w.state is WorkerLife.STARTED]) - len(
-            idle
-        )
+        busy = len([w for w in self.c.live_workers() if w.state is WorkerLife.STARTED]) - len(idle)
         keep = max(stage_workers(result, following) - busy, 0)
         return idle[keep:]
 
@@ -220,7 +218,7 @@ class ElasticFollower:
         if self._pool_target is None or self.c.state.state is not StudyState.RUNNING:
             return
         target = self._pool_target
-        live = [w for w in self.c._live_workers() if w.state is WorkerLife.STARTED]
+        live = [w for w in self.c.live_workers() if w.state is WorkerLife.STARTED]
         busy = {s.worker_id for s in self.c.state.active_segments()}
         extra = len(live) - target
         for worker in live:

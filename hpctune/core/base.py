@@ -1,51 +1,45 @@
-"""The controller's state and its journal helpers: every change goes through :meth:`_log`."""
+"""The scheduling core's state and its journal helpers: every change goes through
+:meth:`CoreBase.log`."""
 
 from __future__ import annotations
 
 import json
 import logging
 import marshal
-import math
 import os
 import pickle
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.controller._curves import CurveFits
-from hpctune.controller._ingest import Ingest
-from hpctune.controller.wire import FileWire, Wire
+from hpctune.core.curves import CurveFits
+from hpctune.core.ingest import Ingest
+from hpctune.core.wire import Wire
 from hpctune.errors import StorageError
 from hpctune.executors._base import Executor
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
-from hpctune.journal.epochs import branch_journal, point_link
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.reader import load_state
 from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
-from hpctune.journal.store import JournalReader, JournalWriter
+from hpctune.journal.store import JournalWriter
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
 from hpctune.study.seeding import component_seed
 from hpctune.study.spec import StudySpec, study_context
-from hpctune.wire.clock import Clock, RealClock
-from hpctune.wire.files import dumps, write_json_atomic
+from hpctune.wire.clock import Clock
+from hpctune.wire.files import dumps
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.lease import Fenced, Lease, acquire
-from hpctune.wire.permissions import check_study_dir, use_umask_of
+from hpctune.wire.lease import Fenced, Lease
 from hpctune.wire.protocol import DecisionMessage
 from hpctune.wire.states import Decision, StudyState, TrialStatus
-from hpctune.wire.storage import describe, filesystem_of, format_bytes, free_bytes, storage_error
+from hpctune.wire.storage import describe, format_bytes, storage_error
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
-    from hpctune.curves.service import CurveService
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +64,22 @@ class StorageFault:
     checked: float = 0.0
 
 
-class ControllerBase:
-    """Run a study to its end (or until stopped) from its journal.
+class CoreBase:
+    """The scheduling core's state and journal helpers (:class:`~hpctune.core.loop.SchedulingCore`
+    adds the loop and composes the parts).
+
+    Everything outside reaches it through what it is given: the journal ``writer``, the
+    ``wire`` (workers' and users' files, or the simulator's memory), the ``executor``, the
+    ``clock``, an optional ``lease``. :class:`hpctune.controller.Controller` builds it on a study
+    directory; :meth:`~hpctune.core.loop.SchedulingCore.in_memory` on memory (the simulator).
 
     Args:
-        study_dir: The study directory (created by ``hpctune launch``).
+        paths: The study directory's paths (names only: the core opens no file).
+        wire: Reads workers' event lines, heartbeats and users' commands; writes assignments,
+            decisions and answers.
+        writer: The journal it appends to and commits.
+        lease: The lease its commits are fenced by (``None``: a study in memory).
+        state: The study record folded from the journal so far.
         executor: Starts and watches the workers, or a function of the spec that returns one.
         clock: The time source.
         poll_interval: Seconds between iterations.
@@ -86,61 +91,11 @@ class ControllerBase:
             is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
         curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
-        force: Take the study over even if another controller holds a live lease; that one is
-            fenced (:mod:`hpctune.wire.lease`).
-
-    Raises:
-        AccessError: The study directory is writable by others or not yours.
-        LeaseHeld: Another controller holds a live lease (without ``force``).
-        Fenced: Another controller took over while this one was starting.
+        policy: Replaces the policy the spec names (e.g. one that is not registered).
+        generator: Replaces the generator the spec names (e.g. one answered from a trace).
     """
 
-    journal_dir: Path | None  # this controller's epoch journal (None: in memory)
-    _journal_source: Path | None
-
     def __init__(
-        self,
-        study_dir: str | Path,
-        executor: Executor | Callable[[StudySpec], Executor],
-        *,
-        clock: Clock | None = None,
-        poll_interval: float = 0.1,
-        worker_timeout: float = 60.0,
-        startup_timeout: float = 300.0,
-        decision_wait: float = 2.0,
-        stop_grace: float | None = None,
-        on_progress: Callable[[Any], None] | None = None,
-        curve_options: FitOptions | None = None,
-        force: bool = False,
-    ) -> None:
-        paths = StudyPaths.of(study_dir)
-        check_study_dir(paths.root)
-        use_umask_of(paths.root)
-        lease: Lease = acquire(paths.root, force=force)
-        journal_dir, journal_source = branch_journal(paths.root, lease.epoch)
-        lease.check()
-        writer = JournalWriter(journal_dir, epoch=lease.epoch)
-        writer.before_publish = lease.check
-        self.journal_dir = journal_dir
-        self._journal_source = journal_source
-        self._setup(
-            paths=paths,
-            wire=FileWire(paths),
-            writer=writer,
-            lease=lease,
-            state=load_state(JournalReader(journal_dir)),
-            executor=executor,
-            clock=clock or RealClock(),
-            poll_interval=poll_interval,
-            worker_timeout=worker_timeout,
-            startup_timeout=startup_timeout,
-            decision_wait=decision_wait,
-            stop_grace=stop_grace,
-            on_progress=on_progress,
-            curve_options=curve_options,
-        )
-
-    def _setup(
         self,
         *,
         paths: StudyPaths,
@@ -160,8 +115,6 @@ class ControllerBase:
         policy: Policy | None = None,
         generator: Generator | None = None,
     ) -> None:
-        """Set the controller up on its journal, wire, lease, executor and clock (the files of
-        a study directory, or the simulator's memory: :meth:`in_memory`)."""
         self.paths = paths
         self.wire = wire
         self.lease = lease
@@ -190,8 +143,8 @@ class ControllerBase:
         self._policy_seed = component_seed(self.spec.seed, "policy")
         self.cursors: dict[str, int] = self.writer.cursors
         self._outbox: list[Callable[[], None]] = []
-        self._events: list[Event] = []
-        self._dirty = True
+        self.pending_events: list[Event] = []
+        self.dirty = True
         self._last_beat = -np.inf
         self._abort = False
         self._abort_request = False
@@ -204,10 +157,10 @@ class ControllerBase:
         self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
         self.storage_patience = STORAGE_PATIENCE
         self.assignment_timeout = ASSIGNMENT_TIMEOUT
-        self._last_event: dict[int, float] = {}  # segment -> controller time of its last event
-        self._decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
+        self.last_event: dict[int, float] = {}  # segment -> controller time of its last event
+        self.decision_sent: dict[int, float] = {}  # segment -> when its decision was last sent
         self._trial_views: dict[int, tuple[tuple[Any, ...], TrialView]] = {}  # see _trial_view
-        self._views: dict[int, TrialView] = {}  # the trials' views, kept up to date by _view
+        self._views: dict[int, TrialView] = {}  # the trials' views, kept up to date by view
         self._open_views: set[int] = set()  # trials whose views are looked at every time
         self._views_t0: float | None = None
         self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
@@ -216,61 +169,11 @@ class ControllerBase:
         self._policy_patches = 0  # policy_delta records since the last whole state
         self._consulted = True  # the policy was asked since its state was last journaled
 
-    @classmethod
-    def in_memory(
-        cls,
-        state: StudyRecord,
-        writer: MemoryJournal,
-        wire: Wire,
-        executor: Executor,
-        clock: Clock,
-        *,
-        policy: Policy | None = None,
-        generator: Generator | None = None,
-        curve_service: CurveService | None = None,
-        decision_wait: float = 2.0,
-        worker_timeout: float = math.inf,
-        startup_timeout: float = math.inf,
-    ) -> Self:
-        """A controller of a study that exists only in memory (the simulator's): no study
-        directory, no lease, no files; ``wire`` and ``executor`` stand for the workers.
-
-        ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object
-        that is not registered, or a generator answered from a trace); ``curve_service``
-        answers the curve fits; ``worker_timeout`` and ``startup_timeout``: as the controller's
-        (never, by default: simulated workers do not hang unless told).
-        """
-        controller = cls.__new__(cls)
-        controller.journal_dir = None
-        controller._journal_source = None
-        controller._setup(
-            paths=StudyPaths.of(Path(state.spec.get("directory") or "simulated-study")),
-            wire=wire,
-            writer=writer,
-            lease=None,
-            state=state,
-            executor=executor,
-            clock=clock,
-            poll_interval=0.0,
-            worker_timeout=worker_timeout,
-            startup_timeout=startup_timeout,
-            decision_wait=decision_wait,
-            stop_grace=math.inf,
-            on_progress=None,
-            curve_options=None,
-            policy=policy,
-            generator=generator,
-        )
-        controller.curves.service = curve_service
-        controller.storage_patience = math.inf
-        controller.assignment_timeout = math.inf
-        return controller
-
-    def _view(self, free_slots: int = 0) -> StudyView:
+    def view(self, free_slots: int = 0) -> StudyView:
         """The policy's view of the study (built by the controller class)."""
         raise NotImplementedError
 
-    def _propose(self, index: int, view: StudyView) -> Proposal:
+    def propose(self, index: int, view: StudyView) -> Proposal:
         """The generator's proposal for trial ``index``.
 
         A model-based generator (not :attr:`~Generator.predictable`) gets a view of the journal
@@ -278,10 +181,10 @@ class ControllerBase:
         once), so its proposal is a function of the journal's trials at the trial's creation.
         """
         if not self.generator.predictable:
-            view = self._view()
+            view = self.view()
         return self.generator.propose(index, view)
 
-    def _log(self, entry: rec.LogEntry, *, trial: int = -1, segment: int = -1) -> None:
+    def log(self, entry: rec.LogEntry, *, trial: int = -1, segment: int = -1) -> None:
         """Append a log record and apply it to the in-memory state, exactly as a reader would
         (read back first: a record a reader would refuse is not written)."""
         kind = entry.kind
@@ -296,19 +199,23 @@ class ControllerBase:
         read = type(entry).from_data(json.loads(text))
         self.writer.append("log", kind=kind, trial=trial, segment=segment, time=now, data=text)
         self.state.apply_entry(read, trial, segment, now)
-        self._dirty = True
+        self.dirty = True
 
     @property
     def epoch(self) -> int:
         """This controller's epoch (written into its commits, assignments and decisions)."""
         return self.lease.epoch if self.lease is not None else 0
 
-    def _check_lease(self) -> None:
+    def check_lease(self) -> None:
         """Raise :class:`Fenced` if another controller took a higher epoch."""
         if self.lease is not None:
             self.lease.check()
 
-    def _commit(self) -> None:
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (a file write that follows from the journal) after the next commit."""
+        self._outbox.append(action)
+
+    def commit(self) -> None:
         """Commit the journal, then write the files that follow from it (the outbox).
 
         The lease is checked before the commit, again just before its record is published, and
@@ -323,14 +230,14 @@ class ControllerBase:
                 if self._consulted:  # a policy's state changes only when it decides
                     self._consulted = False
                     self._journal_policy_state()
-                self._check_lease()
+                self.check_lease()
                 self.writer.commit(self.cursors)
         except OSError as exc:
             if storage_error(exc) is None:
                 raise
-            self._storage_fault(describe(exc, "the journal"), "journal commit")
+            self.storage_failed(describe(exc, "the journal"), "journal commit")
             return
-        self._check_lease()
+        self.check_lease()
         outbox, self._outbox = self._outbox, []
         for action in outbox:
             try:
@@ -338,7 +245,7 @@ class ControllerBase:
             except OSError as exc:
                 logger.warning("could not write a file after commit: %s", exc)
                 if storage_error(exc) is not None:
-                    self._storage_fault(describe(exc), "a file after commit")
+                    self.storage_failed(describe(exc), "a file after commit")
 
     def _journal_policy_state(self) -> None:
         """Journal the policy's state when it changed: a patch of the one journaled before
@@ -366,10 +273,10 @@ class ControllerBase:
         self._policy_raw = _copy_state(raw)
         if previous is None or self._policy_patches >= POLICY_SNAPSHOT_EVERY:
             self._policy_patches = 0
-            self._log(rec.PolicyStateEntry(state=raw))
+            self.log(rec.PolicyStateEntry(state=raw))
         else:
             self._policy_patches += 1
-            self._log(rec.PolicyDeltaEntry(delta=state_delta(previous, raw)))
+            self.log(rec.PolicyDeltaEntry(delta=state_delta(previous, raw)))
 
     def _journal_tracked_state(self) -> None:
         """The policy's own patch since the last commit (``policy_delta``); the whole state
@@ -379,20 +286,20 @@ class ControllerBase:
         if self._policy_baseline and self._policy_patches < POLICY_SNAPSHOT_EVERY:
             if changes:
                 self._policy_patches += 1
-                self._log(rec.PolicyDeltaEntry(delta=changes))
+                self.log(rec.PolicyDeltaEntry(delta=changes))
             return
         self._policy_baseline = True
         raw = self.policy.state_dict()
         if json.loads(dumps(raw)) != self.state.policy_state:
             self._policy_patches = 0
-            self._log(rec.PolicyStateEntry(state=raw))
+            self.log(rec.PolicyStateEntry(state=raw))
 
-    def _warn(self, code: str, message: str, trial: int = -1) -> None:
+    def warn(self, code: str, message: str, trial: int = -1) -> None:
         """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""
         logger.warning("%s", message)
-        self._log(rec.WarningEntry(code=code, message=message), trial=trial)
+        self.log(rec.WarningEntry(code=code, message=message), trial=trial)
 
-    def _storage_fault(self, what: str, where: str) -> None:
+    def storage_failed(self, what: str, where: str) -> None:
         """Writes fail (a full disk, a quota, I/O errors): pause new assignments until a check
         finds room again (:meth:`_check_storage`)."""
         if self.storage_fault is None:
@@ -418,31 +325,22 @@ class ControllerBase:
         if now - fault.checked < STORAGE_RETRY:
             return False
         fault.checked = now
-        needed, free = self._space_needed(), free_bytes(self.paths.root)
-        probe = self.paths.root / f".hpctune-space-probe-{os.getpid()}"
-        try:
-            probe.write_bytes(b"\0" * 4096)
-            probe.unlink()
-            ok = free < 0 or free >= needed
-        except OSError as exc:
-            probe.unlink(missing_ok=True)
-            if storage_error(exc) is None:
-                raise
-            ok = False
+        needed = self._space_needed()
+        ok, free = self.wire.storage_room(needed)
         if ok:
             self.storage_fault = None
-            self._commit()  # the rows kept pending
+            self.commit()  # the rows kept pending
             if self.storage_fault is None:
-                self._warn(
+                self.warn(
                     "storage",
                     f"writes failed for {now - fault.since:.0f} s ({fault.detail}); "
                     "assignments were paused, no trial was failed",
                 )
-                self._dirty = True
+                self.dirty = True
                 return True
             self.storage_fault.since = fault.since  # still failing: patience runs from the first
         if now - fault.since > self.storage_patience:
-            mount, kind = filesystem_of(self.paths.root)
+            mount, kind = self.wire.filesystem()
             raise StorageError(
                 f"writes to {self.paths.root} kept failing for {now - fault.since:.0f} s "
                 f"({fault.detail}); its filesystem {mount} ({kind}) has "
@@ -452,16 +350,18 @@ class ControllerBase:
             )
         return False
 
-    def _set_study(self, state: StudyState, reason: str, *, fail: bool = False) -> None:
+    def set_study(self, state: StudyState, reason: str, *, fail: bool = False) -> None:
+        """Journal the study's new state (a study that ends with no metric reported fails);
+        entering STOPPING tells every running segment to suspend."""
         trials = self.state.trials.values()
         if state is StudyState.FINISHED and trials and not any(t.curve_values for t in trials):
             state, reason, fail = StudyState.FAILED, self._no_metric_reason(), True
         if self.state.state is not state:
             logger.info("study %s: %s", state.value, reason)
-            self._log(rec.StudyEntry(state=state, reason=reason, fail=fail))
+            self.log(rec.StudyEntry(state=state, reason=reason, fail=fail))
             if state is StudyState.STOPPING:
                 for seg in self.state.active_segments():
-                    self._send_decision(seg, Decision.SUSPEND, reason)
+                    self.send_decision(seg, Decision.SUSPEND, reason)
 
     def _no_metric_reason(self) -> str:
         """Why a study in which no trial reported its metric failed."""
@@ -475,7 +375,7 @@ class ControllerBase:
             return f"{text}; {len(failed)} trials failed, the first: {failed[0].reason}"
         return f"{text}; no trial reported anything"
 
-    def _set_trial(
+    def set_trial(
         self,
         trial: TrialRecord,
         status: TrialStatus,
@@ -484,11 +384,13 @@ class ControllerBase:
         error: str | None = None,
         retries: int | None = None,
     ) -> None:
+        """Journal the trial's new status; a final one sweeps its checkpoint files after the
+        commit."""
         logger.info("trial %d %s %s", trial.trial_id, status.value, reason)
         entry = rec.TrialStatusEntry(status=status, reason=reason, error=error, retries=retries)
-        self._log(entry, trial=trial.trial_id)
+        self.log(entry, trial=trial.trial_id)
         if status.is_final:
-            self._outbox.append(partial(self._sweep_checkpoints, trial.trial_id))
+            self.after_commit(partial(self._sweep_checkpoints, trial.trial_id))
 
     def _sweep_checkpoints(self, trial_id: int) -> None:
         """Delete a finished trial's checkpoint files the journal does not reference.
@@ -517,30 +419,18 @@ class ControllerBase:
                 logger.warning("could not write %s: %s", self.paths.controller_file, exc)
 
     def _write_beat(self, now: float, ended: bool, final: bool) -> None:
-        if self.journal_dir is None:
-            return  # a controller in memory (the simulator's) has no controller.json
-        if not final:
-            point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
-        write_json_atomic(
-            self.paths.controller_file,
-            {
-                "epoch": self.epoch,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "job": os.environ.get("SLURM_JOB_ID"),
-                "time": 0.0 if ended else now,
-                "state": "detached" if final and self._detach else self.state.state.value,
-            },
-        )
+        """Write ``controller.json`` (a controller of a study directory; the core in memory has
+        none: :class:`hpctune.controller.Controller` overrides it)."""
 
-    def _assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
+    def assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
         """A function that writes the assignment file of ``seg`` (the controller's)."""
         raise NotImplementedError
 
-    def _live_workers(self) -> list[st.WorkerRecord]:
+    def live_workers(self) -> list[st.WorkerRecord]:
+        """The workers not known to have ended."""
         return [w for w in self.state.workers.values() if w.state.is_alive]
 
-    def _send_decision(
+    def send_decision(
         self,
         seg: SegmentRecord,
         decision: Decision,
@@ -549,6 +439,8 @@ class ControllerBase:
         log: bool = True,
         priority: float | None = None,
     ) -> None:
+        """Journal a decision for a running segment (unless ``log`` is false: a re-send) and
+        write it to the segment after the commit."""
         if log:
             entry = rec.DecisionEntry(
                 step=self.state.trials[seg.trial_id].step,
@@ -556,12 +448,12 @@ class ControllerBase:
                 reason=reason,
                 priority=priority,
             )
-            self._log(entry, trial=seg.trial_id, segment=seg.segment_id)
+            self.log(entry, trial=seg.trial_id, segment=seg.segment_id)
         message = DecisionMessage(
             seg.segment_id, self.state.trials[seg.trial_id].step, decision, reason, self.epoch
         )
-        self._outbox.append(partial(self.wire.write_decision, message))  # see write_assignment
-        self._decision_sent[seg.segment_id] = self.clock.now()
+        self.after_commit(partial(self.wire.write_decision, message))  # see write_assignment
+        self.decision_sent[seg.segment_id] = self.clock.now()
 
 
 def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -572,11 +464,3 @@ def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         copied = pickle.loads(pickle.dumps(state))
     return dict(copied)
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no output)"
-    return " | ".join(text[-lines:]) or "(no output)"

@@ -30,7 +30,7 @@ from hpctune.policies import Event, EventKind
 from hpctune.wire.files import finite_or_none
 
 if TYPE_CHECKING:
-    from hpctune.controller._base import ControllerBase as Controller
+    from hpctune.core.hosts import CurvesHost
     from hpctune.curves.fitter import FitOptions
     from hpctune.curves.predict import CurvePrediction
     from hpctune.curves.service import CurveService, FitBackend, FitJob, FitResult
@@ -55,7 +55,7 @@ class CurveFits:
 
     def __init__(
         self,
-        controller: Controller,
+        controller: CurvesHost,
         options: FitOptions | None,
         service: CurveService | None = None,
     ) -> None:
@@ -146,7 +146,7 @@ class CurveFits:
         service = self.service
         if service is None:
             return
-        for event in self.c._events:
+        for event in self.c.pending_events:
             if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
                 continue
             trial = self.c.state.trials.get(event.trial_id)
@@ -174,11 +174,12 @@ class CurveFits:
             backend=result.backend,
             reason=prediction.reason or None,
         )
-        self.c._log(entry, trial=result.trial_id)
+        self.c.log(entry, trial=result.trial_id)
         self.predictions[result.trial_id] = prediction
-        self.c._events.append(Event.prediction(result.trial_id, result.n))
+        self.c.pending_events.append(Event.prediction(result.trial_id, result.n))
 
     def close(self) -> None:
+        """Stop the fit service (fits in flight are asked for again by the next controller)."""
         service, self.service = self.service, None
         if service is not None:
             service.close()

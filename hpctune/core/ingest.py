@@ -22,7 +22,7 @@ from hpctune.wire.protocol import (
 from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 if TYPE_CHECKING:
-    from hpctune.controller._base import ControllerBase
+    from hpctune.core.hosts import IngestHost
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +44,16 @@ class Ingest:
         controller: The controller whose journal and state the events go into.
     """
 
-    def __init__(self, controller: ControllerBase) -> None:
+    def __init__(self, controller: IngestHost) -> None:
         self.c = controller
 
     def ingest(self) -> None:
+        """Read the new event lines of every active segment into the journal."""
         for seg in self.c.state.active_segments():
             self.ingest_segment(seg)
 
     def ingest_segment(self, seg: SegmentRecord) -> None:
+        """Read a segment's new event lines into the journal (its read cursor moves on)."""
         key = self.c.wire.event_name(seg.segment_id)
         offset = self.c.cursors.get(key, 0)
         result = self.c.wire.read_events(seg.segment_id, offset)
@@ -83,7 +85,7 @@ class Ingest:
             trial.trial_id,
         )
         entry = rec.CorruptLinesEntry(file=name, line_kind=kind, rows=rows, step=trial.step)
-        self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
+        self.c.log(entry, trial=seg.trial_id, segment=seg.segment_id)
 
     def _on_event_checked(self, seg: SegmentRecord, record: dict[str, Any]) -> None:
         """Apply one event; a record that does not parse is skipped as a corrupt line."""
@@ -107,7 +109,7 @@ class Ingest:
                 shown = name if len(name) <= 60 else name[:60] + "..."
                 code = f"metric-name:{shown}"
                 if not any(w.code == code for w in self.c.state.warnings):
-                    self.c._warn(
+                    self.c.warn(
                         code,
                         f"trial {seg.trial_id} reported a metric the journal cannot keep "
                         f"({problem}); its values are dropped",
@@ -121,7 +123,7 @@ class Ingest:
         kind = record.get("kind")
         t = float(record.get("t", self.c.clock.now()))
         trial = self.c.state.trials[seg.trial_id]
-        self.c._last_event[seg.segment_id] = self.c.clock.now()  # report_timeout counts from here
+        self.c.last_event[seg.segment_id] = self.c.clock.now()  # report_timeout counts from here
         if kind == EV_START:
             entry = rec.SegmentStartedEntry(
                 host=record.get("host", ""),
@@ -129,7 +131,7 @@ class Ingest:
                 slurm_job_id=record.get("slurm_job_id"),
                 at=t,
             )
-            self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
+            self.c.log(entry, trial=seg.trial_id, segment=seg.segment_id)
         elif kind == EV_REPORT:
             step = int(record["step"])
             metrics = self._report_metrics(seg, record.get("metrics", {}))
@@ -150,9 +152,9 @@ class Ingest:
                 None if value is None or np.isnan(value) else value,
                 metrics,
             )
-            self.c._events.append(Event.report(seg.trial_id, step))
+            self.c.pending_events.append(Event.report(seg.trial_id, step))
             if step % self.c.spec.boundary == 0 or step >= seg.until_step:
-                self.c._events.append(Event.boundary(seg.trial_id, step))
+                self.c.pending_events.append(Event.boundary(seg.trial_id, step))
         elif kind == EV_CHECKPOINT:
             self._on_checkpoint(seg, record, t)
         elif kind == EV_END:
@@ -169,7 +171,7 @@ class Ingest:
                 return
             storage = str(record.get("storage") or "")
             if storage:  # a write failed for want of space (or an I/O error): not the trial's
-                self.c._storage_fault(storage, f"segment {seg.segment_id}: {record.get('reason')}")
+                self.c.storage_failed(storage, f"segment {seg.segment_id}: {record.get('reason')}")
             self.end_segment(
                 seg,
                 status,
@@ -225,18 +227,19 @@ class Ingest:
             str(record["path"]),
         )
         if self.c.spec.stages.enabled:
-            self.c._dirty = True  # a branch point's children may be ready; stage GC deletes
+            self.c.dirty = True  # a branch point's children may be ready; stage GC deletes
         # the previous one goes in this iteration's checkpoint collection unless it is kept
 
     def delete_checkpoints(self, rows: list[int]) -> None:
+        """Journal the checkpoints of ``rows`` as deleted; their files go after the commit."""
         refs = [
             self.c.state.checkpoints[r] for r in rows if not self.c.state.checkpoints[r].deleted
         ]
         if not refs:
             return
-        self.c._log(rec.CheckpointDeletedEntry(rows=[r.row for r in refs]))
+        self.c.log(rec.CheckpointDeletedEntry(rows=[r.row for r in refs]))
         for ref in refs:
-            self.c._outbox.append(partial(self.c.wire.delete_checkpoint, ref.path))
+            self.c.after_commit(partial(self.c.wire.delete_checkpoint, ref.path))
 
     def end_segment(
         self,
@@ -268,11 +271,11 @@ class Ingest:
             reason=reason,
             at=self.c.clock.now() if at is None else at,
         )
-        self.c._log(entry, trial=seg.trial_id, segment=seg.segment_id)
+        self.c.log(entry, trial=seg.trial_id, segment=seg.segment_id)
         if status is SegmentStatus.LOST or requeue:
             retries = trial.retries + int(count_retry and status is SegmentStatus.LOST)
             if retries > self.c.spec.max_retries:
-                self.c._set_trial(
+                self.c.set_trial(
                     trial,
                     TrialStatus.FAILED,
                     f"its worker was lost {retries} times (max_retries "
@@ -280,7 +283,7 @@ class Ingest:
                     retries=retries,
                 )
             else:
-                self.c._set_trial(trial, TrialStatus.QUEUED, reason, retries=retries)
+                self.c.set_trial(trial, TrialStatus.QUEUED, reason, retries=retries)
             return
         end = trial.end_step
         if status is SegmentStatus.SUSPENDED and end is not None and trial.step >= end:
@@ -288,18 +291,18 @@ class Ingest:
         if status is SegmentStatus.ENDED_EARLY:
             last = min(trial.end_step or self.c.spec.max_steps, self.c.spec.max_steps)
             reason = f"{reason or 'the function returned'} (step {trial.step} of {last})"
-            self.c._warn(
+            self.c.warn(
                 "ended_early",
                 f"trial {trial.trial_id} ended early: its function returned at step "
                 f"{trial.step} of {last} without being told to stop; `hpctune retry "
                 f"{self.c.paths.root} --trial {trial.trial_id}` runs it again",
                 trial.trial_id,
             )
-        self.c._set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
+        self.c.set_trial(trial, _SEGMENT_TO_TRIAL[status], reason, error=error)
         self._check_metric_reported(trial)
         if status is SegmentStatus.FAILED:
             if self.c.spec.fail_fast:
-                self.c._set_study(
+                self.c.set_study(
                     StudyState.STOPPING, f"trial {trial.trial_id} failed (fail_fast)", fail=True
                 )
             elif step is None or int(step) <= seg.start_step:
@@ -312,7 +315,7 @@ class Ingest:
         if any(w.code == "metric_missing" for w in self.c.state.warnings):
             return
         names = ", ".join(sorted(trial.last_metrics)[:20])
-        self.c._warn(
+        self.c.warn(
             "metric_missing",
             f"trial {trial.trial_id} ended without reporting the study metric "
             f"{self.c.spec.metric!r} ([study] metric); it reported: {names}",
@@ -328,7 +331,7 @@ class Ingest:
             for s in self.c.state.segments.values()
         )
         if same >= IDENTICAL_START_FAILURES:
-            self.c._set_study(
+            self.c.set_study(
                 StudyState.STOPPING,
                 f"{same} trials failed the same way before their first report: {reason}; fix "
                 f"it, then `hpctune retry {self.c.paths.root} --failed` re-runs them",

@@ -13,7 +13,7 @@ from hpctune.wire.asktell import complete_params
 from hpctune.wire.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
-    from hpctune.controller._base import ControllerBase
+    from hpctune.core.hosts import CommandsHost
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class TrialCommands:
         controller: The controller whose study the trials join.
     """
 
-    def __init__(self, controller: ControllerBase) -> None:
+    def __init__(self, controller: CommandsHost) -> None:
         self.c = controller
 
     def carry_out(self, command: dict[str, Any]) -> None:
@@ -60,7 +60,7 @@ class TrialCommands:
     def _reopen(self, reason: str) -> None:
         """A finished or stopped study runs again (trials were added or asked for)."""
         if self.c.state.state in (StudyState.FINISHED, StudyState.STOPPED):
-            self.c._set_study(StudyState.RUNNING, reason)
+            self.c.set_study(StudyState.RUNNING, reason)
 
     def _add_trials(self, configs: list[dict[str, Any]]) -> None:
         seed = component_seed(self.c.spec.seed, "enqueued")
@@ -70,14 +70,14 @@ class TrialCommands:
             entry = rec.TrialCreatedEntry(
                 params=params, seed=trial_seed(self.c.spec.seed, trial_id), info={"enqueued": True}
             )
-            self.c._log(entry, trial=trial_id)
+            self.c.log(entry, trial=trial_id)
             logger.info("trial %d added by the user: %s", trial_id, params)
         self._reopen(f"{len(configs)} trial(s) added")
 
     def _ask(self, request: str) -> None:
         index = self.c.state.generated
         trial_id = len(self.c.state.trials)
-        proposal = self.c._propose(index, self.c._view())
+        proposal = self.c.propose(index, self.c.view())
         info = {**proposal.info, "external": True, "request": request}
         entry = rec.TrialCreatedEntry(
             params=proposal.params,
@@ -85,11 +85,11 @@ class TrialCommands:
             seed=trial_seed(self.c.spec.seed, trial_id),
             info=info,
         )
-        self.c._log(entry, trial=trial_id)
-        self.c._set_trial(self.c.state.trials[trial_id], TrialStatus.RUNNING, "asked")
+        self.c.log(entry, trial=trial_id)
+        self.c.set_trial(self.c.state.trials[trial_id], TrialStatus.RUNNING, "asked")
         self._reopen("a trial was asked for")
         answer = {"trial": trial_id, "params": proposal.params}
-        self.c._outbox.append(partial(self.c.wire.write_answer, request, answer))
+        self.c.after_commit(partial(self.c.wire.write_answer, request, answer))
         logger.info("trial %d asked for (%s): %s", trial_id, request, proposal.params)
 
     def _tell(self, command: dict[str, Any]) -> None:
@@ -104,10 +104,10 @@ class TrialCommands:
             self.c.state.add_report(trial.trial_id, step, now, value if ok else None, metrics)
         else:
             trial.step = step
-        self.c._dirty = True
+        self.c.dirty = True
         state = str(command.get("state", "completed"))
         if state in _TELL_STATUS:
-            self.c._set_trial(trial, _TELL_STATUS[state], "told")
+            self.c.set_trial(trial, _TELL_STATUS[state], "told")
 
 
 __all__ = ["TrialCommands"]

@@ -7,7 +7,7 @@ Each iteration of its loop:
 3. checks the workers (heartbeat files first, the executor's answer second) and turns the segments
    of dead workers into lost ones, whose trials resume from their last checkpoint;
 4. asks for learning-curve fits at boundaries and journals finished ones (policies that want
-   predictions; :mod:`._curves`), never waiting for a fit;
+   predictions; :mod:`.curves`), never waiting for a fit;
 5. asks the policy (boundaries, reports and predictions, then free slots) and carries out its
    actions;
 6. grows or shrinks the worker pool;
@@ -18,7 +18,7 @@ It keeps no state the journal does not have: kill it at any instant and a new on
 same state from the journal, re-sends what may not have been sent, and adopts the live workers.
 Only one controller acts at a time: each holds a lease epoch (:mod:`hpctune.wire.lease`),
 checked at every iteration and around every commit; a fenced one raises
-:class:`~hpctune.wire.lease.Fenced` from :meth:`Controller.run` without committing or writing
+:class:`~hpctune.wire.lease.Fenced` from :meth:`SchedulingCore.run` without committing or writing
 anything more.
 """
 
@@ -26,47 +26,59 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.controller._base import EXIT_GRACE, ControllerBase
-from hpctune.controller._commands import TrialCommands
-from hpctune.controller._elastic import ElasticFollower
-from hpctune.controller._scheduling import Scheduling, TrialScheduling
-from hpctune.controller._stages import StageTreeScheduling
-from hpctune.controller._workers import WorkerPool
-from hpctune.executors._base import WorkerState
+from hpctune.core.base import EXIT_GRACE, CoreBase
+from hpctune.core.commands import TrialCommands
+from hpctune.core.elastic import ElasticFollower
+from hpctune.core.pool import WorkerPool
+from hpctune.core.scheduling import Scheduling, TrialScheduling
+from hpctune.core.stages import StageTreeScheduling
+from hpctune.core.wire import Wire
+from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
-from hpctune.journal.epochs import prune_journals
-from hpctune.journal.state import SegmentRecord, TrialRecord
+from hpctune.journal.memory import MemoryJournal
+from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.policies import (
     Action,
     ActionKind,
     Event,
     EventKind,
+    Policy,
     StudyView,
     TrialView,
 )
+from hpctune.policies.generators import Generator
 from hpctune.study.seeding import trial_seed
 from hpctune.wire.asktell import VALIDATORS as TRIAL_COMMANDS
+from hpctune.wire.clock import Clock
 from hpctune.wire.inbox import RETRYABLE, VALIDATORS, check_command
+from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Fenced
 from hpctune.wire.protocol import Assignment, DecisionMessage
 from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
+
+if TYPE_CHECKING:
+    from hpctune.curves.service import CurveService
 
 logger = logging.getLogger(__name__)
 
 COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
 
 
-class Controller(ControllerBase):
-    """Run a study to its end (or until stopped) from its journal.
+class SchedulingCore(CoreBase):
+    """Run a study to its end (or until stopped) from its journal: the scheduling core.
 
-    See :class:`~hpctune.controller._base.ControllerBase` for the arguments.
+    See :class:`~hpctune.core.base.CoreBase` for the arguments. The controller of a study
+    directory is this core on files (:class:`hpctune.controller.Controller`); the simulator's is
+    this core in memory (:meth:`in_memory`).
     """
 
     scheduling: Scheduling
@@ -79,14 +91,61 @@ class Controller(ControllerBase):
     elastic: ElasticFollower
     """Follows the elastic plan of a study with a deadline (a fixed pool without one)."""
 
-    def _setup(self, **kwargs: Any) -> None:
-        super()._setup(**kwargs)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.pool = WorkerPool(self)
         self.commands = TrialCommands(self)
         self.elastic = ElasticFollower(self)
         self.scheduling = (
             StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
         )
+
+    @classmethod
+    def in_memory(
+        cls,
+        state: StudyRecord,
+        writer: MemoryJournal,
+        wire: Wire,
+        executor: Executor,
+        clock: Clock,
+        *,
+        policy: Policy | None = None,
+        generator: Generator | None = None,
+        curve_service: CurveService | None = None,
+        decision_wait: float = 2.0,
+        worker_timeout: float = math.inf,
+        startup_timeout: float = math.inf,
+    ) -> SchedulingCore:
+        """The core of a study that exists only in memory (the simulator's): no study
+        directory, no lease, no files; ``wire`` and ``executor`` stand for the workers.
+
+        ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object
+        that is not registered, or a generator answered from a trace); ``curve_service``
+        answers the curve fits; ``worker_timeout`` and ``startup_timeout``: as the controller's
+        (never, by default: simulated workers do not hang unless told).
+        """
+        core = cls(
+            paths=StudyPaths.of(Path(state.spec.get("directory") or "simulated-study")),
+            wire=wire,
+            writer=writer,
+            lease=None,
+            state=state,
+            executor=executor,
+            clock=clock,
+            poll_interval=0.0,
+            worker_timeout=worker_timeout,
+            startup_timeout=startup_timeout,
+            decision_wait=decision_wait,
+            stop_grace=math.inf,
+            on_progress=None,
+            curve_options=None,
+            policy=policy,
+            generator=generator,
+        )
+        core.curves.service = curve_service
+        core.storage_patience = math.inf
+        core.assignment_timeout = math.inf
+        return core
 
     def run(self) -> StudyState:
         """Run until the study ends or is stopped; return the study's state.
@@ -113,23 +172,23 @@ class Controller(ControllerBase):
     def start(self) -> None:
         """Record this controller's start and re-send what a killed one may not have sent."""
         identity = self.wire.identity()
-        self._log(rec.ControllerEntry(event="started", epoch=self.epoch, **identity))
+        self.log(rec.ControllerEntry(event="started", epoch=self.epoch, **identity))
         if self.state.state is not StudyState.FINISHED:
-            self._set_study(StudyState.RUNNING, "controller started")
+            self.set_study(StudyState.RUNNING, "controller started")
         self.elastic.start()
         rejected = {c.file: c.reason for c in self.state.rejected_commands}
         for name in self.state.commands_done:  # files a killed controller left behind
             if name in rejected:
-                self._outbox.append(partial(self.wire.reject_command, name, rejected[name]))
+                self.after_commit(partial(self.wire.reject_command, name, rejected[name]))
             else:
-                self._outbox.append(partial(self.wire.remove_command, name))
-        for worker in self._live_workers():
+                self.after_commit(partial(self.wire.remove_command, name))
+        for worker in self.live_workers():
             if not worker.info:  # created, never confirmed started: it may not exist
                 # (a controller killed while submitting: no sign of workers failing to start)
                 self.pool.worker_gone(
                     worker, WorkerLife.LOST, "never confirmed started", None, failed_start=False
                 )
-                self._outbox.append(
+                self.after_commit(
                     partial(
                         self.wire.write_assignment,
                         worker.worker_id,
@@ -142,17 +201,15 @@ class Controller(ControllerBase):
         for trial_id in self.wire.checkpoint_folders():  # files a killed one did not delete
             trial = self.state.trials.get(trial_id)
             if trial is not None and trial.status.is_final:
-                self._outbox.append(partial(self._sweep_checkpoints, trial_id))
+                self.after_commit(partial(self._sweep_checkpoints, trial_id))
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
             if owner is not None and owner.state is WorkerLife.STARTED:
-                self._outbox.append(self._assignment_writer(seg))
+                self.after_commit(self.assignment_writer(seg))
             if seg.decision:
-                self._send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+                self.send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
         self.curves.start()
-        self._commit()
-        if self._journal_source is not None:
-            prune_journals(self.paths.root, self.epoch, self._journal_source)
+        self.commit()
 
     def step(self) -> bool:
         """Run one iteration; return True when the controller should exit.
@@ -160,7 +217,7 @@ class Controller(ControllerBase):
         Raises:
             Fenced: Another controller took a higher epoch.
         """
-        self._check_lease()
+        self.check_lease()
         self.iterations += 1
         if self._stop_request:
             self.request_stop(self._stop_request)
@@ -183,7 +240,7 @@ class Controller(ControllerBase):
         if writable:
             self.elastic.shrink_pool()
             self.pool.manage()
-        self._commit()
+        self.commit()
         self._beat()
         if self.on_progress is not None:
             self.on_progress(self)
@@ -192,7 +249,7 @@ class Controller(ControllerBase):
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop the study cooperatively: running trials suspend at their next report."""
         if self.state.state is StudyState.RUNNING:
-            self._set_study(StudyState.STOPPING, reason)
+            self.set_study(StudyState.STOPPING, reason)
 
     def signal_stop(self, reason: str) -> None:
         """Ask for a cooperative stop from a signal handler (applied at the next iteration)."""
@@ -224,7 +281,7 @@ class Controller(ControllerBase):
     def _kill_workers(self) -> None:
         """Cancel every worker; their segments end lost, not counted as retries."""
         reason = "killed on request (a second Ctrl-C)"
-        for worker in self._live_workers():
+        for worker in self.live_workers():
             self.executor.cancel(worker.worker_id, worker.info)
             if worker.segment_id is not None:
                 seg = self.state.segments[worker.segment_id]
@@ -250,11 +307,11 @@ class Controller(ControllerBase):
             if problem:
                 logger.warning("inbox file %s rejected: %s", name, problem)
                 shown = command if isinstance(command, dict | list | str | int | float) else None
-                self._log(rec.CommandEntry(file=name, command=shown, rejected=problem))
-                self._outbox.append(partial(self.wire.reject_command, name, problem))
+                self.log(rec.CommandEntry(file=name, command=shown, rejected=problem))
+                self.after_commit(partial(self.wire.reject_command, name, problem))
                 continue
-            self._log(rec.CommandEntry(file=name, command=command))
-            self._outbox.append(partial(self.wire.remove_command, name))
+            self.log(rec.CommandEntry(file=name, command=command))
+            self.after_commit(partial(self.wire.remove_command, name))
             self._apply_command(command, name)
 
     def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
@@ -292,9 +349,9 @@ class Controller(ControllerBase):
                     break
                 logger.warning("trial %d: checkpoint %s %s; skipped", trial_id, ref.path, problem)
                 self.ingest.delete_checkpoints([ref.row])
-            self._set_trial(trial, TrialStatus.QUEUED, "retried by the user", retries=0, error="")
+            self.set_trial(trial, TrialStatus.QUEUED, "retried by the user", retries=0, error="")
         if trial_ids and self.state.state in (StudyState.FINISHED, StudyState.FAILED):
-            self._set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
+            self.set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
 
     def _trial_view(self, t: TrialRecord, t0: float) -> TrialView:
         """The policy's view of one trial, rebuilt only when the trial changed."""
@@ -336,7 +393,7 @@ class Controller(ControllerBase):
         self._trial_views[t.trial_id] = (key, view)
         return view
 
-    def _view(self, free_slots: int = 0) -> StudyView:
+    def view(self, free_slots: int = 0) -> StudyView:
         """The policy's view; trials are looked at again only when the study record says they
         changed or they have not ended (a study of many ended trials costs little)."""
         t0 = self.state.started_time or self.state.created_time
@@ -369,7 +426,7 @@ class Controller(ControllerBase):
             objectives=self.spec.objectives,
         )
 
-    def _rng(self, event: Event) -> np.random.Generator:
+    def rng_for(self, event: Event) -> np.random.Generator:
         """A fresh generator per decision, seeded by the policy seed and the event: a trial's
         boundary or report (its id and step), or free slots (the trials created so far and the
         slots). The same event gets the same numbers in every run of the study, after a
@@ -384,31 +441,31 @@ class Controller(ControllerBase):
 
     def _schedule(self, writable: bool = True) -> None:
         """Give the policy its events, then free slots (not while writes fail: ``writable``)."""
-        events, self._events = self._events, []
+        events, self.pending_events = self.pending_events, []
         if not self.policy.traits.wants_reports:
             events = [e for e in events if e.kind is not EventKind.REPORT]
         if not (self.policy.traits.wants_boundaries or self.policy.traits.boundary_decisions):
             events = [e for e in events if e.kind is not EventKind.BOUNDARY]
         if events:
-            view = self._view()
+            view = self.view()
             for event in events:
                 trial = self.state.trials[event.trial_id]  # type: ignore[index]
                 prediction = event.kind is EventKind.PREDICTION and not trial.status.is_final
                 if trial.status is not TrialStatus.RUNNING and not prediction:
                     continue
-                actions = self.policy.decide(view, event, self._rng(event)).actions
+                actions = self.policy.decide(view, event, self.rng_for(event)).actions
                 for action in actions:
-                    self._apply(action, event)
+                    self.apply_action(action, event)
                 if event.kind is EventKind.BOUNDARY and not any(
                     a.trial_id == event.trial_id for a in actions
                 ):
                     self._answer_boundary(trial, int(event.step or 0))
-        if self.state.state is StudyState.RUNNING and self._dirty and writable:
-            self._dirty = False
+        if self.state.state is StudyState.RUNNING and self.dirty and writable:
+            self.dirty = False
             self._fill_slots()
         if self.state.state is StudyState.STOPPING and not self.state.active_segments():
             final = StudyState.FAILED if self.state.failing else StudyState.STOPPED
-            self._set_study(final, self.state.reason)
+            self.set_study(final, self.state.reason)
 
     def _answer_boundary(self, trial: TrialRecord, step: int) -> None:
         """Tell a worker waiting at a boundary to go on when the policy said nothing of its
@@ -418,13 +475,13 @@ class Controller(ControllerBase):
         if seg is None or not self.policy.traits.boundary_decisions or seg.decision:
             return
         message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
-        self._outbox.append(partial(self.wire.write_decision, message))
+        self.after_commit(partial(self.wire.write_decision, message))
 
-    def _idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
+    def idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
         """The started workers without a segment (running ones first) and the free slots."""
         active = self.state.active_segments()
         busy = {s.worker_id for s in active}
-        live = self._live_workers()
+        live = self.live_workers()
         rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
         idle = sorted(
             (w for w in live if w.state is WorkerLife.STARTED and w.worker_id not in busy),
@@ -441,7 +498,7 @@ class Controller(ControllerBase):
         """Give free workers work, as the study's scheduling does (:attr:`scheduling`)."""
         self.scheduling.fill_slots()
 
-    def _trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
+    def trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
         """Return the trial an action starts or resumes (creating it for START and FORK)."""
         if action.kind is ActionKind.RESUME:
             trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
@@ -483,11 +540,11 @@ class Controller(ControllerBase):
             if self.state.generated >= self.spec.num_trials:
                 return None
             index = self.state.generated
-            proposal = self._propose(index, view)
+            proposal = self.propose(index, view)
             entry = dataclasses.replace(
                 entry, params=proposal.params, generator_index=index, info=proposal.info or None
             )
-        self._log(entry, trial=trial_id)
+        self.log(entry, trial=trial_id)
         logger.info("trial %d created: %s", trial_id, entry.params)
         return self.state.trials[trial_id]
 
@@ -500,7 +557,9 @@ class Controller(ControllerBase):
                 return ref.row
         return None
 
-    def _assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
+    def assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
+        """Start a segment of ``trial`` on worker ``worker_id`` from its checkpoint (or its
+        parent's), to ``until_step``; its assignment file is written after the commit."""
         row = trial.checkpoint_row
         if row is None:  # a forked trial restarts from its parent's checkpoint until it has one
             row = trial.parent_checkpoint_row
@@ -509,9 +568,9 @@ class Controller(ControllerBase):
         end = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
         until = min(until_step or end, end)
         if start >= end:
-            self._set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at its last step")
+            self.set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at its last step")
             return
-        seg = self._new_segment(trial, worker_id, start, max(until, start + 1), row)
+        seg = self.new_segment(trial, worker_id, start, max(until, start + 1), row)
         logger.info(
             "segment %d: trial %d on worker %s from step %d",
             seg.segment_id,
@@ -520,7 +579,7 @@ class Controller(ControllerBase):
             start,
         )
 
-    def _new_segment(
+    def new_segment(
         self,
         trial: TrialRecord,
         worker_id: str,
@@ -541,12 +600,13 @@ class Controller(ControllerBase):
             checkpoint_steps=checkpoint_steps,
             stages=stages,
         )
-        self._log(entry, trial=trial.trial_id, segment=segment_id)
+        self.log(entry, trial=trial.trial_id, segment=segment_id)
         seg = self.state.segments[segment_id]
-        self._outbox.append(self._assignment_writer(seg))
+        self.after_commit(self.assignment_writer(seg))
         return seg
 
-    def _assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
+    def assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
+        """A function that writes the assignment of ``seg`` to its worker."""
         trial = self.state.trials[seg.trial_id]
         ref = (
             self.state.checkpoints.get(seg.checkpoint_row)
@@ -578,7 +638,8 @@ class Controller(ControllerBase):
         )
         return partial(self.wire.write_assignment, seg.worker_id, assignment)
 
-    def _apply(self, action: Action, event: Event | None) -> None:
+    def apply_action(self, action: Action, event: Event | None) -> None:
+        """Carry out one policy action (``event``: the event it answers, if any)."""
         trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
         if trial is None:
             logger.warning("action %s names no trial; ignored", action)
@@ -588,15 +649,15 @@ class Controller(ControllerBase):
                 entry = rec.DecisionEntry(
                     decision="continue", priority=action.priority, reason=action.reason
                 )
-                self._log(entry, trial=trial.trial_id)
+                self.log(entry, trial=trial.trial_id)
             if event is not None and event.kind is EventKind.BOUNDARY:
                 self._answer_boundary(trial, int(event.step or 0))
         elif action.kind is ActionKind.SUSPEND:
             seg = self._running_segment(trial)
             if seg is not None:
-                self._send_decision(seg, Decision.SUSPEND, action.reason, priority=action.priority)
+                self.send_decision(seg, Decision.SUSPEND, action.reason, priority=action.priority)
             elif trial.status is TrialStatus.QUEUED:
-                self._set_trial(trial, TrialStatus.SUSPENDED, action.reason)
+                self.set_trial(trial, TrialStatus.SUSPENDED, action.reason)
         elif action.kind is ActionKind.TERMINATE:
             self._terminate(trial, action.reason or "terminated by the policy")
         else:
@@ -605,9 +666,9 @@ class Controller(ControllerBase):
     def _terminate(self, trial: TrialRecord, reason: str) -> None:
         seg = self._running_segment(trial)
         if seg is not None:
-            self._send_decision(seg, Decision.STOP, reason)
+            self.send_decision(seg, Decision.STOP, reason)
         elif not trial.status.is_final:
-            self._set_trial(trial, TrialStatus.TERMINATED, reason)
+            self.set_trial(trial, TrialStatus.TERMINATED, reason)
 
     def _running_segment(self, trial: TrialRecord) -> SegmentRecord | None:
         if trial.segments:
@@ -627,9 +688,9 @@ class Controller(ControllerBase):
         now = self.clock.now()
         if self._exit_ordered_at is None:
             self._exit_ordered_at = now
-        for worker in self._live_workers():
+        for worker in self.live_workers():
             if not worker.info:
-                self._log(
+                self.log(
                     rec.WorkerEntry(
                         worker=worker.worker_id, event="exited", reason="never started"
                     )
@@ -638,12 +699,12 @@ class Controller(ControllerBase):
                 self.pool.order_exit(worker, f"study {self.state.state.value}")
             elif now - self._exit_ordered_at > EXIT_GRACE:
                 self.executor.cancel(worker.worker_id, worker.info)
-                self._log(
+                self.log(
                     rec.WorkerEntry(
                         worker=worker.worker_id,
                         event="lost",
                         reason=f"did not exit within {EXIT_GRACE:.0f} s; cancelled",
                     )
                 )
-        self._commit()
-        return not self._live_workers()
+        self.commit()
+        return not self.live_workers()

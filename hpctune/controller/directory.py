@@ -1,0 +1,125 @@
+"""The controller of a study directory: the scheduling core on the study's files, its lease
+and the real clock."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpctune.controller.wire import FileWire
+from hpctune.core.loop import SchedulingCore
+from hpctune.executors._base import Executor
+from hpctune.journal.epochs import branch_journal, point_link, prune_journals
+from hpctune.journal.reader import load_state
+from hpctune.journal.store import JournalReader, JournalWriter
+from hpctune.study.spec import StudySpec
+from hpctune.wire.clock import Clock, RealClock
+from hpctune.wire.files import write_json_atomic
+from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import Lease, acquire
+from hpctune.wire.permissions import check_study_dir, use_umask_of
+
+if TYPE_CHECKING:
+    from hpctune.curves.fitter import FitOptions
+
+
+class Controller(SchedulingCore):
+    """Run a study to its end (or until stopped) from its journal in ``study_dir``.
+
+    The scheduling core (:class:`~hpctune.core.loop.SchedulingCore`) on the study's files: it
+    takes the study's lease, branches its epoch's journal, reads and writes the workers' and
+    users' files through a :class:`~hpctune.controller.wire.FileWire`, and writes
+    ``controller.json``.
+
+    Args:
+        study_dir: The study directory (created by ``hpctune launch``).
+        executor: Starts and watches the workers, or a function of the spec that returns one.
+        clock: The time source (the real clock by default).
+        poll_interval: Seconds between iterations.
+        worker_timeout: A worker whose heartbeat is older than this is lost.
+        startup_timeout: A worker with no heartbeat this long after its start is lost.
+        decision_wait: Seconds a worker waits for a decision at a boundary (policies that decide
+            at boundaries only).
+        stop_grace: Seconds a segment told to stop or suspend has to comply before its worker
+            is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
+        on_progress: Called after every iteration with the controller.
+        curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
+        force: Take the study over even if another controller holds a live lease; that one is
+            fenced (:mod:`hpctune.wire.lease`).
+
+    Raises:
+        AccessError: The study directory is writable by others or not yours.
+        LeaseHeld: Another controller holds a live lease (without ``force``).
+        Fenced: Another controller took over while this one was starting.
+    """
+
+    journal_dir: Path
+    """This controller's epoch journal."""
+
+    def __init__(
+        self,
+        study_dir: str | Path,
+        executor: Executor | Callable[[StudySpec], Executor],
+        *,
+        clock: Clock | None = None,
+        poll_interval: float = 0.1,
+        worker_timeout: float = 60.0,
+        startup_timeout: float = 300.0,
+        decision_wait: float = 2.0,
+        stop_grace: float | None = None,
+        on_progress: Callable[[Any], None] | None = None,
+        curve_options: FitOptions | None = None,
+        force: bool = False,
+    ) -> None:
+        paths = StudyPaths.of(study_dir)
+        check_study_dir(paths.root)
+        use_umask_of(paths.root)
+        lease: Lease = acquire(paths.root, force=force)
+        journal_dir, journal_source = branch_journal(paths.root, lease.epoch)
+        lease.check()
+        writer = JournalWriter(journal_dir, epoch=lease.epoch)
+        writer.before_publish = lease.check
+        self.journal_dir = journal_dir
+        self._journal_source = journal_source
+        super().__init__(
+            paths=paths,
+            wire=FileWire(paths),
+            writer=writer,
+            lease=lease,
+            state=load_state(JournalReader(journal_dir)),
+            executor=executor,
+            clock=clock or RealClock(),
+            poll_interval=poll_interval,
+            worker_timeout=worker_timeout,
+            startup_timeout=startup_timeout,
+            decision_wait=decision_wait,
+            stop_grace=stop_grace,
+            on_progress=on_progress,
+            curve_options=curve_options,
+        )
+
+    def start(self) -> None:
+        """Start as the core does, then delete the journals of earlier epochs this one's
+        branch no longer needs."""
+        super().start()
+        if self._journal_source is not None:
+            prune_journals(self.paths.root, self.epoch, self._journal_source)
+
+    def _write_beat(self, now: float, ended: bool, final: bool) -> None:
+        """Write ``controller.json``: epoch, pid, host, Slurm job, time, state."""
+        if not final:
+            point_link(self.paths.root, self.journal_dir)  # if a fenced one moved it
+        write_json_atomic(
+            self.paths.controller_file,
+            {
+                "epoch": self.epoch,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "job": os.environ.get("SLURM_JOB_ID"),
+                "time": 0.0 if ended else now,
+                "state": "detached" if final and self._detach else self.state.state.value,
+            },
+        )
