@@ -38,15 +38,8 @@ class Controller(SchedulingCore):
         study_dir: The study directory (created by ``hpctune launch``).
         executor: Starts and watches the workers, or a function of the spec that returns one.
         clock: The time source (the real clock by default).
-        poll_interval: Seconds between iterations.
-        worker_timeout: A worker whose heartbeat is older than this is lost.
-        startup_timeout: A worker with no heartbeat this long after its start is lost.
-        decision_wait: Seconds a worker waits for a decision at a boundary (policies that decide
-            at boundaries only).
-        stop_grace: Seconds a segment told to stop or suspend has to comply before its worker
-            is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
-        on_progress: Called after every iteration with the controller.
-        curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
+        poll_interval, worker_timeout, startup_timeout, decision_wait, stop_grace, on_progress,
+            curve_options: As :class:`~hpctune.core.base.CoreBase`'s.
         force: Take the study over even if another controller holds a live lease; that one is
             fenced (:mod:`hpctune.wire.lease`).
 
