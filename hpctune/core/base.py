@@ -168,6 +168,11 @@ class CoreBase:
         self._policy_baseline = False  # a policy that tracks its changes had a whole state
         self._policy_patches = 0  # policy_delta records since the last whole state
         self._consulted = True  # the policy was asked since its state was last journaled
+        self._compose()
+
+    def _compose(self) -> None:
+        """Build the parts that need the whole core (done by
+        :class:`~hpctune.core.loop.SchedulingCore`)."""
 
     def view(self, free_slots: int = 0) -> StudyView:
         """The policy's view of the study (built by the controller class)."""

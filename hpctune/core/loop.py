@@ -1,4 +1,5 @@
-"""The controller: the only writer of the journal, and the only one that decides.
+"""The scheduling core's loop: the controller's, the only writer of the journal and the only one
+that decides (on a study directory's files, or in the simulator's memory).
 
 Each iteration of its loop:
 
@@ -91,8 +92,8 @@ class SchedulingCore(CoreBase):
     elastic: ElasticFollower
     """Follows the elastic plan of a study with a deadline (a fixed pool without one)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def _compose(self) -> None:
+        """Build the parts that need the whole core (called at the end of ``__init__``)."""
         self.pool = WorkerPool(self)
         self.commands = TrialCommands(self)
         self.elastic = ElasticFollower(self)
@@ -100,9 +101,8 @@ class SchedulingCore(CoreBase):
             StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
         )
 
-    @classmethod
+    @staticmethod
     def in_memory(
-        cls,
         state: StudyRecord,
         writer: MemoryJournal,
         wire: Wire,
@@ -124,7 +124,7 @@ class SchedulingCore(CoreBase):
         answers the curve fits; ``worker_timeout`` and ``startup_timeout``: as the controller's
         (never, by default: simulated workers do not hang unless told).
         """
-        core = cls(
+        core = SchedulingCore(
             paths=StudyPaths.of(Path(state.spec.get("directory") or "simulated-study")),
             wire=wire,
             writer=writer,
