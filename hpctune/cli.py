@@ -419,6 +419,14 @@ def plan_command(
     default=None,
     help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
 )
+@click.option(
+    "--deadline",
+    default=None,
+    metavar="DURATION",
+    help="Set or change the deadline (3h, 1h30m, 90m), counted from the study's start, not "
+    "from now: the controller re-plans the stages not yet finished to it (journaled; "
+    "policies sha, hyperband and asha; docs/elastic.md).",
+)
 def resume(
     study_dir: Path,
     local: bool,
@@ -426,13 +434,15 @@ def resume(
     show_params: bool,
     slurm_settings: tuple[str, ...],
     spec_file: Path | None,
+    deadline: str | None,
 ) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
     controller are adopted. Refused while another controller holds the study's lease (the
     message names it); --force takes the study over from it. --slurm and --spec change the
-    study's [slurm] settings (journaled); its search space and policy stay as they are.
+    study's [slurm] settings (journaled); --deadline sets its deadline (journaled, with the new
+    elastic plan); its search space and policy stay as they are.
     """
     from hpctune.controller.launch import ensure_no_controller, prepare_study_dir, run_local
     from hpctune.journal.reader import open_study
@@ -441,11 +451,15 @@ def resume(
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
-    spec = StudySpec.from_dict(open_study(paths.root).spec)
+    study = open_study(paths.root)
+    spec = StudySpec.from_dict(study.spec)
+    commands = [] if deadline is None else _changed_deadline(spec, study.record, deadline)
     changed = _changed_slurm(paths, spec, slurm_settings, spec_file)
+    if changed is not None:
+        commands.insert(0, changed[1])
     if local or shutil.which("sbatch") is None:
-        if changed is not None:
-            send_command(paths.inbox, changed[1])
+        for command in commands:
+            send_command(paths.inbox, command)
         click.echo(f"resuming {paths.root}")
         return _exit_code(run_local(paths, force=force, show_params=show_params))
     from hpctune.slurm.cluster import check_jobs
@@ -467,14 +481,71 @@ def resume(
                 f"the controller job {queued} of {paths.root} is still queued or "
                 f"running; cancel it with `scancel {queued}` first (or use --force)"
             )
-    if changed is None:
-        return _submit_controller(paths, spec)
-    inbox = send_command(paths.inbox, changed[1])  # the controller journals and uses the change
+    sent = [send_command(paths.inbox, c) for c in commands]  # the controller journals them
     try:
         return _submit_controller(paths, spec)
     except HpctuneError:
-        inbox.unlink(missing_ok=True)
+        for inbox in sent:
+            inbox.unlink(missing_ok=True)
         raise
+
+
+def _changed_deadline(spec: Any, record: Any, text: str) -> list[dict[str, Any]]:
+    """The inbox command of ``resume --deadline text`` (none when the deadline stays).
+
+    Raises:
+        UsageError: ``text`` is not a duration, has passed already (it counts from the study's
+            start), or the study cannot follow a deadline (its policy, a stage tree, no
+            profile to plan from).
+    """
+    import math
+    import time
+
+    from hpctune.analysis.formatting import format_duration
+    from hpctune.elastic.experiment import PlanningError
+    from hpctune.elastic.follow import load_study_profile, study_cost_model
+    from hpctune.elastic.report import parse_duration
+    from hpctune.errors import StudySpecError
+    from hpctune.study.spec import with_deadline
+
+    try:
+        seconds = parse_duration(text)
+    except PlanningError as exc:
+        raise UsageError(str(exc)) from None
+    if not math.isfinite(seconds):
+        raise UsageError(f"--deadline must be a finite duration such as 3h, not {text!r}")
+    try:
+        new = with_deadline(spec, seconds)
+    except StudySpecError as exc:
+        raise UsageError(
+            f"--deadline {text}: this study cannot follow a deadline: {exc.message} (a study's "
+            f"{exc.field or 'spec'} does not change at resume: resume it without --deadline, or "
+            "launch a new study with the fix)"
+        ) from None
+    elapsed = time.time() - (record.started_time or record.created_time)
+    if seconds <= elapsed:
+        raise UsageError(
+            f"--deadline {text} has passed already: a deadline counts from the study's start, "
+            f"{format_duration(elapsed)} ago; give a longer one (e.g. --deadline "
+            f"{format_duration(elapsed + 3600)})"
+        )
+    old = spec.resources.deadline
+    if old == seconds:
+        click.echo(f"deadline unchanged ({format_duration(seconds)} from the study's start)")
+        return []
+    plan = record.elastic_plan
+    if plan is None or "profile_data" not in plan:  # planned by the controller: can it be?
+        try:
+            load_study_profile(new)
+            study_cost_model(new)
+        except PlanningError as exc:
+            raise UsageError(f"--deadline {text}: {exc}") from None
+    was = "none" if old is None else format_duration(old)
+    click.echo(
+        f"deadline: {was} -> {format_duration(seconds)} from the study's start; the controller "
+        "re-plans the stages not yet finished"
+    )
+    return [{"command": "deadline", "deadline": seconds, "source": f"--deadline {text}"}]
 
 
 def _changed_slurm(

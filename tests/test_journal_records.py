@@ -60,7 +60,7 @@ REQUIRED = [
 
 def test_every_registered_kind_has_its_record_type() -> None:
     assert set(LOG_KINDS) == set(rec.RECORD_TYPES)
-    assert len(LOG_KINDS) == len(set(LOG_KINDS)) == 23
+    assert len(LOG_KINDS) == len(set(LOG_KINDS)) == 24
     for kind, cls in rec.RECORD_TYPES.items():
         assert cls.kind == kind
         assert dataclasses.is_dataclass(cls)
@@ -167,6 +167,8 @@ WRITTEN = [
         '"profile_data":{"a":1}}',
     ),
     ("elastic_stage", '{"stage":1,"workers":4}'),
+    ("deadline_changed", '{"deadline":10800.0,"previous":7200.0,"source":"--deadline 3h"}'),
+    ("deadline_changed", '{"deadline":3600.0,"source":""}'),
 ]
 
 

@@ -11,7 +11,10 @@ offered to the policy when the stage's pool is larger, and idle workers above it
 exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
 When a stage ended later than the plan predicted by more than ``HPCTUNE_REPLAN_DRIFT``, the
 stages after it are planned again from the measured time and cost (a new ``elastic_plan`` with
-its reason, in the same commit as the stage record).
+its reason, in the same commit as the stage record). ``hpctune resume --deadline`` leaves a
+``deadline`` command in the inbox: the controller journals the new deadline
+(``deadline_changed``) and plans the stages not yet finished to it, from the measured time,
+cost and steps (a new ``elastic_plan``, same commit); a study without a plan is planned then.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hpctune.analysis.usage import study_usage
 from hpctune.elastic.experiment import PlanningError
@@ -28,14 +32,18 @@ from hpctune.elastic.follow import (
     REPLAN_DRIFT,
     StageTracker,
     TrialProgress,
+    current_stage,
+    deadline_reason,
     drift_reason,
     load_study_profile,
     plan_record,
     plan_study,
     replan,
+    stage_steps_left,
     stage_workers,
 )
 from hpctune.elastic.planner import PlanResult
+from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
@@ -85,11 +93,16 @@ class ElasticFollower:
         """Plan a study with a deadline once, at its first start (the journal keeps the plan
         for every later controller); a study that cannot be planned fails with the reason. A
         study launched by ``hpctune launch`` has the plan launch made journaled with it: the
-        controller follows that one and does not plan again."""
-        if self.c.spec.resources.deadline is None or self.c.state.state is not StudyState.RUNNING:
+        controller follows that one and does not plan again, unless the deadline changed
+        (``resume --deadline``) after it and no plan was made to the new one."""
+        deadline = self.c.spec.resources.deadline
+        if deadline is None or self.c.state.state is not StudyState.RUNNING:
             return
         if self.c.state.elastic_plans:  # launch's, or an earlier controller's
             result = self.plan()
+            if result is not None and result.deadline != deadline:  # changed, not yet planned
+                self._replan_to(deadline)  # (`resume --deadline` read while stopping)
+                return
             warned = any(w.code == "elastic-infeasible" for w in self.c.state.warnings)
             if result is not None and not result.feasible and not warned:
                 self._warn_infeasible(result)
@@ -168,6 +181,72 @@ class ElasticFollower:
             reason,
             [s.workers for s in result.plan.allocation.shapes],
         )
+
+    def change_deadline(self, command: Mapping[str, Any]) -> None:
+        """Follow the deadline of an inbox ``deadline`` command (``hpctune resume --deadline``)
+        from now on: journal it (``deadline_changed``) and plan the stages not yet finished to
+        it from the measured elapsed time, cost and steps (an ``elastic_plan`` with the
+        reason); a study without a plan is planned now. A study that cannot follow a deadline
+        (its policy, a stage tree) keeps its own (warned); one that cannot be planned to it
+        keeps its plan (warned) or, without one, fails with the reason as at the start."""
+        from hpctune.study.spec import with_deadline
+
+        deadline = float(command["deadline"])
+        source = str(command.get("source", "")) or "the inbox"
+        try:
+            spec = with_deadline(self.c.spec, deadline)
+        except StudySpecError as exc:
+            self.c.warn("elastic-deadline", f"{source}: deadline not changed: {exc}")
+            return
+        previous = self.c.spec.resources.deadline
+        self.c.log(rec.DeadlineChangedEntry(deadline=deadline, previous=previous, source=source))
+        self.c.spec = spec
+        if self.c.state.state is StudyState.RUNNING:
+            self._replan_to(deadline)
+
+    def _replan_to(self, deadline: float) -> None:
+        """Plan the stages not yet finished to ``deadline`` (journaled)."""
+        reason = deadline_reason(deadline)
+        record = self.c.state.elastic_plan
+        planned = record is not None and "profile_data" in record
+        try:
+            if record is None or "profile_data" not in record:  # none yet: the start's first
+                profile = load_study_profile(self.c.spec)
+                record = plan_record(plan_study(self.c.spec, profile=profile), profile, reason)
+            old = PlanResult.from_dict(record["plan"])
+            trials = {i: self._trial_progress(t) for i, t in self.c.state.trials.items()}
+            known = self.c.state.elastic_stages
+            stage = current_stage(old.spec, trials, known[-1][0] if known else 0)
+            if stage >= old.spec.num_stages():
+                logger.info("deadline changed to %.0f s after the plan's last stage", deadline)
+                return
+            now = self.c.clock.now()
+            elapsed = max(now - (self.c.state.started_time or self.c.state.created_time), 0.0)
+            spent = old.cost.of(study_usage(self.c.state, now).allocated_s)
+            left = stage_steps_left(old.spec, stage, trials)
+            result, profile = replan(
+                record, stage, elapsed, spent, self.c.state, deadline=deadline, steps_left=left
+            )
+        except PlanningError as exc:
+            if planned:
+                self.c.warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
+            else:
+                self.c.set_study(
+                    StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True
+                )
+            return
+        self.c.log(
+            rec.ElasticPlanEntry.from_data(
+                plan_record(result, profile, reason, record["stage_ends"])
+            )
+        )
+        logger.info(
+            "elastic re-plan: %s; workers per stage now %s",
+            reason,
+            [s.workers for s in result.plan.allocation.shapes],
+        )
+        if not result.feasible:
+            self._warn_infeasible(result)
 
     def follow(self) -> None:
         """Find the stage the study is in and the workers its plan keeps busy (every

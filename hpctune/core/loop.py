@@ -331,6 +331,8 @@ class SchedulingCore(CoreBase):
             self._retry(sorted(set(ids)))
         elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
             self.pool.change_slurm(command)
+        elif kind == "deadline":  # `hpctune resume --deadline`: re-plan to the new one
+            self.elastic.change_deadline(command)
 
     def _retry(self, trial_ids: list[int]) -> None:
         """Queue failed (or ended early) trials again from their last good checkpoint.

@@ -213,13 +213,23 @@ def replan(
     elapsed: float,
     spent: float,
     study: Any | None = None,
+    *,
+    deadline: float | None = None,
+    steps_left: Sequence[int] | None = None,
 ) -> tuple[PlanResult, Profile]:
     """The plan of the stages after ``stage`` (just ended: its trials at the rung) from the
     plan of ``record``: the same experiment, profile, deadline, cost model and options, from
     ``elapsed`` seconds and ``spent`` cost; with ``study`` (its record), the profile takes the
     latencies the study measured (:func:`measured_profile`). The stages up to ``stage`` keep
     the shapes they ran with in the result (they are history; the prediction starts after
-    them)."""
+    them).
+
+    Args:
+        deadline: A new deadline (seconds from the study's start: ``hpctune resume
+            --deadline``) in place of the plan's.
+        steps_left: ``stage`` is still running: the steps each of its trials has left
+            (:func:`stage_steps_left`); default: none, it just ended.
+    """
     old = PlanResult.from_dict(record["plan"])
     profile = Profile.from_dict(record["profile_data"], str(record.get("profile", "")))
     if study is not None:
@@ -227,19 +237,52 @@ def replan(
     spec = old.spec
     progress = Progress(
         stage=stage,
-        steps_left=(0,) * spec.stages[stage].trials,
+        steps_left=tuple(steps_left)
+        if steps_left is not None
+        else (0,) * spec.stages[stage].trials,
         elapsed=elapsed,
         spent=spent,
         devices=old.plan.allocation.shapes[stage].devices,
         workers=old.plan.allocation.shapes[stage].workers,
     )
     new = plan_elastic(
-        spec, profile, old.deadline, old.cost, progress=progress, options=old.options
+        spec,
+        profile,
+        old.deadline if deadline is None else deadline,
+        old.cost,
+        progress=progress,
+        options=old.options,
     )
     shapes = (*old.plan.allocation.shapes[: stage + 1], *new.plan.allocation.shapes[stage + 1 :])
     allocation = dataclasses.replace(new.plan.allocation, shapes=shapes)
     plan = dataclasses.replace(new.plan, allocation=allocation)
     return dataclasses.replace(new, plan=plan), profile
+
+
+def deadline_reason(deadline: float) -> str:
+    """The reason of the ``elastic_plan`` record made for ``hpctune resume --deadline``."""
+    from hpctune.analysis.formatting import format_duration
+
+    return f"deadline changed to {format_duration(deadline)} at resume"
+
+
+def stage_steps_left(
+    spec: ExperimentSpec, index: int, trials: Mapping[int, TrialProgress]
+) -> tuple[int, ...]:
+    """The steps each trial of stage ``index`` (running) has left, as :class:`Progress` takes
+    them: a trial of its bracket that trained beyond the stage's start step is in it (0 left
+    when it has ended or is past the end); the stage's other trials have not started it yet
+    (all its steps left)."""
+    stage = spec.stages[index]
+    started = sorted(
+        (
+            0 if t.ended else min(max(stage.end_step - t.step, 0), stage.steps)
+            for t in (trials.get(i) for i in bracket_trials(spec)[stage.bracket])
+            if t is not None and t.step > stage.start_step
+        ),
+        reverse=True,
+    )[: stage.trials]
+    return (stage.steps,) * (stage.trials - len(started)) + tuple(started)
 
 
 def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
@@ -550,6 +593,7 @@ __all__ = [
     "TrialProgress",
     "bracket_trials",
     "current_stage",
+    "deadline_reason",
     "drift_reason",
     "format_plan_status",
     "load_study_profile",
@@ -561,6 +605,7 @@ __all__ = [
     "profile_path",
     "replan",
     "stage_done",
+    "stage_steps_left",
     "stage_workers",
     "study_plan_status",
 ]

@@ -339,6 +339,17 @@ class ElasticStageEntry(LogEntry):
     workers: int | None = optional()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineChangedEntry(LogEntry):
+    """A new ``[resources] deadline`` (seconds from the study's start; ``hpctune resume
+    --deadline``): ``previous`` is the one it replaces (``None``: the study had none)."""
+
+    kind: ClassVar[str] = "deadline_changed"
+    deadline: float
+    previous: float | None = optional()
+    source: str = ""
+
+
 #: The record type of each kind (a reader refuses other kinds unless the journal's minor
 #: version is newer: add a kind here and raise ``FORMAT_MINOR`` in hpctune/journal/store.py).
 RECORD_TYPES: dict[str, type[LogEntry]] = {
@@ -367,6 +378,7 @@ RECORD_TYPES: dict[str, type[LogEntry]] = {
         SlurmChangedEntry,
         ElasticPlanEntry,
         ElasticStageEntry,
+        DeadlineChangedEntry,
     )
 }
 

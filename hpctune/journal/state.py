@@ -225,6 +225,8 @@ class StudyRecord:
     submit_failures: int = 0  # worker submissions failed in a row (this controller)
     submit_error: str = ""  # the last failure's message (Slurm's own)
     slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
+    # `resume --deadline`: each ``deadline_changed`` record's data and ``time``
+    deadline_changes: list[dict[str, Any]] = field(default_factory=list)
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
@@ -427,6 +429,14 @@ class StudyRecord:
         self, trial: int, segment: int, time: float, e: rec.ElasticPlanEntry
     ) -> None:
         self.elastic_plans.append({**e.to_data(), "time": time})
+
+    def _on_deadline_changed(
+        self, trial: int, segment: int, time: float, e: rec.DeadlineChangedEntry
+    ) -> None:
+        """A new ``[resources] deadline`` (``hpctune resume --deadline``)."""
+        resources = {**self.spec.get("resources", {}), "deadline": e.deadline}
+        self.spec = {**self.spec, "resources": resources}
+        self.deadline_changes.append({**e.to_data(), "time": time})
 
     def _on_elastic_stage(
         self, trial: int, segment: int, time: float, e: rec.ElasticStageEntry

@@ -757,9 +757,9 @@ def _report_timeout(study: _Section) -> float:
     return float(value)
 
 
-def with_deadline(spec: StudySpec, text: str) -> StudySpec:
-    """``spec`` with ``[resources] deadline`` set to ``text`` (``hpctune launch --deadline``),
-    checked as in the file.
+def with_deadline(spec: StudySpec, text: str | float) -> StudySpec:
+    """``spec`` with ``[resources] deadline`` set to ``text`` (``hpctune launch --deadline``;
+    seconds: ``resume --deadline``), checked as in the file.
 
     Raises:
         StudySpecError: ``text`` is not a duration, or the spec cannot follow a deadline.

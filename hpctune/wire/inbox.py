@@ -10,6 +10,7 @@ Every kind has one validator in :data:`VALIDATORS`; a new kind adds its own in t
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -102,11 +103,25 @@ def check_slurm(command: Mapping[str, Any], record: StudyRecord) -> str:
     return ""
 
 
+def check_deadline(command: Mapping[str, Any], record: StudyRecord) -> str:
+    """``{"command": "deadline", "deadline": 10800, "source": "--deadline 3h"}`` (`hpctune
+    resume --deadline`): the study's new deadline, seconds from its start; the controller
+    re-plans the stages not yet finished."""
+    problem = check_keys(command, ("deadline", "source"))
+    if problem:
+        return problem
+    value = command.get("deadline")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        return f"'deadline' must be a number of seconds > 0, but got {value!r}"
+    return ""
+
+
 VALIDATORS: dict[str, Validator] = {
     "stop": check_stop,
     "stop_trial": check_stop_trial,
     "retry": check_retry,
     "slurm": check_slurm,
+    "deadline": check_deadline,
 }
 
 
