@@ -293,3 +293,19 @@ def test_resume_with_other_slurm_settings_journals_them(tmp_path: Path) -> None:
 def test_unchanged_settings_are_not_journaled() -> None:
     spec = SlurmSpec()
     assert differences(spec, dataclasses.replace(spec)) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "wait"), [(None, 2.0), ("600", 600.0), ("0", 0.0), ("-1", 2.0), ("x", 2.0)]
+)
+def test_the_decision_wait_comes_from_the_environment(
+    value: str | None, wait: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HPCTUNE_DECISION_WAIT``: seconds a worker waits at a boundary (bad values: 2)."""
+    from hpctune.core.base import decision_wait_from_env
+
+    if value is None:
+        monkeypatch.delenv("HPCTUNE_DECISION_WAIT", raising=False)
+    else:
+        monkeypatch.setenv("HPCTUNE_DECISION_WAIT", value)
+    assert decision_wait_from_env() == wait

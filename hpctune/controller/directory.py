@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.controller.wire import FileWire
+from hpctune.core.base import decision_wait_from_env
 from hpctune.core.loop import SchedulingCore
 from hpctune.executors._base import Executor
 from hpctune.journal.epochs import branch_journal, point_link, prune_journals
@@ -38,7 +39,9 @@ class Controller(SchedulingCore):
         study_dir: The study directory (created by ``hpctune launch``).
         executor: Starts and watches the workers, or a function of the spec that returns one.
         clock: The time source (the real clock by default).
-        poll_interval, worker_timeout, startup_timeout, decision_wait, stop_grace, on_progress,
+        decision_wait: Seconds a worker waits at a boundary for its step's decision (default
+            ``HPCTUNE_DECISION_WAIT`` or 2).
+        poll_interval, worker_timeout, startup_timeout, stop_grace, on_progress,
             curve_options: As :class:`~hpctune.core.base.CoreBase`'s.
         force: Take the study over even if another controller holds a live lease; that one is
             fenced (:mod:`hpctune.wire.lease`).
@@ -61,7 +64,7 @@ class Controller(SchedulingCore):
         poll_interval: float = 0.1,
         worker_timeout: float = 60.0,
         startup_timeout: float = 300.0,
-        decision_wait: float = 2.0,
+        decision_wait: float | None = None,
         stop_grace: float | None = None,
         on_progress: Callable[[Any], None] | None = None,
         curve_options: FitOptions | None = None,
@@ -88,7 +91,7 @@ class Controller(SchedulingCore):
             poll_interval=poll_interval,
             worker_timeout=worker_timeout,
             startup_timeout=startup_timeout,
-            decision_wait=decision_wait,
+            decision_wait=decision_wait_from_env() if decision_wait is None else decision_wait,
             stop_grace=stop_grace,
             on_progress=on_progress,
             curve_options=curve_options,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import marshal
+import math
 import os
 import pickle
 from collections.abc import Callable
@@ -53,6 +54,18 @@ STORAGE_MARGIN = 1 << 20  # bytes the journal and event files need besides check
 EXIT_GRACE = 30.0
 POLICY_SNAPSHOT_EVERY = 200  # policy_delta records between two whole policy states
 REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was requeued
+DECISION_WAIT = 2.0  # seconds a worker waits at a boundary for its step's decision
+
+
+def decision_wait_from_env() -> float:
+    """``HPCTUNE_DECISION_WAIT`` (seconds a worker waits at a boundary for its step's decision,
+    after which it goes on and the decision applies at its next report), else
+    :data:`DECISION_WAIT`."""
+    try:
+        value = float(os.environ.get("HPCTUNE_DECISION_WAIT", DECISION_WAIT))
+    except ValueError:
+        return DECISION_WAIT
+    return value if value >= 0 and math.isfinite(value) else DECISION_WAIT
 
 
 @dataclass

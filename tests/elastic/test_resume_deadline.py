@@ -7,11 +7,13 @@ nothing.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
 import pytest
 
+from hpctune.analysis.formatting import format_duration
 from hpctune.cli import main
 from hpctune.controller.launch import create_study
 from hpctune.elastic.experiment import ExperimentSpec
@@ -170,18 +172,23 @@ def test_resume_deadline_plans_a_study_launched_without_one(
     paths = create_study(load_spec(_study(tmp_path, deadline=None, resources={"profile": None})))
     cleanup_studies.append(paths.root)
     (paths.root / "profile.json").write_text(json.dumps(PROFILE))  # the study's own
-    done = run_hpctune("resume", str(paths.root), "--local", "--deadline", "8s")
+    # a deadline counts from the study's creation: half a minute more than has passed (a
+    # loaded machine may take seconds to start the CLI), so that it cannot have passed at resume
+    created = open_study(paths.root).record.created_time
+    seconds = float(math.ceil(time.time() - created) + 30)
+    text = format_duration(seconds)
+    done = run_hpctune("resume", str(paths.root), "--local", "--deadline", f"{seconds:.0f}s")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "deadline: none -> 8s" in done.stdout
+    assert f"deadline: none -> {text}" in done.stdout
 
     study = open_study(paths.root)
     record = study.record
     assert record.state is StudyState.FINISHED
-    assert record.spec["resources"]["deadline"] == 8.0
+    assert record.spec["resources"]["deadline"] == seconds
     assert [c.get("previous") for c in record.deadline_changes] == [None]
-    assert [p["reason"] for p in record.elastic_plans] == ["deadline changed to 8s at resume"]
+    assert [p["reason"] for p in record.elastic_plans] == [f"deadline changed to {text} at resume"]
     plan = record.elastic_plans[0]
-    assert plan["plan"]["deadline_s"] == 8.0
+    assert plan["plan"]["deadline_s"] == seconds
     assert plan["plan"]["progress"]["stage"] == 0
     assert [stage for stage, _ in record.elastic_stages][-1] == 3  # it followed the plan
     workers = [shape[1] for shape in plan["plan"]["plan"]["allocation"]["shapes"]]
@@ -189,9 +196,9 @@ def test_resume_deadline_plans_a_study_launched_without_one(
     assert all(b <= w for b, w in zip(busy, workers, strict=True)), (busy, workers)
     status = study.elastic_plan()
     assert status is not None
-    assert status.result.deadline == 8.0
+    assert status.result.deadline == seconds
     data = json.loads(run_hpctune("status", str(paths.root), "--json").stdout)
-    assert data["elastic"]["reason"] == "deadline changed to 8s at resume"
+    assert data["elastic"]["reason"] == f"deadline changed to {text} at resume"
 
 
 def _refused(paths: StudyPaths, deadline: str, capsys: pytest.CaptureFixture[str]) -> str:
