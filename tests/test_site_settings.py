@@ -7,6 +7,7 @@ tested on both variants of the local cluster in tests/slurm/test_site_slurm.py."
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,20 @@ def test_the_decision_wait_comes_from_the_environment(
     else:
         monkeypatch.setenv("HPCTUNE_DECISION_WAIT", value)
     assert decision_wait_from_env() == wait
+
+
+@pytest.mark.parametrize(
+    ("value", "drift"),
+    [(None, 0.15), ("0.3", 0.3), ("inf", math.inf), ("-1", 0.15), ("nan", 0.15), ("x", 0.15)],
+)
+def test_the_replan_drift_comes_from_the_environment(
+    value: str | None, drift: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HPCTUNE_REPLAN_DRIFT``: the same reading as the decision wait's, ``inf`` allowed."""
+    from hpctune.core.elastic import replan_drift
+
+    if value is None:
+        monkeypatch.delenv("HPCTUNE_REPLAN_DRIFT", raising=False)
+    else:
+        monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", value)
+    assert replan_drift() == drift

@@ -57,15 +57,21 @@ REQUEUE_SILENCE = 10.0  # a queued worker whose heartbeat is older than this was
 DECISION_WAIT = 2.0  # seconds a worker waits at a boundary for its step's decision
 
 
+def env_setting(name: str, default: float, *, allow_inf: bool = False) -> float:
+    """A number of the environment variable ``name``: ``default`` when it is unset, not a
+    number, negative or NaN, or infinite without ``allow_inf``."""
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value >= 0 and (allow_inf or math.isfinite(value)) else default
+
+
 def decision_wait_from_env() -> float:
     """``HPCTUNE_DECISION_WAIT`` (seconds a worker waits at a boundary for its step's decision,
     after which it goes on and the decision applies at its next report), else
     :data:`DECISION_WAIT`."""
-    try:
-        value = float(os.environ.get("HPCTUNE_DECISION_WAIT", DECISION_WAIT))
-    except ValueError:
-        return DECISION_WAIT
-    return value if value >= 0 and math.isfinite(value) else DECISION_WAIT
+    return env_setting("HPCTUNE_DECISION_WAIT", DECISION_WAIT)
 
 
 @dataclass

@@ -20,12 +20,11 @@ cost and steps (a new ``elastic_plan``, same commit); a study without a plan is 
 from __future__ import annotations
 
 import logging
-import math
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hpctune.analysis.usage import study_usage
+from hpctune.core.base import env_setting
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
@@ -58,11 +57,7 @@ logger = logging.getLogger(__name__)
 def replan_drift() -> float:
     """The drift that makes the controller re-plan: ``HPCTUNE_REPLAN_DRIFT`` (a share of the
     predicted time, ``inf`` for never), else :data:`REPLAN_DRIFT`."""
-    try:
-        value = float(os.environ.get("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT))
-    except ValueError:
-        return REPLAN_DRIFT
-    return value if value >= 0 and not math.isnan(value) else REPLAN_DRIFT
+    return env_setting("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT, allow_inf=True)
 
 
 class ElasticFollower:
