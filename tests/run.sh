@@ -72,7 +72,7 @@ slurm_log=$(mktemp /tmp/hpctune-slurm-tests.XXXXXX)
 slurm_side "$@" >"$slurm_log" 2>&1 &
 slurm_pid=$!
 rc_rest=0
-.venv/bin/pytest -m "not slurm" -n 2 --basetemp=/tmp/hpctune-tests-rest "$@" || rc_rest=$?
+.venv/bin/pytest -m "not slurm" -n 2 --dist worksteal --basetemp=/tmp/hpctune-tests-rest "$@" || rc_rest=$?
 rc_slurm=0
 wait "$slurm_pid" || rc_slurm=$?
 echo "== the Slurm tests and the site tests (run beside the rest)"
