@@ -220,7 +220,9 @@ def replan(
     """The plan of the stages after ``stage`` (just ended: its trials at the rung) from the
     plan of ``record``: the same experiment, profile, deadline, cost model and options, from
     ``elapsed`` seconds and ``spent`` cost; with ``study`` (its record), the profile takes the
-    latencies the study measured (:func:`measured_profile`). The stages up to ``stage`` keep
+    latencies the study measured (:func:`measured_profile`). The plan in force is one of the
+    planner's warm starts (``keep``): the new plan is never predicted costlier than following
+    it on, and meets the deadline whenever following it does. The stages up to ``stage`` keep
     the shapes they ran with in the result (they are history; the prediction starts after
     them).
 
@@ -252,6 +254,7 @@ def replan(
         old.cost,
         progress=progress,
         options=old.options,
+        keep=old.plan.allocation,
     )
     shapes = (*old.plan.allocation.shapes[: stage + 1], *new.plan.allocation.shapes[stage + 1 :])
     allocation = dataclasses.replace(new.plan.allocation, shapes=shapes)

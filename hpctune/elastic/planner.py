@@ -18,7 +18,9 @@
    than the best static plan, and it meets the deadline whenever some static plan does.
 
 Everything is a pure function of its inputs (the simulator's draws are seeded), so a plan can
-be journaled and made again, and re-planned from measured :class:`~.experiment.Progress`.
+be journaled and made again, and re-planned from measured :class:`~.experiment.Progress`. A
+re-plan descends from the plan in force too (``keep``), so it is never predicted costlier than
+following that plan on, and meets the deadline whenever following it does.
 """
 
 from __future__ import annotations
@@ -172,8 +174,9 @@ class PlanResult:
         cost: The cost model.
         options: The planner's settings.
         plan: The cheapest plan found that meets the deadline (the best static plan when no
-            elastic one beats it; the fastest static plan when none meets the deadline).
-        static: The best static plan.
+            elastic one beats it; the fastest static plan when none meets the deadline, unless
+            a re-plan's plan in force, descended, does).
+        static: The best static plan (the fastest when none meets the deadline).
         descents: Where each warm start's descent ended.
         evaluations: Simulations run.
         progress: Where the study stood when planned (a re-plan), or ``None``.
@@ -300,6 +303,7 @@ def plan_elastic(
     *,
     progress: Progress | None = None,
     options: PlanOptions | None = None,
+    keep: Allocation | None = None,
 ) -> PlanResult:
     """The cheapest plan predicted to finish ``spec`` within ``deadline`` seconds.
 
@@ -311,6 +315,9 @@ def plan_elastic(
         progress: Plan the rest of a running study from here (its running stage keeps its
             shape; the stages after it are planned).
         options: The planner's settings.
+        keep: A re-plan's plan in force (its allocation): one more warm start, so that the new
+            plan is never predicted costlier than following it on from ``progress``, and meets
+            the deadline whenever following it does (a static one is among the static plans).
 
     Raises:
         PlanningError: The deadline is not positive or ``progress`` does not fit ``spec``.
@@ -331,16 +338,20 @@ def plan_elastic(
         for p in static_pools(spec, sizes, max_pool)
     ]
     feasible = [p for p in statics if p.feasible]
+    kept = None
+    if keep is not None and keep.static_pool is None:  # the plan in force, then descended
+        kept = _descend(spec, keep, first, sizes, evaluate)
     if not feasible:
         fastest = min(statics, key=lambda p: (evaluate.time(p.prediction), p.prediction.cost.mean))
+        chosen = kept if kept is not None and kept.feasible else fastest
         return PlanResult(
             spec,
             deadline,
             cost,
             options,
+            chosen,
             fastest,
-            fastest,
-            (),
+            () if kept is None else (kept,),
             len(evaluate.cache),
             progress,
             profile.source,
@@ -357,6 +368,8 @@ def plan_elastic(
     naive = _naive(spec, sizes, evaluate) if progress is None else None
     if naive is not None:  # one more warm start: it keeps every worker from stage to stage
         descents.append(_descend(spec, naive.allocation, first, sizes, evaluate))
+    if kept is not None:
+        descents.append(kept)
     best = min(
         [static, *(d for d in descents if d.feasible)],
         key=lambda p: (p.prediction.cost.mean, evaluate.time(p.prediction)),
