@@ -1727,7 +1727,8 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="A study directory whose workers' queue waits and start-ups replace --queue-wait and "
-    "--startup.",
+    "--startup, and whose rung decisions (sha, hyperband, asha: a finished rung's last segment "
+    "end to the next rung's first segment start) replace --decision.",
 )
 @click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
 @click.option(
@@ -1823,7 +1824,13 @@ def profile_command(
         )
     if out is None:
         raise UsageError("--out: where to write the profile, e.g. --out profile.json")
-    from hpctune.elastic.profiling import profile_from_steps, read_steps, study_latencies
+    from hpctune.elastic.profiling import (
+        profile_from_steps,
+        read_steps,
+        study_decisions,
+        study_latencies,
+        study_stages,
+    )
 
     steps: dict[int, tuple[float, ...]] = {}
     sources = []
@@ -1832,17 +1839,22 @@ def profile_command(
         sources.append(f"{size}={where}")
     queue_samples: tuple[float, ...] = (queue_wait or 0.0,)
     startup_samples: tuple[float, ...] = (startup or 0.0,)
+    decision_samples: tuple[float, ...] = (decision,)
     if latencies_from is not None:
         from hpctune.journal.reader import open_study
 
-        queue_samples, startup_samples = study_latencies(open_study(latencies_from).record)
+        record = open_study(latencies_from).record
+        queue_samples, startup_samples = study_latencies(record)
+        stages = study_stages(record)
+        measured = study_decisions(record, stages) if stages is not None else ()
+        decision_samples = measured or decision_samples
         sources.append(f"latencies={latencies_from}")
     profile = profile_from_steps(
         steps,
         speedups,
         queue_wait=queue_samples or (0.0,),
         startup=startup_samples or (0.0,),
-        decision=decision,
+        decision=decision_samples,
         segment_start=segment_start or 0.0,
         device=device or "gpu",
         source=", ".join(sources),
@@ -1991,9 +2003,9 @@ def _print_profile(profile: Any, out: Path, measured: set[int], other: str) -> N
         )
     queue = [v for samples in profile.queue_wait.values() for v in samples]
     click.echo(
-        f"  SCALE {np.mean(queue):.3g} s, INIT {np.mean(profile.startup):.3g} s "
-        f"(means of {len(queue)} and {len(profile.startup)} samples), "
-        f"SYNC {np.mean(profile.decision):g} s"
+        f"  SCALE {np.mean(queue):.3g} s, INIT {np.mean(profile.startup):.3g} s, SYNC "
+        f"{np.mean(profile.decision):.3g} s (means of {len(queue)}, {len(profile.startup)} and "
+        f"{len(profile.decision)} samples)"
     )
 
 

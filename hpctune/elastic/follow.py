@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpctune.elastic.cost import CostModel, partition_billing
 from hpctune.elastic.dag import finish_times, to_dag
 from hpctune.elastic.experiment import (
@@ -155,6 +157,9 @@ def plan_record(
     }
 
 
+#: What the source of a re-plan's profile ends with when the study measured its latencies.
+MEASURED_IN_STUDY = "latencies measured in the study"
+
 #: A stage that ends later than predicted by more than this share of the predicted time
 #: (from the study's start) makes the controller re-plan (``HPCTUNE_REPLAN_DRIFT``; ``inf``:
 #: never).
@@ -174,25 +179,32 @@ def drift_reason(record: Mapping[str, Any], stage: int, measured: float, drift: 
     )
 
 
-def measured_profile(profile: Profile, study: Any) -> Profile:
+def measured_profile(profile: Profile, study: Any, spec: ExperimentSpec) -> Profile:
     """``profile`` with the latencies the running study measured (a
-    :class:`~hpctune.journal.state.StudyRecord`) in place of the profile's, where it has any:
-    SCALE and INIT of its workers (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as
-    its workers started, together as they were, so the profile's start-ups with workers
-    together are dropped), and the gaps between two segments of one worker (the previous one's
-    end to the next one's start: the controller seeing the end, the assignment). The seconds
-    per step, the warm-up and the crowding stay the profile's."""
-    from hpctune.elastic.profiling import study_latencies
+    :class:`~hpctune.journal.state.StudyRecord` whose stages are ``spec``) in place of the
+    profile's, where it has any: SCALE and INIT of its workers
+    (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as its workers started, together
+    as they were, so the profile's start-ups with workers together are dropped), the gaps
+    between two segments of one worker in one stage (the previous one's end to the next one's
+    start: the controller seeing the end, the assignment; one across a rung also holds the
+    wait for the rung's last trial and its decision, which the plan's DAG has apart), and
+    SYNC: for each stage it finished, its last segment end to the next stage's first segment
+    start (:func:`~hpctune.elastic.profiling.study_decisions`). The seconds per step, the
+    warm-up and the crowding stay the profile's."""
+    from hpctune.elastic.profiling import segment_stages, study_decisions, study_latencies
 
     queue, startup = study_latencies(study)
+    decisions = study_decisions(study, spec)
+    stages = segment_stages(study, spec)
     gaps: list[float] = []
-    last_end: dict[str, float] = {}
+    last: dict[str, tuple[float, int | None]] = {}  # a worker's last segment: end and stage
     for seg in sorted(study.segments.values(), key=lambda s: s.assigned_time):
-        previous = last_end.get(seg.worker_id)
-        if previous is not None and seg.started_time is not None:
-            gaps.append(max(seg.started_time - previous, 0.0))
+        stage = stages[seg.segment_id]
+        previous = last.get(seg.worker_id)
+        if previous is not None and previous[1] == stage and seg.started_time is not None:
+            gaps.append(max(seg.started_time - previous[0], 0.0))
         if seg.ended_time is not None:
-            last_end[seg.worker_id] = seg.ended_time
+            last[seg.worker_id] = (seg.ended_time, stage)
     changes: dict[str, Any] = {}
     if queue:
         changes["queue_wait"] = {size: queue for size in profile.queue_wait}
@@ -201,9 +213,11 @@ def measured_profile(profile: Profile, study: Any) -> Profile:
         changes["startup_together"] = {}
     if gaps:
         changes["segment_gap"] = tuple(gaps)
+    if decisions:
+        changes["decision"] = decisions
     if not changes:
         return profile
-    source = f"{profile.source}; latencies measured in the study"
+    source = f"{profile.source}; {MEASURED_IN_STUDY}"
     return dataclasses.replace(profile, source=source, **changes)
 
 
@@ -233,10 +247,10 @@ def replan(
             (:func:`stage_steps_left`); default: none, it just ended.
     """
     old = PlanResult.from_dict(record["plan"])
+    spec = old.spec
     profile = Profile.from_dict(record["profile_data"], str(record.get("profile", "")))
     if study is not None:
-        profile = measured_profile(profile, study)
-    spec = old.spec
+        profile = measured_profile(profile, study, spec)
     progress = Progress(
         stage=stage,
         steps_left=tuple(steps_left)
@@ -436,6 +450,10 @@ class PlanStatus:
         spent: The cost so far, in the plan's cost unit and basis.
         predicted_time: The plan's predicted completion, seconds from the start (mean).
         predicted_cost: The plan's predicted cost (mean).
+        latencies: The mean SCALE, INIT, gap between segments and SYNC of the profile the
+            plan was made with (seconds; empty for a record without its profile).
+        measured: Those of them a re-plan took from the study (:func:`measured_profile`):
+            they differ from the first plan's.
     """
 
     result: PlanResult
@@ -448,6 +466,8 @@ class PlanStatus:
     spent: float
     predicted_time: float
     predicted_cost: float
+    latencies: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    measured: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``hpctune status --json``'s ``elastic``)."""
@@ -466,7 +486,21 @@ class PlanStatus:
             "predicted_time_s": self.predicted_time,
             "predicted_cost": self.predicted_cost,
             "stages": [s.to_dict() for s in self.stages],
+            "latencies_s": dict(self.latencies),
+            "latencies_measured": list(self.measured),
         }
+
+
+def plan_latencies(profile: Profile) -> dict[str, float]:
+    """The mean SCALE (over worker sizes), INIT (one worker alone), gap between segments and
+    SYNC of ``profile``, as ``hpctune status`` shows those a plan was made with."""
+    queue = [v for samples in profile.queue_wait.values() for v in samples]
+    return {
+        "SCALE": float(np.mean(queue)),
+        "INIT": float(np.mean(profile.startup)),
+        "gap": float(np.mean(profile.segment_gap)),
+        "SYNC": float(np.mean(profile.decision)),
+    }
 
 
 def plan_status(
@@ -478,11 +512,14 @@ def plan_status(
     now: float,
     held_seconds: float,
     used_seconds: float,
+    launched: Mapping[str, Any] | None = None,
 ) -> PlanStatus:
     """The status of the plan of an ``elastic_plan`` record's data.
 
     Args:
         record: The data of the last ``elastic_plan`` record, with its ``time``.
+        launched: The data of the first ``elastic_plan`` record, when ``record`` is a re-plan
+            (the latencies that differ from its profile's are the study's).
         plans: How many ``elastic_plan`` records the journal holds.
         stage_times: ``(stage, time)`` of every ``elastic_stage`` record, in order.
         started: When the study started (Unix time).
@@ -517,6 +554,13 @@ def plan_status(
     )
     current = stage_times[-1][0] if stage_times else 0
     seconds = held_seconds if result.cost.basis == "held" else used_seconds
+    latencies: dict[str, float] = {}
+    if "profile_data" in record:
+        latencies = plan_latencies(Profile.from_dict(record["profile_data"]))
+    first: dict[str, float] = {}
+    if launched is not None and "profile_data" in launched:
+        first = plan_latencies(Profile.from_dict(launched["profile_data"]))
+    from_study = tuple(k for k, v in latencies.items() if k in first and v != first[k])
     return PlanStatus(
         result=result,
         reason=str(record.get("reason", "")),
@@ -528,6 +572,8 @@ def plan_status(
         spent=float(result.cost.of(seconds)),
         predicted_time=result.plan.prediction.time.mean,
         predicted_cost=result.plan.prediction.cost.mean,
+        latencies=latencies,
+        measured=from_study,
     )
 
 
@@ -552,6 +598,7 @@ def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | Non
         now=record.ended_time or now,
         held_seconds=usage.allocated_s,
         used_seconds=usage.training_s,
+        launched=record.elastic_plans[0] if len(record.elastic_plans) > 1 else None,
     )
 
 
@@ -574,8 +621,17 @@ def format_plan_status(status: PlanStatus) -> list[str]:
         f"  predicted {format_duration(status.predicted_time)}, "
         f"{cost.format(status.predicted_cost)}; so far {format_duration(status.elapsed)}, "
         f"{cost.format(status.spent)} ({cost.basis})",
-        "  stage bracket   steps trials devices/trial workers pool  predicted end  measured end",
     ]
+    if status.latencies:
+        figures = ", ".join(
+            f"{k} {v:.3g} s{'*' if k in status.measured else ''}"
+            for k, v in status.latencies.items()
+        )
+        note = " (* measured in the study)" if status.measured else ""
+        lines.append(f"  latencies planned with: {figures}{note}")
+    lines.append(
+        "  stage bracket   steps trials devices/trial workers pool  predicted end  measured end"
+    )
     for s in status.stages:
         mark = ">" if s.stage == status.stage else " "
         measured = "-" if s.measured_end is None else format_duration(s.measured_end)
@@ -588,6 +644,7 @@ def format_plan_status(status: PlanStatus) -> list[str]:
 
 
 __all__ = [
+    "MEASURED_IN_STUDY",
     "PLAN_REASON_LAUNCH",
     "REPLAN_DRIFT",
     "PlanStatus",
@@ -601,6 +658,7 @@ __all__ = [
     "format_plan_status",
     "load_study_profile",
     "measured_profile",
+    "plan_latencies",
     "plan_record",
     "plan_status",
     "plan_study",

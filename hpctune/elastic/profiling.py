@@ -4,21 +4,24 @@ Each measured size (devices per trial) comes from a trace file (docs/traces.md) 
 study directory (its journal, read as :meth:`~hpctune.analysis.traces.Trace.from_study` does);
 sizes not
 measured may be given as throughput speed-ups over one device. The cluster's latencies (SCALE,
-INIT, SYNC) are given in seconds, as ``hpctune simulate`` takes them, or SCALE and INIT are read
-from a study's journal (:func:`study_latencies`).
+INIT, SYNC) are given in seconds, as ``hpctune simulate`` takes them, or read from a study's
+journal: SCALE and INIT (:func:`study_latencies`), SYNC where the study's rungs are known in
+advance (:func:`study_decisions`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from hpctune.analysis.traces import Trace
-from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.experiment import ExperimentSpec, PlanningError
+from hpctune.elastic.follow import bracket_trials
 from hpctune.elastic.profile import Profile
-from hpctune.journal.state import StudyRecord
+from hpctune.journal.state import SegmentRecord, StudyRecord
 
 MAX_SAMPLES = 256
 
@@ -54,7 +57,7 @@ def profile_from_steps(
     *,
     queue_wait: Sequence[float] = (0.0,),
     startup: Sequence[float] = (0.0,),
-    decision: float = 0.0,
+    decision: Sequence[float] = (0.0,),
     segment_start: float = 0.0,
     device: str = "gpu",
     source: str = "",
@@ -70,7 +73,7 @@ def profile_from_steps(
         segment_start=(segment_start,),
         startup=tuple(startup),
         queue_wait={1: tuple(queue_wait)},
-        decision=(decision,),
+        decision=tuple(decision),
         device=device,
         source=source,
     )
@@ -128,11 +131,77 @@ def study_latencies(record: StudyRecord) -> tuple[tuple[float, ...], tuple[float
     return tuple(queue), tuple(startup)
 
 
+def study_decisions(record: StudyRecord, spec: ExperimentSpec) -> tuple[float, ...]:
+    """SYNC samples of a study whose stages are ``spec``, from its journal: for each stage it
+    finished that a stage of the same bracket follows, the seconds from the stage's last
+    segment end (the last of its trials reaching the rung) to the next stage's first segment
+    start (the rung decided, the promoted trial assigned and started), at least 0 (ASHA
+    promotes before its rung ends). A stage is finished when the next one has started a
+    segment and none of its own runs. A bracket's last stage has no rung decision after it
+    (the next bracket's trials start in free slots), so it gives no sample.
+    """
+    by_stage: dict[int | None, list[SegmentRecord]] = {}
+    for segment_id, index in segment_stages(record, spec).items():
+        by_stage.setdefault(index, []).append(record.segments[segment_id])
+    out: list[float] = []
+    for i, (stage, after) in enumerate(itertools.pairwise(spec.stages)):
+        if after.bracket != stage.bracket:
+            continue
+        ran = by_stage.get(i, [])
+        ends = [seg.ended_time for seg in ran if seg.ended_time is not None]
+        starts = [seg.started_time for seg in by_stage.get(i + 1, [])]
+        next_starts = [t for t in starts if t is not None]
+        if not next_starts or not ends or len(ends) < len(ran):
+            continue  # not finished (or never ran: a journal cut short)
+        out.append(max(min(next_starts) - max(ends), 0.0))
+    return tuple(out)
+
+
+def segment_stages(record: StudyRecord, spec: ExperimentSpec) -> dict[int, int | None]:
+    """The stage of each segment of a study (by segment id): the stage of its trial's bracket
+    whose steps it starts in (``start_step <= segment start < end_step``); ``None`` for a
+    trial in no bracket of ``spec``."""
+    bracket_of = {t: b for b, ids in bracket_trials(spec).items() for t in ids}
+    out: dict[int, int | None] = {}
+    for segment_id, seg in record.segments.items():
+        bracket = bracket_of.get(seg.trial_id)
+        out[segment_id] = next(
+            (
+                i
+                for i, stage in enumerate(spec.stages)
+                if stage.bracket == bracket and stage.start_step <= seg.start_step < stage.end_step
+            ),
+            None,
+        )
+    return out
+
+
+def study_stages(record: StudyRecord) -> ExperimentSpec | None:
+    """The stages of a study, for :func:`study_decisions`: those of the plan it followed (a
+    study with a deadline), else its policy's when its rungs are known in advance (``sha``,
+    ``hyperband``, ``asha``), else ``None``."""
+    from hpctune.elastic.experiment import experiment_from_study
+    from hpctune.elastic.planner import PlanResult
+    from hpctune.errors import HpctuneError
+    from hpctune.study.spec import StudySpec
+
+    plan = record.elastic_plan
+    if plan is not None:
+        return PlanResult.from_dict(plan["plan"]).spec
+    try:
+        return experiment_from_study(StudySpec.from_dict(record.spec))
+    except HpctuneError:
+        return None
+
+
 __all__ = [
     "MAX_SAMPLES",
     "profile_from_steps",
     "read_steps",
+    "segment_stages",
     "step_samples",
+    "study_decisions",
     "study_latencies",
+    "study_stages",
     "with_speedups",
 ]

@@ -12,7 +12,7 @@ import pytest
 from hpctune.analysis.traces import Trace
 from hpctune.cli import main
 from hpctune.elastic import Profile
-from hpctune.elastic.profiling import study_latencies
+from hpctune.elastic.profiling import study_decisions, study_latencies, study_stages
 from hpctune.journal import open_study
 from tests.conftest import DIGITS as DIGITS_JOB
 from tests.conftest import run_hpctune, write_study
@@ -212,6 +212,13 @@ def test_profile_and_plan_from_a_real_local_study(
     assert len(startup) == len(started) >= 1
     assert all(0 <= s < 60 for s in startup)
     assert len(queue) == sum(1 for w in started if w.submitted_time is not None)
+    # SHA over 3 trials to steps 1 and 3: one rung decision, stage 0's
+    stages = study_stages(record)
+    assert stages is not None
+    assert [(s.trials, s.start_step, s.end_step) for s in stages.stages] == [(3, 0, 1), (1, 1, 3)]
+    decisions = study_decisions(record, stages)
+    assert len(decisions) == 1
+    assert decisions[0] >= 0
 
     out = tmp_path / "profile.json"
     code, text, err = _run(
@@ -229,6 +236,8 @@ def test_profile_and_plan_from_a_real_local_study(
     assert code == 0, err
     profile = Profile.load(out)
     assert profile.startup == startup
+    assert profile.decision == decisions
+    assert f"SYNC {np.mean(decisions):.3g} s" in text
     trace = Trace.from_study(study_dir)
     seconds = trace.epoch_seconds[np.isfinite(trace.epoch_seconds)]
     assert profile.step_mean(1) == pytest.approx(float(np.mean(seconds)))

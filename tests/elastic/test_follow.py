@@ -38,7 +38,7 @@ from hpctune.elastic.follow import (
 )
 from hpctune.elastic.planner import PlanResult
 from hpctune.elastic.profile import Profile
-from hpctune.elastic.profiling import study_latencies
+from hpctune.elastic.profiling import study_decisions, study_latencies
 from hpctune.elastic.report import format_plan
 from hpctune.errors import StudySpecError
 from hpctune.journal import open_study
@@ -474,12 +474,15 @@ def test_a_late_stage_is_replanned_and_the_new_plan_followed(
     assert "latencies measured in the study" in plans[1]["profile"]
     assert min(plans[1]["profile_data"]["startup"]) > 0.01
     assert min(plans[1]["profile_data"]["segment_gap"]) > 0.0
-    measured = measured_profile(Profile.from_dict(fast), record)
+    spec = ExperimentSpec.from_dict(plans[0]["plan"]["spec"])
+    measured = measured_profile(Profile.from_dict(fast), record, spec)
     assert measured.startup == study_latencies(record)[1]
     assert measured.step_seconds == Profile.from_dict(fast).step_seconds
+    # the rung decisions of stages 0 and 1 (each followed by a stage of the bracket)
+    assert measured.decision == study_decisions(record, spec)
+    assert len(measured.decision) == 2
     # each stage ran with at most the workers of the plan in force (re-plans come only as a
     # stage is entered: the last one before the next stage was entered)
-    spec = ExperimentSpec.from_dict(plans[0]["plan"]["spec"])
     busy = _busy_per_stage(record, spec)
     stages = record.elastic_stages
     for (stage, _), (_, left) in itertools.pairwise(stages):
