@@ -31,6 +31,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "jobs" / "digits-pbt" / "train.py"
 SETTINGS = (("pbt 8 on 2", 8, 2), ("pbt 4 on 4", 4, 4))
+#: --quick's settings: the same two modes (budget: more trials than workers; asynchronous: one
+#: worker per trial) at half the population, so a smoke run starts a quarter of the workers
+QUICK_SETTINGS = (("pbt 4 on 2", 4, 2), ("pbt 2 on 2", 2, 2))
 
 STUDY = """[study]
 name = "{name}"
@@ -163,13 +166,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/hpctune-pbt-bench"))
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 6 epochs (smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 seed, 6 epochs, half the populations (smoke run)"
+    )
     args = parser.parse_args()
     max_steps = 6 if args.quick else 24
     seeds = 1 if args.quick else args.seeds
+    settings = QUICK_SETTINGS if args.quick else SETTINGS
     runs = []
     for seed in range(seeds):
-        for label, population, slots in SETTINGS:
+        for label, population, slots in settings:
             tag = f"p{population}s{slots}-seed{seed}"
             pbt_policy = f'name = "pbt"\npopulation_size = {population}\nsteps_per_generation = 3'
             run = {
@@ -207,7 +213,7 @@ def main() -> None:
                     flush=True,
                 )
     summary = {}
-    for label, _, _ in SETTINGS:
+    for label, _, _ in settings:
         mine = [r for r in runs if r["setting"] == label]
         summary[label] = {
             f"{method}_{key}_mean": float(np.mean([r[method][key] for r in mine]))
