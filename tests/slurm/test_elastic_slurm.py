@@ -1,6 +1,7 @@
 """`hpctune plan-elastic --partition`: the billing weight from a real partition's
 TRESBillingWeights, as `scontrol show partition` gives it; `hpctune profile STUDY_TOML` with
-its workers as Slurm jobs; a study with a deadline following its plan with worker jobs."""
+its workers as Slurm jobs; a study with a deadline following its plan with worker jobs, and
+`hpctune resume --deadline` re-planning one."""
 
 from __future__ import annotations
 
@@ -187,3 +188,77 @@ def test_a_study_with_a_deadline_sizes_its_worker_jobs_per_rung(
             ["scancel", "--name", f"hpctune-{study_name}"], capture_output=True, timeout=30
         )
         shutil.rmtree(study_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_resume_deadline_replans_a_slurm_study_and_its_controller_job_follows_it(
+    tmp_path: Path,
+    slurm_cluster: SlurmCluster,
+    study_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`hpctune resume DIR --deadline 1h` on Slurm: the inbox command reaches the controller
+    job resume submits, which journals the deadline and the re-plan in one commit and follows
+    the new plan with worker jobs to the end."""
+    from hpctune.controller.launch import create_study
+    from hpctune.elastic.follow import (
+        PLAN_REASON_LAUNCH,
+        load_study_profile,
+        plan_record,
+        plan_study,
+    )
+    from tests.elastic.test_follow import PROFILE, TRAIN, _busy_per_stage
+
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # no re-plan but the deadline's
+    spec_path = write_study(
+        tmp_path,
+        train=TRAIN,
+        name=study_name,
+        space={"x": [0.3, 0.8, 0.45, 0.9, 0.2, 0.7, 0.5, 0.6]},
+        policy={"name": "sha", "reduction_factor": 2, "bracket_size": 8},
+        resources={"slots": 4, "gpus_per_worker": 1, "deadline": "8s", "profile": "profile.json"},
+        slurm={"partition": "debug", "time": 10, "mem": "1G"},
+        max_steps=4,
+        num_trials=8,
+    )
+    (tmp_path / "profile.json").write_text(json.dumps(PROFILE))
+    spec = load_spec(spec_path)
+    profile = load_study_profile(spec)
+    paths = create_study(
+        spec, plan_record(plan_study(spec, profile=profile), profile, PLAN_REASON_LAUNCH)
+    )
+    try:
+        result = run_hpctune("resume", str(paths.root), "--deadline", "1h")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "deadline: 8s -> 1h00m00s from the study's start" in result.stdout
+
+        def ended() -> bool:  # and its controller journaled every worker's end
+            record = open_study(paths.root).record
+            live = [w for w in record.workers.values() if w.state in ("started", "stopping")]
+            return record.state in FINAL and not live
+
+        assert wait_for(ended, 240, interval=1.0), "the study did not end in 240 s"
+        record = open_study(paths.root).record
+        assert record.state is StudyState.FINISHED, record.reason
+        assert [(c["deadline"], c["source"]) for c in record.deadline_changes] == [
+            (3600.0, "--deadline 1h")
+        ]
+        assert record.spec["resources"]["deadline"] == 3600.0
+        plans = record.elastic_plans
+        assert [p["reason"] for p in plans] == [
+            PLAN_REASON_LAUNCH,
+            "deadline changed to 1h00m00s at resume",
+        ]
+        assert plans[1]["plan"]["deadline_s"] == 3600.0
+        workers = [shape[1] for shape in plans[1]["plan"]["plan"]["allocation"]["shapes"]]
+        experiment = ExperimentSpec.from_dict(plans[1]["plan"]["spec"])
+        busy = _busy_per_stage(record, experiment)
+        assert all(b <= w for b, w in zip(busy, workers, strict=True)), (busy, workers)
+        assert record.workers
+        assert all(w.info.get("executor") == "slurm" for w in record.workers.values())
+        assert not list((paths.root / "inbox").glob("*.json"))
+    finally:
+        subprocess.run(
+            ["scancel", "--name", f"hpctune-{study_name}"], capture_output=True, timeout=30
+        )
+        shutil.rmtree(paths.root, ignore_errors=True)
