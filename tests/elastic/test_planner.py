@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -350,14 +351,21 @@ def test_profile_round_trip_and_errors(tmp_path) -> None:  # type: ignore[no-unt
 # -- the planner's guarantees ------------------------------------------------------------------
 
 
-@st.composite
-def problems(draw):  # type: ignore[no-untyped-def]
+def draw_experiment(
+    draw: st.DrawFn, *, min_rungs: int = 1, between: bool = False
+) -> tuple[ExperimentSpec, Profile]:
+    """A random SHA experiment and profile (scaling up to 4 devices, SCALE and INIT drawn;
+    ``between``: SYNC and the gap between a worker's segments drawn too)."""
     trials = draw(st.integers(2, 12))
     eta = draw(st.integers(2, 3))
-    milestones = sorted(draw(st.sets(st.integers(1, 20), min_size=1, max_size=3)))
+    milestones = sorted(draw(st.sets(st.integers(1, 20), min_size=min_rungs, max_size=3)))
     spec = ExperimentSpec.successive_halving(trials, milestones, eta)
     s2 = draw(st.floats(1.2, 2.0))
     s4 = draw(st.floats(s2 + 0.1, 4.0))
+    latencies: dict[str, Any] = {}
+    if between:
+        latencies["decision"] = (draw(st.floats(0.0, 10.0)),)
+        latencies["segment_gap"] = (draw(st.floats(0.0, 5.0)),)
     profile = Profile.scaling(
         draw(st.floats(1.0, 30.0)),
         {2: s2, 4: s4},
@@ -365,7 +373,14 @@ def problems(draw):  # type: ignore[no-untyped-def]
         samples=8,
         queue_wait={1: (draw(st.floats(0.0, 20.0)),)},
         startup=(draw(st.floats(0.0, 20.0)),),
+        **latencies,
     )
+    return spec, profile
+
+
+@st.composite
+def problems(draw):  # type: ignore[no-untyped-def]
+    spec, profile = draw_experiment(draw)
     deadline = draw(st.floats(20.0, 2000.0))
     return spec, profile, deadline
 

@@ -21,6 +21,7 @@ from hpctune.elastic.allocation import (
 )
 from hpctune.elastic.follow import plan_record, replan
 from hpctune.elastic.planner import plan_elastic
+from tests.elastic.test_planner import draw_experiment
 
 DEVICE_SECONDS = CostModel(price=3600.0)  # cost = device-seconds
 
@@ -29,22 +30,7 @@ DEVICE_SECONDS = CostModel(price=3600.0)  # cost = device-seconds
 def replans(draw):  # type: ignore[no-untyped-def]
     """A first plan's record, where the study stands and the re-plan's deadline (as
     ``test_planner.problems``, with progress)."""
-    trials = draw(st.integers(2, 12))
-    eta = draw(st.integers(2, 3))
-    milestones = sorted(draw(st.sets(st.integers(1, 20), min_size=2, max_size=3)))
-    spec = ExperimentSpec.successive_halving(trials, milestones, eta)
-    s2 = draw(st.floats(1.2, 2.0))
-    s4 = draw(st.floats(s2 + 0.1, 4.0))
-    profile = Profile.scaling(
-        draw(st.floats(1.0, 30.0)),
-        {2: s2, 4: s4},
-        cv=draw(st.sampled_from([0.0, 0.1])),
-        samples=8,
-        queue_wait={1: (draw(st.floats(0.0, 20.0)),)},
-        startup=(draw(st.floats(0.0, 20.0)),),
-        decision=(draw(st.floats(0.0, 10.0)),),
-        segment_gap=(draw(st.floats(0.0, 5.0)),),
-    )
+    spec, profile = draw_experiment(draw, min_rungs=2, between=True)
     options = PlanOptions(
         samples=4,
         max_devices=draw(st.sampled_from([1, None])),  # the controller's: one device per trial

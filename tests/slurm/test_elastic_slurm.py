@@ -136,6 +136,25 @@ def test_profile_runs_its_short_studies_as_slurm_jobs(
         shutil.rmtree(tmp_path / "study", ignore_errors=True)
 
 
+def _deadline_study(folder: Path, name: str) -> Path:
+    """tests/elastic/test_follow.py's SHA study with a deadline (8 trials, 4 steps, 4 slots),
+    its workers Slurm jobs of one fake GPU each."""
+    from tests.elastic.test_follow import _study
+
+    slurm = {"partition": "debug", "time": 10, "mem": "1G"}
+    return _study(folder, name=name, resources={"gpus_per_worker": 1}, slurm=slurm)
+
+
+def _ended(study_dir: Path) -> bool:
+    """The study ended and its controller journaled every worker's end."""
+    try:
+        record = open_study(study_dir).record
+    except Exception:  # not created yet
+        return False
+    live = [w for w in record.workers.values() if w.state in ("started", "stopping")]
+    return record.state in FINAL and not live
+
+
 @pytest.mark.slow
 def test_a_study_with_a_deadline_sizes_its_worker_jobs_per_rung(
     tmp_path: Path,
@@ -145,35 +164,15 @@ def test_a_study_with_a_deadline_sizes_its_worker_jobs_per_rung(
 ) -> None:
     """`[resources] deadline` on Slurm: the controller job follows the plan's 4, 2, 1 workers
     (worker jobs of one fake GPU each) over the rungs of SHA; the workers it lets go exit."""
-    from tests.elastic.test_follow import PLANNED_WORKERS, PROFILE, TRAIN, _busy_per_stage
+    from tests.elastic.test_follow import PLANNED_WORKERS, _busy_per_stage
 
     monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # Slurm is slower than the profile
-    spec = write_study(
-        tmp_path,
-        train=TRAIN,
-        name=study_name,
-        space={"x": [0.3, 0.8, 0.45, 0.9, 0.2, 0.7, 0.5, 0.6]},
-        policy={"name": "sha", "reduction_factor": 2, "bracket_size": 8},
-        resources={"slots": 4, "gpus_per_worker": 1, "deadline": "8s", "profile": "profile.json"},
-        slurm={"partition": "debug", "time": 10, "mem": "1G"},
-        max_steps=4,
-        num_trials=8,
-    )
-    (tmp_path / "profile.json").write_text(json.dumps(PROFILE))
+    spec = _deadline_study(tmp_path, study_name)
     study_dir = tmp_path / "study"
     try:
         result = run_hpctune("launch", str(spec), check=True)
         assert "workers per stage 4, 2, 1" in result.stdout
-
-        def ended() -> bool:  # and its controller journaled every worker's end
-            try:
-                record = open_study(study_dir).record
-            except Exception:  # not created yet
-                return False
-            live = [w for w in record.workers.values() if w.state in ("started", "stopping")]
-            return record.state in FINAL and not live
-
-        assert wait_for(ended, 240, interval=1.0), "the study did not end in 240 s"
+        assert wait_for(lambda: _ended(study_dir), 240, interval=1.0), "not ended in 240 s"
         record = open_study(study_dir).record
         assert record.state is StudyState.FINISHED
         assert len(record.elastic_plans) == 1
@@ -207,22 +206,10 @@ def test_resume_deadline_replans_a_slurm_study_and_its_controller_job_follows_it
         plan_record,
         plan_study,
     )
-    from tests.elastic.test_follow import PROFILE, TRAIN, _busy_per_stage
+    from tests.elastic.test_follow import _busy_per_stage
 
     monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # no re-plan but the deadline's
-    spec_path = write_study(
-        tmp_path,
-        train=TRAIN,
-        name=study_name,
-        space={"x": [0.3, 0.8, 0.45, 0.9, 0.2, 0.7, 0.5, 0.6]},
-        policy={"name": "sha", "reduction_factor": 2, "bracket_size": 8},
-        resources={"slots": 4, "gpus_per_worker": 1, "deadline": "8s", "profile": "profile.json"},
-        slurm={"partition": "debug", "time": 10, "mem": "1G"},
-        max_steps=4,
-        num_trials=8,
-    )
-    (tmp_path / "profile.json").write_text(json.dumps(PROFILE))
-    spec = load_spec(spec_path)
+    spec = load_spec(_deadline_study(tmp_path, study_name))
     profile = load_study_profile(spec)
     paths = create_study(
         spec, plan_record(plan_study(spec, profile=profile), profile, PLAN_REASON_LAUNCH)
@@ -231,13 +218,7 @@ def test_resume_deadline_replans_a_slurm_study_and_its_controller_job_follows_it
         result = run_hpctune("resume", str(paths.root), "--deadline", "1h")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "deadline: 8s -> 1h00m00s from the study's start" in result.stdout
-
-        def ended() -> bool:  # and its controller journaled every worker's end
-            record = open_study(paths.root).record
-            live = [w for w in record.workers.values() if w.state in ("started", "stopping")]
-            return record.state in FINAL and not live
-
-        assert wait_for(ended, 240, interval=1.0), "the study did not end in 240 s"
+        assert wait_for(lambda: _ended(paths.root), 240, interval=1.0), "not ended in 240 s"
         record = open_study(paths.root).record
         assert record.state is StudyState.FINISHED, record.reason
         assert [(c["deadline"], c["source"]) for c in record.deadline_changes] == [
