@@ -16,11 +16,11 @@ PYTHON=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
 fi
-# torch first, pinned: the CPU build (an unpinned torch would pull a multi-GB CUDA build).
-# --no-compile: no bytecode for the tens of thousands of modules installed (a third of the install's
-# time: 30 of 80 s here); Python compiles what is imported, once, on first import.
-.venv/bin/pip install --quiet --disable-pip-version-check --no-compile torch==2.13.0
-.venv/bin/pip install --quiet --disable-pip-version-check --no-compile -e ".[dev]"
+# torch first, pinned: the CPU build (an unpinned torch would pull a multi-GB CUDA build). pip
+# compiles the bytecode at install: with PYTHONDONTWRITEBYTECODE set (as on this machine), a
+# module without it would be compiled again by every process that imports it.
+.venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
+.venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev]"
 
 echo "== Chromium (the report's browser test)"
 if ! command -v chromium >/dev/null; then
