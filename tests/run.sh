@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command of README.md, and what CI runs: install everything from scratch (Python
 # packages into .venv, Debian's Slurm and munge packages, Debian's Chromium for the report's
-# headless-browser test), run the linters, start the local Slurm cluster and run the whole test
+# headless-browser test), start the local Slurm cluster and run the linters and the whole test
 # suite (Slurm and slow tests included). Beside the rest of the suite, a second pytest run takes
 # the Slurm tests, then switches the cluster to its second configuration (the "site" variant:
 # other partitions, no accounting database, SBATCH_EXPORT=NONE) and runs the Slurm tests marked
@@ -37,10 +37,16 @@ if ! command -v chromium >/dev/null; then
     fi
 fi
 
-echo "== lint"
-.venv/bin/ruff check hpctune tests benchmarks jobs
-.venv/bin/ruff format --check hpctune tests benchmarks jobs
-.venv/bin/mypy hpctune
+# The linters run beside the tests (mypy takes half a minute on a fresh clone); their output
+# follows the tests', and a finding fails the run as a failed test does.
+lint() {
+    .venv/bin/ruff check hpctune tests benchmarks jobs &&
+        .venv/bin/ruff format --check hpctune tests benchmarks jobs &&
+        .venv/bin/mypy hpctune
+}
+lint_log=$(mktemp /tmp/hpctune-lint.XXXXXX)
+lint >"$lint_log" 2>&1 &
+lint_pid=$!
 
 echo "== local Slurm cluster (default variant)"
 export HPCTUNE_SLURM_VARIANT=default
@@ -81,11 +87,16 @@ rc_rest=0
 .venv/bin/pytest -m "not slurm" -n 2 --dist worksteal --basetemp=/tmp/hpctune-tests-rest "$@" || rc_rest=$?
 rc_slurm=0
 wait "$slurm_pid" || rc_slurm=$?
+rc_lint=0
+wait "$lint_pid" || rc_lint=$?
 echo "== the Slurm tests and the site tests (run beside the rest)"
 cat "$slurm_log"
 rm -f "$slurm_log"
+echo "== lint (ruff check, ruff format --check, mypy; run beside the tests)"
+cat "$lint_log"
+rm -f "$lint_log"
 ((rc_rest == 5)) && rc_rest=0 # the extra arguments selected none of them
-if ((rc_rest != 0 || rc_slurm != 0)); then
-    echo "tests failed: the rest exited $rc_rest, the Slurm side $rc_slurm" >&2
+if ((rc_rest != 0 || rc_slurm != 0 || rc_lint != 0)); then
+    echo "failed: the rest exited $rc_rest, the Slurm side $rc_slurm, lint $rc_lint" >&2
     exit 1
 fi
