@@ -55,7 +55,7 @@ def _training(fleet: FakeFleet) -> Iterator[None]:
         while not stop.is_set():
             if fleet.paths.workers.is_dir():
                 fleet.tick()
-            time.sleep(0.01)
+            time.sleep(0.1)  # a worker polls its assignment file every 0.1 s
 
     trainer = threading.Thread(target=train, daemon=True)
     trainer.start()

@@ -1,13 +1,15 @@
 """Workers without processes, for scale tests and benchmarks: many workers in one loop.
 
-:class:`FakeExecutor` starts nothing and reports every worker running; :class:`FakeFleet` does
-what those workers would do through the study's files, as :mod:`hpctune.worker.loop` does: it reads
-each worker's assignment file, ignores files of a controller epoch that was taken over, and
-writes the heartbeat and the segment's event lines (start, then a report and a checkpoint line
-per step, then the end). A controller in another process, killed and restarted while the fleet
-goes on, sees workers that outlive it, as real ones do. The training is a formula of the
-trial's parameters (the metric ``score``, from the parameter ``x``); no checkpoint file is
-written (the controller only deletes them).
+:class:`FakeExecutor` starts nothing and reports every worker running (given the study's paths:
+until its heartbeat says it exited, as a real worker's process ends once it wrote that);
+:class:`FakeFleet` does what those workers would do through the study's files, as
+:mod:`hpctune.worker.loop` does: it reads each worker's assignment file, ignores files of a
+controller epoch that was taken over, and writes the heartbeat (on a change of state or segment,
+and every ``HEARTBEAT_INTERVAL`` seconds) and the segment's event lines (start, then a report
+and a checkpoint line per step, then the end). A controller in another process, killed and
+restarted while the fleet goes on, sees workers that outlive it, as real ones do. The training
+is a formula of the trial's parameters (the metric ``score``, from the parameter ``x``); no
+checkpoint file is written (the controller only deletes them).
 """
 
 from __future__ import annotations
@@ -34,18 +36,32 @@ from hpctune.wire.protocol import (
     read_assignment,
 )
 from hpctune.wire.states import SegmentStatus
+from hpctune.worker.loop import HEARTBEAT_INTERVAL
 
 
 class FakeExecutor(Executor):
     """Workers that exist as far as the controller can tell: their files are written by
-    someone else (:class:`FakeFleet`, or a benchmark's own loop)."""
+    someone else (:class:`FakeFleet`, or a benchmark's own loop).
+
+    Args:
+        paths: The study's paths, to tell a worker whose heartbeat says it exited gone; without
+            them every worker is always running.
+    """
+
+    def __init__(self, paths: StudyPaths | None = None) -> None:
+        self.paths = paths
 
     def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Start nothing: the workers' files are written by someone else."""
         return {w: {"fake": True} for w in worker_ids}
 
     def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:
-        """Always running (a fake worker is lost only by its heartbeat)."""
+        """Gone once its heartbeat says it exited (with the study's paths), else running (a fake
+        worker is lost only by its heartbeat)."""
+        if self.paths is not None:
+            beat = Heartbeat.read(self.paths.heartbeat(worker_id))
+            if beat is not None and beat.state == "exited":
+                return WorkerState.GONE
         return WorkerState.RUNNING
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
@@ -85,6 +101,7 @@ class FakeFleet:
         self.running: dict[str, _Running] = {}
         self.exited: set[str] = set()
         self.steps = 0  # report lines written
+        self.beats: dict[str, tuple[str, int | None, float]] = {}  # last heartbeat written
 
     def tick(self) -> int:
         """Each worker takes its assignment or trains one step of it; return the number of
@@ -137,12 +154,20 @@ class FakeFleet:
             del self.running[worker]
 
     def _beat(self, worker: str, state: str) -> None:
+        """Write the heartbeat when the state or segment changed, or after
+        ``HEARTBEAT_INTERVAL`` seconds."""
         run = self.running.get(worker)
+        segment = None if run is None else run.assignment.segment_id
+        now = time.time()
+        last = self.beats.get(worker)
+        if (
+            last is not None
+            and last[:2] == (state, segment)
+            and now - last[2] < HEARTBEAT_INTERVAL
+        ):
+            return
+        self.beats[worker] = (state, segment, now)
         beat = Heartbeat(
-            worker,
-            state,
-            None if run is None else run.assignment.segment_id,
-            None if run is None else run.step,
-            started=self.started,
+            worker, state, segment, None if run is None else run.step, started=self.started
         )
         write_json_atomic(self.paths.heartbeat(worker), beat.to_dict())

@@ -27,6 +27,6 @@ if __name__ == "__main__":
             StudyPaths.of(sys.argv[1]),
             out=out,
             poll_interval=0.05,
-            executor=lambda spec: executor(),
+            executor=lambda spec: executor(StudyPaths.of(sys.argv[1])),
         )
     sys.exit(0 if state is StudyState.FINISHED else 1)
