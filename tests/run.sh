@@ -57,8 +57,9 @@ eval "$(tests/slurm/cluster.sh env)"
 echo "== tests: the Slurm tests and the rest, side by side"
 # One BLAS/OpenMP thread per process: three pytest processes share two cores, and pools of two
 # threads in each oversubscribe them (a thread waits for its descheduled sibling). Workers get
-# their own settings from the executors (cpus_per_worker, ctx.devices).
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# their own settings from the executors (cpus_per_worker, ctx.devices); where they use more than
+# one thread, waiting threads sleep instead of spinning through CPU-seconds the others need.
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 # Two pytest runs at once: the Slurm tests one after another (they share the one cluster; a
 # preemptor job would preempt another test's workers), then, on the cluster's second
 # configuration (the "site" variant: other partitions, no accounting database,
