@@ -194,8 +194,8 @@ def measured_profile(profile: Profile, study: Any, spec: ExperimentSpec) -> Prof
     from hpctune.elastic.profiling import segment_stages, study_decisions, study_latencies
 
     queue, startup = study_latencies(study)
-    decisions = study_decisions(study, spec)
     stages = segment_stages(study, spec)
+    decisions = study_decisions(study, spec, stages)
     gaps: list[float] = []
     last: dict[str, tuple[float, int | None]] = {}  # a worker's last segment: end and stage
     for seg in sorted(study.segments.values(), key=lambda s: s.assigned_time):

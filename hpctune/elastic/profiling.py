@@ -131,17 +131,24 @@ def study_latencies(record: StudyRecord) -> tuple[tuple[float, ...], tuple[float
     return tuple(queue), tuple(startup)
 
 
-def study_decisions(record: StudyRecord, spec: ExperimentSpec) -> tuple[float, ...]:
+def study_decisions(
+    record: StudyRecord,
+    spec: ExperimentSpec,
+    stages: Mapping[int, int | None] | None = None,
+) -> tuple[float, ...]:
     """SYNC samples of a study whose stages are ``spec``, from its journal: for each stage it
     finished that a stage of the same bracket follows, the seconds from the stage's last
     segment end (the last of its trials reaching the rung) to the next stage's first segment
     start (the rung decided, the promoted trial assigned and started), at least 0 (ASHA
     promotes before its rung ends). A stage is finished when the next one has started a
     segment and none of its own runs. A bracket's last stage has no rung decision after it
-    (the next bracket's trials start in free slots), so it gives no sample.
+    (the next bracket's trials start in free slots), so it gives no sample. ``stages``: the
+    segments' stages (:func:`segment_stages`), when the caller has them already.
     """
+    if stages is None:
+        stages = segment_stages(record, spec)
     by_stage: dict[int | None, list[SegmentRecord]] = {}
-    for segment_id, index in segment_stages(record, spec).items():
+    for segment_id, index in stages.items():
         by_stage.setdefault(index, []).append(record.segments[segment_id])
     out: list[float] = []
     for i, (stage, after) in enumerate(itertools.pairwise(spec.stages)):
