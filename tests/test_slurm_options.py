@@ -6,6 +6,7 @@ against the real local cluster in tests/slurm/.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -89,6 +90,29 @@ def test_worker_parameters_follow_the_spec(tmp_path: Path) -> None:
         "exclude": "node3",
         "exclusive": True,
     }
+
+
+def test_worker_parameters_of_a_sized_worker(tmp_path: Path) -> None:
+    """A worker of the elastic plan's size ``devices`` holds that many GPUs with their CPUs; one
+    of a node's devices or more asks for whole nodes, exclusively, one task per node."""
+    spec = load_spec(_spec(tmp_path))
+    params = worker_parameters(spec, env={}, devices=2)
+    assert (params["gpus_per_node"], params["cpus_per_task"]) == (2, 16)
+    assert params["setup"][0] == "export OMP_NUM_THREADS=16 MKL_NUM_THREADS=16 HPCTUNE_DEVICES=2"
+    assert "exclusive" not in params
+    assert "nodes" not in params
+    nodes = dataclasses.replace(
+        spec, resources=dataclasses.replace(spec.resources, node_devices=4)
+    )
+    assert "exclusive" not in worker_parameters(nodes, env={}, devices=2)
+    whole = worker_parameters(nodes, env={}, devices=4)
+    assert (whole["gpus_per_node"], whole["cpus_per_task"], whole["nodes"]) == (4, 32, 1)
+    assert whole["exclusive"] is True
+    assert whole["ntasks_per_node"] == 1
+    two = worker_parameters(nodes, env={}, devices=8)
+    assert (two["gpus_per_node"], two["cpus_per_task"], two["nodes"]) == (4, 32, 2)
+    assert two["setup"][0].endswith("HPCTUNE_DEVICES=8")  # the trial sees all eight
+    assert worker_parameters(nodes, env={}) == worker_parameters(spec, env={})  # unsized
 
 
 def test_slurm_spec_round_trips_and_defaults(tmp_path: Path) -> None:

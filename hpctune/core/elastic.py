@@ -38,6 +38,7 @@ from hpctune.elastic.follow import (
     plan_record,
     plan_study,
     replan,
+    stage_devices,
     stage_steps_left,
     stage_workers,
 )
@@ -72,6 +73,7 @@ class ElasticFollower:
         self._elastic_result: PlanResult | None = None
         self._elastic_from = -1  # the elastic_plan records _elastic_result was read from
         self._pool_target: int | None = None  # workers to keep busy, set by follow
+        self._size: int | None = None  # devices of each of them (sized plans only)
         self._stage_tracker: StageTracker | None = None  # the stage the study is in, kept up
 
     def plan(self) -> PlanResult | None:
@@ -248,9 +250,27 @@ class ElasticFollower:
         iteration, before the scheduler offers slots)."""
         stage = self._elastic_stage()
         result = self.plan()
-        self._pool_target = (
-            None if stage is None or result is None else stage_workers(result, stage)
-        )
+        self._pool_target = self._size = None
+        if stage is not None and result is not None:
+            self._pool_target = stage_workers(result, stage)
+            self._size = self._stage_size(result, stage)
+
+    def _stage_size(self, result: PlanResult, stage: int) -> int | None:
+        """The devices of each worker of ``stage``, or ``None`` when the study's workers are
+        not sized (``[resources] max_devices = 1``: the spec's workers, as without a plan)."""
+        if self.c.spec.resources.max_devices <= 1:
+            return None
+        return stage_devices(result, stage)
+
+    def worker_size(self) -> int | None:
+        """The devices of each worker the current stage runs on (``None``: the spec's)."""
+        return self._size
+
+    def fits(self, worker: st.WorkerRecord, size: int | None = None) -> bool:
+        """True if ``worker`` has the size of the current stage (or ``size``); every worker
+        fits a study whose workers are not sized."""
+        size = self._size if size is None else size
+        return size is None or (worker.devices or 1) == size
 
     def _progress_of(self, trial_id: int) -> TrialProgress | None:
         """What the stage tracker needs of trial ``trial_id`` (``None``: not created yet)."""
@@ -285,19 +305,30 @@ class ElasticFollower:
             return idle
         busy = len([w for w in self.c.live_workers() if w.state is WorkerLife.STARTED]) - len(idle)
         keep = max(stage_workers(result, following) - busy, 0)
-        return idle[keep:]
+        size = self._stage_size(result, following)
+        fitting = [w for w in idle if self.fits(w, size)]  # the next stage can use them
+        return [w for w in idle if not self.fits(w, size)] + fitting[keep:]
 
     def shrink_pool(self) -> None:
-        """Tell idle workers above the plan's pool to exit (busy ones finish their segment)."""
+        """Tell idle workers above the plan's pool, and idle workers of another size than the
+        stage's, to exit (busy ones finish their segment first)."""
         if self._pool_target is None or self.c.state.state is not StudyState.RUNNING:
             return
         target = self._pool_target
         live = [w for w in self.c.live_workers() if w.state is WorkerLife.STARTED]
         busy = {s.worker_id for s in self.c.state.active_segments()}
-        extra = len(live) - target
-        for worker in live:
+        idle = [w for w in live if w.worker_id not in busy]
+        for worker in idle:
+            if not self.fits(worker):
+                self.c.pool.order_exit(
+                    worker,
+                    f"the elastic plan runs this stage on workers of {self._size} device(s), "
+                    f"not {worker.devices or 1}",
+                )
+        extra = len(live) - target - sum(not self.fits(w) for w in idle)
+        for worker in idle:
             if extra <= 0:
                 break
-            if worker.worker_id not in busy:
+            if self.fits(worker):
                 self.c.pool.order_exit(worker, f"the elastic plan holds {target} worker(s) now")
                 extra -= 1

@@ -486,7 +486,13 @@ class SchedulingCore(CoreBase):
         live = self.live_workers()
         rank = {WorkerState.RUNNING: 0, WorkerState.UNKNOWN: 1, WorkerState.PENDING: 2}
         idle = sorted(
-            (w for w in live if w.state is WorkerLife.STARTED and w.worker_id not in busy),
+            (
+                w
+                for w in live
+                if w.state is WorkerLife.STARTED
+                and w.worker_id not in busy
+                and self.elastic.fits(w)  # a sized plan's stage runs on workers of its size
+            ),
             key=lambda w: rank.get(self.pool.states.get(w.worker_id, WorkerState.PENDING), 2),
         )
         pending = sum(

@@ -348,10 +348,16 @@ class WorkerPool:
             return
         self.c.commit()
         self.c.check_lease()  # never start a process for a journal no one reads any more
+        by_size: dict[int | None, list[str]] = {}
+        for worker in pending:  # one batch (a Slurm job array) per size
+            by_size.setdefault(worker.devices, []).append(worker.worker_id)
+        infos: dict[str, dict[str, Any]] = {}
         try:
-            infos = self.c.executor.start([w.worker_id for w in pending])
+            for devices, ids in by_size.items():
+                infos.update(self.c.executor.start(ids, devices=devices))
         except SubmissionError as exc:
-            workers = [w.worker_id for w in pending]
+            self._log_submitted(infos)  # the sizes submitted before the one that failed
+            workers = [w.worker_id for w in pending if w.worker_id not in infos]
             self.c.log(rec.SubmissionEntry(error=str(exc), workers=workers))
             failures = self.c.state.submit_failures
             if failures >= SUBMIT_TRIES:
@@ -366,6 +372,10 @@ class WorkerPool:
             logger.error("%s; try %d of %d in %.0f s", exc, failures + 1, SUBMIT_TRIES, delay)
             self._start_retry_at = self.c.clock.now() + delay
             return
+        self._log_submitted(infos)
+
+    def _log_submitted(self, infos: dict[str, dict[str, Any]]) -> None:
+        """Journal the executor's info of each worker started."""
         for worker_id, info in infos.items():
             self.c.log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
 
@@ -425,10 +435,11 @@ class WorkerPool:
         self._start_retry_at = 0.0
         logger.info("[slurm] settings changed: %s", command.get("changes", {}))
 
-    def new_worker(self) -> str:
-        """Journal a new worker (not yet started) and return its id."""
+    def new_worker(self, devices: int | None = None) -> str:
+        """Journal a new worker (not yet started) and return its id; ``devices``: its size
+        when the elastic plan gives one (``None``: the spec's ``[resources]``)."""
         worker_id = f"w{len(self.c.state.workers):04d}"
-        self.c.log(rec.WorkerEntry(worker=worker_id, event="started", info={}))
+        self.c.log(rec.WorkerEntry(worker=worker_id, event="started", info={}, devices=devices))
         return worker_id
 
 

@@ -132,7 +132,9 @@ class TrialScheduling(Scheduling):
             trial = c.trial_for(action, view)
             if trial is None:
                 continue
-            worker_id = idle.pop(0).worker_id if idle else c.pool.new_worker()
+            worker_id = (
+                idle.pop(0).worker_id if idle else c.pool.new_worker(c.elastic.worker_size())
+            )
             c.assign(trial, worker_id, action.until_step)
             placed += 1
         if idle and active and decision.hold_idle_workers:

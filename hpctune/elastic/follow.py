@@ -73,7 +73,8 @@ def load_study_profile(spec: Any) -> Profile:
 
 def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
     """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
-    profile, one device per trial (every worker holds one), at most ``slots`` workers at once;
+    profile, up to ``[resources] max_devices`` devices per trial (no more than the profile
+    measured; above ``node_devices`` in whole nodes), at most ``slots`` devices held at once;
     the cost in device-hours held, billed and priced as ``[resources] billing_weight`` and
     ``price`` say. ``profile``: default :func:`load_study_profile`.
 
@@ -87,7 +88,13 @@ def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) 
     experiment = experiment_from_study(spec)
     profile = profile or load_study_profile(spec)
     cost = study_cost_model(spec)
-    options = PlanOptions(samples=samples, max_pool=spec.resources.slots, max_devices=1)
+    resources = spec.resources
+    options = PlanOptions(
+        samples=samples,
+        max_pool=resources.slots,
+        max_devices=min(resources.max_devices, profile.max_devices),
+        node_devices=resources.node_devices,
+    )
     return plan_elastic(experiment, profile, deadline, cost, options=options)
 
 
@@ -401,6 +408,12 @@ def stage_workers(result: PlanResult, stage: int) -> int:
     return shapes[min(stage, len(shapes) - 1)].workers
 
 
+def stage_devices(result: PlanResult, stage: int) -> int:
+    """The devices of each worker (and trial) of ``stage`` (the last stage's after the end)."""
+    shapes = result.plan.allocation.shapes
+    return shapes[min(stage, len(shapes) - 1)].devices
+
+
 @dataclass(frozen=True)
 class StageStatus:
     """One stage of a followed plan: planned shape, predicted and measured end.
@@ -665,6 +678,7 @@ __all__ = [
     "predicted_stage_ends",
     "profile_path",
     "replan",
+    "stage_devices",
     "stage_done",
     "stage_steps_left",
     "stage_workers",

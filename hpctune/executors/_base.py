@@ -31,8 +31,15 @@ class Executor(abc.ABC):
     name: str = ""
 
     @abc.abstractmethod
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Start one worker per id (as one batch where the backend allows); return their infos.
+
+        ``devices``: the size of each worker, in devices of the study's ``[resources]`` worker
+        (a GPU with its CPUs, or a CPU), as the elastic plan gives it: the worker holds
+        ``devices`` times the resources of one, and its trials see ``ctx.devices ==
+        devices``; ``None``: the spec's worker as it is.
 
         Raises:
             SubmissionError: A worker could not be started.

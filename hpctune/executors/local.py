@@ -55,12 +55,16 @@ class LocalExecutor(Executor):
         self.host = socket.gethostname()
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Start one process per worker id."""
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Start one process per worker id; a worker of ``devices`` devices gets ``devices``
+        times the threads of one (CPUs stand in for GPUs)."""
+        scale = 1 if devices is None else devices
         env = dict(os.environ)
         for name in THREAD_VARIABLES:
-            env[name] = str(self.cpus_per_worker)
-        env[DEVICES_VARIABLE] = str(self.devices)
+            env[name] = str(self.cpus_per_worker * scale)
+        env[DEVICES_VARIABLE] = str(self.devices if devices is None else devices)
         env.update(self.env)
         infos: dict[str, dict[str, Any]] = {}
         for worker_id in worker_ids:

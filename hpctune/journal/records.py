@@ -178,6 +178,7 @@ class WorkerEntry(LogEntry):
     job: str | None = optional()  # written (maybe null) by every ``running`` event
     pid: int | None = optional()
     host: str | None = optional()
+    devices: int | None = optional()  # ``started``: the size the elastic plan gave it
 
     def to_data(self) -> dict[str, Any]:
         """The record's JSON object (a ``running`` event names its Slurm job, or null)."""

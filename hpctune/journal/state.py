@@ -178,6 +178,7 @@ class WorkerRecord:
     reason: str = ""
     submitted_time: float | None = None
     runs: list[WorkerRun] = field(default_factory=list)  # one per process (Slurm: per requeue)
+    devices: int | None = None  # its size, when the elastic plan gave it one (else the spec's)
 
     @property
     def open_run(self) -> float | None:
@@ -395,7 +396,7 @@ class StudyRecord:
     def _on_worker(self, trial: int, segment: int, time: float, e: rec.WorkerEntry) -> None:
         info = e.info if e.info is not None else {}
         if e.event == "started":
-            self.workers[e.worker] = WorkerRecord(e.worker, time, info=info)
+            self.workers[e.worker] = WorkerRecord(e.worker, time, info=info, devices=e.devices)
             return
         worker = self.workers[e.worker]
         if e.event == "submitted":

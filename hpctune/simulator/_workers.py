@@ -524,7 +524,9 @@ class SimExecutor(Executor):
     def __init__(self, workers: Workers) -> None:
         self.workers = workers
 
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, Any]]:
         return self.workers.submit(worker_ids)
 
     def state(self, worker_id: str, info: Mapping[str, Any]) -> WorkerState:

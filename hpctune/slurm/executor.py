@@ -55,6 +55,8 @@ class WorkerJob:
         """Run the worker loop in this job (also after a requeue: same worker id)."""
         from hpctune.worker.loop import Worker, setup_logging
 
+        if int(os.environ.get("SLURM_PROCID", "0")) != 0:
+            return 0  # a whole-node worker's other nodes: its training function reaches them
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
         setup_logging(StudyPaths.of(self.study_dir).worker_log(self.worker_id))
         try:
@@ -65,31 +67,49 @@ class WorkerJob:
             signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
-def worker_parameters(spec: StudySpec, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def worker_parameters(
+    spec: StudySpec, env: Mapping[str, str] | None = None, devices: int | None = None
+) -> dict[str, Any]:
     """The submitit ``SlurmExecutor`` parameters of a study's worker jobs.
 
     ``env`` (default: this process's) gives the variables the jobs export explicitly.
+    ``devices``: a worker of that many of ``[resources]``'s workers (the elastic plan's size:
+    ``devices`` times the GPUs and CPUs, ``ctx.devices == devices``). With ``[resources]
+    node_devices``, a worker of a whole node's devices or more asks for whole nodes
+    (``--exclusive``), one task per node: the worker runs on the first, and its training
+    function reaches the others (``SLURM_JOB_NODELIST``, ``srun --overlap``).
     """
     options, resources = spec.slurm.worker, spec.resources
-    threads = resources.cpus_per_worker
+    size = 1 if devices is None else devices
+    nodes = 1
+    node = resources.node_devices
+    if devices is not None and node is not None and size > node:
+        nodes = size // node  # whole nodes (the spec keeps max_devices a multiple)
+    per_node = size // nodes
+    threads = resources.cpus_per_worker * per_node
+    exported = devices if devices is not None else resources.gpus_per_worker or threads
     params: dict[str, Any] = {
         "job_name": f"hpctune-{spec.name}",
         "time": options.time_min or DEFAULT_WORKER_TIME_MIN,
-        "cpus_per_task": resources.cpus_per_worker,
+        "cpus_per_task": threads,
         "signal_delay_s": spec.slurm.signal_delay_s,
         "stderr_to_stdout": True,
         "array_parallelism": resources.slots,
         "srun_args": list(SRUN_ARGS),
         "setup": [
             f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
-            f"{DEVICES_VARIABLE}={resources.gpus_per_worker or threads}",
+            f"{DEVICES_VARIABLE}={exported}",
             *export_lines(env),
             *options.setup,
         ],
         "additional_parameters": {"requeue": True, **options.extra},
     }
     if resources.gpus_per_worker:
-        params["gpus_per_node"] = resources.gpus_per_worker
+        params["gpus_per_node"] = resources.gpus_per_worker * per_node
+    if node is not None and devices is not None and per_node >= node:
+        params["exclusive"] = True  # the whole node: no other job's trial beside it
+        params["nodes"] = nodes
+        params["ntasks_per_node"] = 1
     if options.mem_gb is not None:
         params["mem"] = f"{math.ceil(options.mem_gb * 1024)}M"
     for key in ("partition", "account", "qos", "constraint"):
@@ -120,9 +140,18 @@ class SlurmExecutor(Executor):
         """Submit the next workers with ``spec``'s settings (unset times: the partition's)."""
         from hpctune.slurm.cluster import resolve_times
 
-        self.spec = spec
-        self._executor = submitit.SlurmExecutor(folder=self.folder / "%j")
-        self._executor.update_parameters(**worker_parameters(resolve_times(spec)))
+        self.spec = resolve_times(spec)
+        self._executors: dict[int | None, submitit.SlurmExecutor] = {}
+        self._executor_for(None)  # its parameters checked now
+
+    def _executor_for(self, devices: int | None) -> submitit.SlurmExecutor:
+        """submitit's executor for workers of ``devices`` devices (one per size, kept)."""
+        executor = self._executors.get(devices)
+        if executor is None:
+            executor = submitit.SlurmExecutor(folder=self.folder / "%j")
+            executor.update_parameters(**worker_parameters(self.spec, devices=devices))
+            self._executors[devices] = executor
+        return executor
 
     def output_path(self, worker_id: str, info: Mapping[str, Any]) -> Path | None:
         """submitit's log of the worker's job: its stdout and stderr, and the traceback of a
@@ -132,16 +161,20 @@ class SlurmExecutor(Executor):
             return None
         return JobPaths(self.folder / "%j", job_id=str(job), task_id=0).stdout
 
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Submit one job per worker, as one job array when there are several."""
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Submit one job per worker (of ``devices`` devices each), as one job array when
+        there are several."""
         timeout = float(self.spec.slurm.controller_timeout_s)
         root = str(self.paths.root)
         try:
+            executor = self._executor_for(devices)
             if len(worker_ids) == 1:
-                jobs = [self._executor.submit(WorkerJob(root, worker_ids[0], timeout))]
+                jobs = [executor.submit(WorkerJob(root, worker_ids[0], timeout))]
             else:
-                with self._executor.batch():
-                    jobs = [self._executor.submit(WorkerJob(root, w, timeout)) for w in worker_ids]
+                with executor.batch():
+                    jobs = [executor.submit(WorkerJob(root, w, timeout)) for w in worker_ids]
         except Exception as exc:  # submitit raises several types, with sbatch's message
             raise SubmissionError(
                 f"sbatch failed for workers {', '.join(worker_ids)}: {exc}; check the [slurm] "

@@ -71,7 +71,22 @@ STUDY_KEYS = (
     "keep_checkpoints",
 )
 RESOURCE_COUNTS = ("slots", "cpus_per_worker", "gpus_per_worker")  # the integer keys
-RESOURCE_KEYS = (*RESOURCE_COUNTS, "deadline", "profile", "price", "billing_weight")
+RESOURCE_KEYS = (
+    *RESOURCE_COUNTS,
+    "deadline",
+    "profile",
+    "price",
+    "billing_weight",
+    "max_devices",
+    "node_devices",
+)
+# [resources] keys that only a study with a deadline reads, and what they do
+ELASTIC_ONLY = {
+    "price": "prices the elastic plan",
+    "billing_weight": "prices the elastic plan",
+    "max_devices": "sizes the trials of the elastic plan",
+    "node_devices": "sizes the workers of the elastic plan",
+}
 BILLING_FROM_PARTITION = "partition"  # [resources] billing_weight: read it from Slurm
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
 # Upper bounds of counts (a typo like 1e23 or 2**63-1 is refused, not run).
@@ -218,6 +233,13 @@ class ResourcesSpec:
         billing_weight: With a ``deadline``: billed units per device-hour, or ``"partition"``
             to read it from the workers' partition's ``TRESBillingWeights`` when the study is
             planned. ``None``: 1 (plain device-hours).
+        max_devices: With a ``deadline``: the most devices per trial the plan may give (a
+            trial is resized between rungs: its worker holds that many devices, and it goes on
+            from its checkpoint on a worker of the next rung's size). A device is a GPU, or a
+            CPU when ``gpus_per_worker = 0``.
+        node_devices: With a ``deadline``: the devices of one node. A trial of more devices
+            than a node has gets whole nodes, and a worker that needs a whole node asks for it
+            exclusively; ``None``: sizes are not bound to nodes.
     """
 
     slots: int = 2
@@ -227,6 +249,8 @@ class ResourcesSpec:
     profile: Path | None = None
     price: float | None = None
     billing_weight: float | str | None = None
+    max_devices: int = 1
+    node_devices: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the keys of an older journal's spec are the first three)."""
@@ -238,6 +262,8 @@ class ResourcesSpec:
             "profile": None if self.profile is None else str(self.profile),
             "price": self.price,
             "billing_weight": self.billing_weight,
+            "max_devices": self.max_devices,
+            "node_devices": self.node_devices,
         }
 
     @classmethod
@@ -253,6 +279,8 @@ class ResourcesSpec:
             profile=None if profile is None else Path(profile),
             price=None if price is None else float(price),
             billing_weight=weight if weight is None or isinstance(weight, str) else float(weight),
+            max_devices=int(data.get("max_devices", 1)),
+            node_devices=None if data.get("node_devices") is None else int(data["node_devices"]),
         )
 
 
@@ -667,6 +695,12 @@ def parse_spec(
         profile=_profile_path(res, source),
         price=_positive(res, "price", "a number > 0 (money per billed hour)"),
         billing_weight=_billing_weight(res),
+        max_devices=res.integer("max_devices", ResourcesSpec.max_devices, low=1, limit=MAX_GPUS),
+        node_devices=(
+            res.integer("node_devices", 1, low=1, limit=MAX_GPUS)
+            if "node_devices" in res.table
+            else None
+        ),
     )
     slurm = parse_slurm(_table(data, "slurm", source, False), source)
     curves = parse_curves(_table(data, "curves", source, False), source)
@@ -675,12 +709,12 @@ def parse_spec(
     )
     if resources.deadline is not None:
         _check_deadline(source, resources, policy.name, stages.enabled)
-    for key in ("price", "billing_weight"):
-        if resources.deadline is None and getattr(resources, key) is not None:
+    for key, what in ELASTIC_ONLY.items():
+        if resources.deadline is None and key in res.table:
             raise StudySpecError(
                 source,
                 f"resources.{key}",
-                f"`resources.{key}` prices the elastic plan of a study with a deadline; set "
+                f"`resources.{key}` {what} of a study with a deadline; set "
                 f"resources.deadline, or remove resources.{key}",
             )
     if stages.enabled and policy.name == "median" and policy.options.get("hard_stop") is False:
@@ -850,10 +884,19 @@ def _check_deadline(source: Path, resources: ResourcesSpec, policy: str, stages:
         raise StudySpecError(
             source,
             f"resources.{key}",
-            f"with `resources.deadline` every worker holds one device (one GPU, or one CPU when "
-            f"gpus_per_worker = 0), but `resources.{key}` is {devices}: the controller follows "
-            "the plan's workers per rung and does not resize trials yet; set "
-            f"resources.{key} = 1, or remove resources.deadline",
+            f"with `resources.deadline` a worker's size is counted in devices of one GPU (or "
+            f"one CPU when gpus_per_worker = 0), but `resources.{key}` is {devices}; set "
+            f"resources.{key} = 1 and give trials more devices with resources.max_devices = "
+            f"{devices}, or remove resources.deadline",
+        )
+    node = resources.node_devices
+    if node is not None and resources.max_devices > node and resources.max_devices % node:
+        raise StudySpecError(
+            source,
+            "resources.max_devices",
+            f"a trial of more devices than a node has (`resources.node_devices` = {node}) "
+            f"takes whole nodes, but `resources.max_devices` is {resources.max_devices}; set "
+            f"it to at most {node} or to a multiple of it",
         )
 
 

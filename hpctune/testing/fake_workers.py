@@ -51,7 +51,9 @@ class FakeExecutor(Executor):
     def __init__(self, paths: StudyPaths | None = None) -> None:
         self.paths = paths
 
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Start nothing: the workers' files are written by someone else."""
         return {w: {"fake": True} for w in worker_ids}
 

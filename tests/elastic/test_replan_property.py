@@ -33,7 +33,7 @@ def replans(draw):  # type: ignore[no-untyped-def]
     spec, profile = draw_experiment(draw, min_rungs=2, between=True)
     options = PlanOptions(
         samples=4,
-        max_devices=draw(st.sampled_from([1, None])),  # the controller's: one device per trial
+        max_devices=draw(st.sampled_from([1, None])),  # one device per trial, or sizes
         max_pool=draw(st.sampled_from([None, 2, 4, 8])),
     )
     first = plan_elastic(

@@ -16,7 +16,9 @@ from hpctune.wire.states import StudyState
 class DiesSubmitting(FakeExecutor):
     """Dies in the middle of a submission: the journal holds workers created, none started."""
 
-    def start(self, worker_ids: list[str]) -> dict[str, dict[str, object]]:
+    def start(
+        self, worker_ids: list[str], devices: int | None = None
+    ) -> dict[str, dict[str, object]]:
         os._exit(137)
 
 
