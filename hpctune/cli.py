@@ -182,14 +182,14 @@ def _print_elastic_plan(spec: Any) -> dict[str, Any]:
         load_study_profile,
         plan_record,
         plan_study,
+        shapes_text,
     )
 
     profile = load_study_profile(spec)
     result = plan_study(spec, profile=profile)
-    workers = ", ".join(str(s.workers) for s in result.plan.allocation.shapes)
     meets = "meets the deadline" if result.feasible else "NO plan is predicted to meet it"
     click.echo(
-        f"elastic plan ({result.plan.kind}): workers per stage {workers}; predicted "
+        f"elastic plan ({result.plan.kind}): {shapes_text(result)}; predicted "
         f"{format_duration(result.plan.prediction.time.mean)} for a deadline of "
         f"{format_duration(result.deadline)} ({meets}), "
         f"{result.cost.format(result.plan.prediction.cost.mean)}"

@@ -38,6 +38,7 @@ from hpctune.elastic.follow import (
     plan_record,
     plan_study,
     replan,
+    shapes_text,
     stage_devices,
     stage_steps_left,
     stage_workers,
@@ -112,11 +113,10 @@ class ElasticFollower:
             return
         data = plan_record(result, profile, PLAN_REASON_LAUNCH)
         self.c.log(rec.ElasticPlanEntry.from_data(data))
-        shapes = [s.workers for s in result.plan.allocation.shapes]
         logger.info(
-            "elastic plan (%s): workers per stage %s, predicted %.0f s, deadline %.0f s",
+            "elastic plan (%s): %s, predicted %.0f s, deadline %.0f s",
             result.plan.kind,
-            shapes,
+            shapes_text(result),
             result.plan.prediction.time.mean,
             result.deadline,
         )
@@ -174,9 +174,9 @@ class ElasticFollower:
         data = plan_record(result, profile, reason, record["stage_ends"])
         self.c.log(rec.ElasticPlanEntry.from_data(data))
         logger.info(
-            "elastic re-plan: %s; workers per stage now %s",
+            "elastic re-plan: %s; %s now",
             reason,
-            [s.workers for s in result.plan.allocation.shapes],
+            shapes_text(result),
         )
 
     def change_deadline(self, command: Mapping[str, Any]) -> None:
@@ -238,9 +238,9 @@ class ElasticFollower:
             )
         )
         logger.info(
-            "elastic re-plan: %s; workers per stage now %s",
+            "elastic re-plan: %s; %s now",
             reason,
-            [s.workers for s in result.plan.allocation.shapes],
+            shapes_text(result),
         )
         if not result.feasible:
             self._warn_infeasible(result)

@@ -408,6 +408,16 @@ def stage_workers(result: PlanResult, stage: int) -> int:
     return shapes[min(stage, len(shapes) - 1)].workers
 
 
+def shapes_text(result: PlanResult) -> str:
+    """The plan's workers per stage, and their devices when any worker holds more than one:
+    ``"workers per stage 2, 1, 1, 1 (devices each 1, 1, 1, 2)"``."""
+    shapes = result.plan.allocation.shapes
+    text = "workers per stage " + ", ".join(str(s.workers) for s in shapes)
+    if any(s.devices > 1 for s in shapes):
+        text += " (devices each " + ", ".join(str(s.devices) for s in shapes) + ")"
+    return text
+
+
 def stage_devices(result: PlanResult, stage: int) -> int:
     """The devices of each worker (and trial) of ``stage`` (the last stage's after the end)."""
     shapes = result.plan.allocation.shapes
@@ -678,6 +688,7 @@ __all__ = [
     "predicted_stage_ends",
     "profile_path",
     "replan",
+    "shapes_text",
     "stage_devices",
     "stage_done",
     "stage_steps_left",

@@ -56,22 +56,23 @@ PROFILE = {
 PLANNED = [[1, 2], [1, 1], [1, 1], [2, 1]]  # [devices, workers] per stage
 
 
-def _study(folder: Path, **resources: Any) -> Path:
+def _study(folder: Path, resources: dict[str, Any] | None = None, **changes: Any) -> Path:
     spec = write_study(
         folder,
         train=TRAIN,
         space={"x": XS},
         policy={"name": "sha", "reduction_factor": 2, "bracket_size": 8},
-        resources={"slots": 4, "deadline": "8s", "profile": "profile.json", **resources},
+        resources={"slots": 4, "deadline": "8s", "profile": "profile.json", **(resources or {})},
         max_steps=8,
         num_trials=8,
+        **changes,
     )
     (folder / "profile.json").write_text(json.dumps(PROFILE))
     return spec
 
 
 def test_the_plan_sizes_trials_up_to_max_devices(tmp_path: Path) -> None:
-    sized = plan_study(load_spec(_study(tmp_path, max_devices=2)))
+    sized = plan_study(load_spec(_study(tmp_path, {"max_devices": 2})))
     assert [[s.devices, s.workers] for s in sized.plan.allocation.shapes] == PLANNED
     one = plan_study(load_spec(_study(tmp_path / "one")))  # max_devices = 1, the default
     assert {s.devices for s in one.plan.allocation.shapes} == {1}
@@ -82,9 +83,10 @@ def test_a_resized_trial_goes_on_from_its_checkpoint_on_a_worker_of_its_new_size
     tmp_path: Path, cleanup_studies: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # the first plan, followed to the end
-    path = _study(tmp_path, max_devices=2)
+    path = _study(tmp_path, {"max_devices": 2})
     cleanup_studies.append(tmp_path / "study")
-    run_hpctune("launch", str(path), "--local", check=True)
+    done = run_hpctune("launch", str(path), "--local", check=True)
+    assert "workers per stage 2, 1, 1, 1 (devices each 1, 1, 1, 2)" in done.stdout
 
     study = open_study(tmp_path / "study")
     record = study.record
@@ -102,8 +104,13 @@ def test_a_resized_trial_goes_on_from_its_checkpoint_on_a_worker_of_its_new_size
     # the workers of one device left once the stage ran on two (told to, or out of work)
     assert all(w.state is WorkerLife.EXITED for w in record.workers.values() if w.devices == 1)
 
-    # every trial's curve: each step once, the values training on from the checkpoint gives
-    for trial_id, trial in record.trials.items():
+    check_curves(study, winner)
+
+
+def check_curves(study: Any, winner: int) -> None:
+    """Every trial's curve has each step once, each value the one training on from its
+    checkpoint gives (exactly); ``winner`` trained steps 1-4 on one device, 5-8 on two."""
+    for trial_id, trial in study.record.trials.items():
         x = trial.params["x"]
         steps, values = study.curve(trial_id)
         assert steps.tolist() == list(range(1, trial.step + 1))

@@ -5,18 +5,22 @@ its workers as Slurm jobs; a study with a deadline following its plan with worke
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from hpctune.cli import main
+from hpctune.controller.launch import create_study, run_local
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import ExperimentSpec
 from hpctune.elastic.follow import study_cost_model
 from hpctune.journal import open_study
+from hpctune.slurm.executor import SlurmExecutor
 from hpctune.study.spec import load_spec
 from hpctune.wire.states import StudyState
 from tests.conftest import DIGITS, run_hpctune, wait_for, write_study
@@ -243,3 +247,54 @@ def test_resume_deadline_replans_a_slurm_study_and_its_controller_job_follows_it
             ["scancel", "--name", f"hpctune-{study_name}"], capture_output=True, timeout=30
         )
         shutil.rmtree(paths.root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_resized_trial_goes_on_in_a_whole_node_worker_job(
+    tmp_path: Path,
+    slurm_cluster: SlurmCluster,
+    study_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`[resources] max_devices = 2` with `node_devices = 2` on Slurm: the last rung's trial
+    goes on from its checkpoint in a worker job of two fake GPUs that holds its node
+    exclusively (all 8 CPUs, sacct), and sees `ctx.devices == 2`; the rungs before run in jobs
+    of one GPU and one CPU. The controller runs here, so the node can be given whole."""
+    from tests.elastic.test_resize import PLANNED, _study, check_curves
+
+    monkeypatch.setenv("HPCTUNE_REPLAN_DRIFT", "inf")  # Slurm is slower than the profile
+    resources = {"gpus_per_worker": 1, "max_devices": 2, "node_devices": 2}
+    slurm = {"partition": "debug", "time": 10, "mem": "1G"}
+    spec = load_spec(_study(tmp_path, resources, name=study_name, slurm=slurm))
+    paths = create_study(spec)
+    try:
+        state = run_local(
+            paths,
+            out=io.StringIO(),
+            poll_interval=0.5,
+            executor=partial(SlurmExecutor, paths.root),
+        )
+        assert state is StudyState.FINISHED
+        study = open_study(paths.root)
+        record = study.record
+        assert record.elastic_plan is not None
+        assert record.elastic_plan["plan"]["plan"]["allocation"]["shapes"] == PLANNED
+        [last] = [s for s in record.segments.values() if s.until_step == 8]
+        check_curves(study, last.trial_id)
+        cpus = {}
+        for worker in record.workers.values():
+            assert worker.info.get("executor") == "slurm"
+            job = str(worker.info["job_id"])
+            out = slurm_cluster.run("sacct", "-j", job, "-X", "-n", "-P", "-o", "AllocCPUS")
+            cpus[worker.worker_id] = int(out.split()[0])
+        big = record.workers[last.worker_id]
+        assert big.devices == 2
+        assert cpus[big.worker_id] == 8  # the whole node: --exclusive
+        assert {cpus[w] for w in cpus if w != big.worker_id} == {1}
+    finally:
+        subprocess.run(
+            ["scancel", "--name", f"hpctune-{study_name}"], capture_output=True, timeout=30
+        )
+        shutil.rmtree(
+            paths.root if "paths" in locals() else tmp_path / "study", ignore_errors=True
+        )
