@@ -128,6 +128,7 @@ bracket_size = 8
 slots = 4
 gpus_per_worker = 1
 cpus_per_worker = 1
+max_devices = {max_devices}
 
 [slurm]
 partition = "debug"
@@ -181,15 +182,17 @@ def machine_speed(seconds: float = 1.0) -> float:
 
 
 def fastest_static(spec: Any, profile: Any) -> float:
-    """The predicted time of the fastest static pool of at most ``slots`` one-GPU workers."""
+    """The predicted time of the fastest static pool of at most ``slots`` GPUs, trials of up
+    to ``[resources] max_devices`` GPUs (no more than the profile measured)."""
     from hpctune.elastic import CostModel, experiment_from_study, simulate
-    from hpctune.elastic.allocation import static_allocation, static_pools
+    from hpctune.elastic.allocation import device_sizes, static_allocation, static_pools
 
     experiment = experiment_from_study(spec)
-    pools = static_pools(experiment, (1,), spec.resources.slots)
+    sizes = device_sizes(min(spec.resources.max_devices, profile.max_devices))
+    pools = static_pools(experiment, sizes, spec.resources.slots)
     return min(
         simulate(
-            experiment, static_allocation(experiment, p, (1,)), profile, CostModel()
+            experiment, static_allocation(experiment, p, sizes), profile, CostModel()
         ).time.mean
         for p in pools
     )
@@ -208,6 +211,7 @@ def unshared_saving(spec: Any, profile: Any, deadline: float) -> dict[str, Any]:
     result = plan_study(spec, profile=alone)
     return {
         "plan_workers": [s.workers for s in result.plan.allocation.shapes],
+        "plan_devices": [s.devices for s in result.plan.allocation.shapes],
         "static_pool": result.static.allocation.static_pool,
         "predicted_time_s": result.plan.prediction.time.mean,
         "predicted_gpu_hours": result.plan.prediction.cost.mean,
@@ -279,7 +283,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     folder.mkdir(parents=True)
     (folder / "train.py").write_text(textwrap.dedent(TRAIN.format(passes=args.passes)))
     toml = folder / "study.toml"
-    toml.write_text(STUDY.format(rep=rep))
+    toml.write_text(STUDY.format(rep=rep, max_devices=args.max_devices))
     env = environment(args.replan)
     load = os.getloadavg()[0]
     speed_profile = machine_speed()
@@ -334,6 +338,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "deadline_s": deadline,
         "plan_kind": plan["plan"]["kind"],
         "plan_workers": [w for _, w in plan["plan"]["allocation"]["shapes"]],
+        "plan_devices": [d for d, _ in plan["plan"]["allocation"]["shapes"]],
         "static_pool": plan["static"]["allocation"]["static_pool"],
         "static_workers": [w for _, w in plan["static"]["allocation"]["shapes"]],
         "predicted_time_s": predicted_time,
@@ -360,6 +365,15 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _shapes(run: dict[str, Any]) -> str:
+    """The plan's workers per stage, with their GPUs (``2x1``: two workers of one) when any
+    worker holds more than one."""
+    devices = run.get("plan_devices") or [1] * len(run["plan_workers"])
+    if max(devices) == 1:
+        return str(run["plan_workers"])
+    return ", ".join(f"{w}x{d}" for w, d in zip(run["plan_workers"], devices, strict=True))
+
+
 def report(runs: list[dict[str, Any]]) -> str:
     """The runs as text."""
     lines = [
@@ -368,7 +382,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     ]
     for r in runs:
         lines.append(
-            f"{r['rep']:>3}  {r['deadline_s']:>6.1f}s  {r['plan_workers']!s:<12}  "
+            f"{r['rep']:>3}  {r['deadline_s']:>6.1f}s  {_shapes(r)!s:<12}  "
             f"{r['static_pool']:>6}  {r['predicted_time_s']:5.1f}s {r['predicted_gpu_hours']:.5f}"
             f"  {r['measured_time_s']:5.1f}s {r['measured_gpu_hours']:.5f}  "
             f"{100 * r['time_error']:+5.0f}% {100 * r['cost_error']:+5.0f}%  "
@@ -415,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="steps per short study")
     parser.add_argument("--passes", type=int, default=3, help="epochs per step")
     parser.add_argument("--tightness", type=float, default=1.1)
+    parser.add_argument(
+        "--max-devices", type=int, default=1, help="[resources] max_devices: GPUs per trial"
+    )
     parser.add_argument("--deadline", type=float, default=None, help="seconds (else tightness)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(

@@ -1,7 +1,8 @@
 """Where the allocated time went, from the journal alone: workers, queue, training.
 
 * A worker's **allocated** time is the sum of its processes' run times (Slurm: from the job's
-  start to its end or requeue), idle time included; GPU-hours multiply it by the GPUs per worker.
+  start to its end or requeue), idle time included; GPU-hours multiply it by the GPUs per worker
+  (and by the worker's size where the elastic plan gave it one: its **device** time).
 * Its **queue** time runs from submission (or a requeue) to the start of the next process.
 * **Training** time is the sum of its segments (from the worker's start record to its end
   record): what the user's function ran, checkpoint loads and saves included.
@@ -30,8 +31,12 @@ class Usage:
         allocated_s: Seconds the workers held their allocation.
         training_s: Seconds of segments.
         queue_s: Seconds the workers waited in the queue.
-        gpus_per_worker: GPUs each worker held.
-        cpus_per_worker: CPUs each worker held.
+        gpus_per_worker: GPUs each worker held (per device, for a worker the elastic plan
+            sized).
+        cpus_per_worker: CPUs each worker held (likewise).
+        device_s: Seconds held times each worker's devices (its size, else 1): the elastic
+            plan's cost basis; ``allocated_s`` when no worker was sized.
+        training_device_s: Seconds of segments times their workers' devices.
     """
 
     workers: int
@@ -40,16 +45,18 @@ class Usage:
     queue_s: float
     gpus_per_worker: int
     cpus_per_worker: int
+    device_s: float = 0.0
+    training_device_s: float = 0.0
 
     @property
     def gpu_hours(self) -> float:
         """Allocated GPU-hours."""
-        return self.allocated_s * self.gpus_per_worker / 3600.0
+        return self.device_s * self.gpus_per_worker / 3600.0
 
     @property
     def cpu_hours(self) -> float:
         """Allocated CPU-hours."""
-        return self.allocated_s * self.cpus_per_worker / 3600.0
+        return self.device_s * self.cpus_per_worker / 3600.0
 
     @property
     def not_training_share(self) -> float:
@@ -75,7 +82,7 @@ def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
     """The usage of a whole study as of its journal (open runs count until ``now``)."""
     now = time.time() if now is None else now
     end = record.ended_time or now
-    allocated = queue = 0.0
+    allocated = queue = device = 0.0
     submitted = 0
     for worker in record.workers.values():
         if worker.submitted_time is None:
@@ -87,10 +94,17 @@ def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
                 queue += max(0.0, run.since - waiting_since)
             stop = run.until if run.until is not None else (worker.ended_time or end)
             allocated += max(0.0, stop - run.since)
+            device += max(0.0, stop - run.since) * (worker.devices or 1)
             waiting_since = run.until
         if not worker.runs and worker.ended_time is None:
             queue += max(0.0, end - worker.submitted_time)
-    training = sum(trial_training_s(record, t, now) for t in record.trials.values())
+    training = training_device = 0.0
+    for seg in record.segments.values():
+        if seg.started_time is not None:
+            seconds = max(0.0, (seg.ended_time or now) - seg.started_time)
+            held_by = record.workers.get(seg.worker_id)
+            training += seconds
+            training_device += seconds * ((held_by.devices if held_by else None) or 1)
     resources = record.spec.get("resources", {})
     return Usage(
         workers=submitted,
@@ -99,6 +113,8 @@ def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
         queue_s=queue,
         gpus_per_worker=int(resources.get("gpus_per_worker", 0)),
         cpus_per_worker=int(resources.get("cpus_per_worker", 1)),
+        device_s=device,
+        training_device_s=training_device,
     )
 
 

@@ -166,7 +166,7 @@ class ElasticFollower:
         cost = PlanResult.from_dict(record["plan"]).cost
         try:
             result, profile = replan(
-                record, ended, now - started, cost.of(usage.allocated_s), self.c.state
+                record, ended, now - started, cost.of(usage.device_s), self.c.state
             )
         except PlanningError as exc:
             self.c.warn("elastic-replan", f"{reason}; the re-plan failed ({exc}): plan kept")
@@ -219,7 +219,7 @@ class ElasticFollower:
                 return
             now = self.c.clock.now()
             elapsed = max(now - (self.c.state.started_time or self.c.state.created_time), 0.0)
-            spent = old.cost.of(study_usage(self.c.state, now).allocated_s)
+            spent = old.cost.of(study_usage(self.c.state, now).device_s)
             left = stage_steps_left(old.spec, stage, trials)
             result, profile = replan(
                 record, stage, elapsed, spent, self.c.state, deadline=deadline, steps_left=left

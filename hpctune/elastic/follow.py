@@ -619,8 +619,8 @@ def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | Non
         plans=len(record.elastic_plans),
         started=started,
         now=record.ended_time or now,
-        held_seconds=usage.allocated_s,
-        used_seconds=usage.training_s,
+        held_seconds=usage.device_s,
+        used_seconds=usage.training_device_s,
         launched=record.elastic_plans[0] if len(record.elastic_plans) > 1 else None,
     )
 

@@ -84,8 +84,6 @@ RESOURCE_KEYS = (
 ELASTIC_ONLY = {
     "price": "prices the elastic plan",
     "billing_weight": "prices the elastic plan",
-    "max_devices": "sizes the trials of the elastic plan",
-    "node_devices": "sizes the workers of the elastic plan",
 }
 BILLING_FROM_PARTITION = "partition"  # [resources] billing_weight: read it from Slurm
 DEFAULT_DIRECTORY = "runs/{name}-{timestamp}"
@@ -233,7 +231,8 @@ class ResourcesSpec:
         billing_weight: With a ``deadline``: billed units per device-hour, or ``"partition"``
             to read it from the workers' partition's ``TRESBillingWeights`` when the study is
             planned. ``None``: 1 (plain device-hours).
-        max_devices: With a ``deadline``: the most devices per trial the plan may give (a
+        max_devices: With a ``deadline`` (here, or given at launch or resume; without one
+            it is kept for then): the most devices per trial the plan may give (a
             trial is resized between rungs: its worker holds that many devices, and it goes on
             from its checkpoint on a worker of the next rung's size). A device is a GPU, or a
             CPU when ``gpus_per_worker = 0``.

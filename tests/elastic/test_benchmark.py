@@ -56,10 +56,11 @@ def test_the_real_benchmarks_study_plans_and_its_report_reads(tmp_path: Path) ->
 
     ast.parse(elastic_real.TRAIN.format(passes=2))
     (tmp_path / "train.py").write_text(elastic_real.TRAIN.format(passes=2))
-    (tmp_path / "study.toml").write_text(elastic_real.STUDY.format(rep=0))
+    (tmp_path / "study.toml").write_text(elastic_real.STUDY.format(rep=0, max_devices=2))
     spec = load_spec(tmp_path / "study.toml")
     assert spec.resources.gpus_per_worker == 1
     assert spec.resources.slots == 4
+    assert spec.resources.max_devices == 2
     profile = Profile(
         step_seconds={1: (0.5,)},
         startup=(2.0,),
@@ -76,6 +77,7 @@ def test_the_real_benchmarks_study_plans_and_its_report_reads(tmp_path: Path) ->
         "rep": 0,
         "deadline_s": 20.0,
         "plan_workers": [2, 2, 1, 1],
+        "plan_devices": [1, 1, 1, 2],
         "static_pool": 2,
         "predicted_time_s": 18.0,
         "predicted_gpu_hours": 0.01,
@@ -100,4 +102,5 @@ def test_the_real_benchmarks_study_plans_and_its_report_reads(tmp_path: Path) ->
     }
     text = elastic_real.report([run])
     assert "+10%" in text
+    assert "2x1, 2x1, 1x1, 1x2" in text  # the workers per stage, with their GPUs
     assert "within 15 % in time and cost: 1 of 1" in text

@@ -118,8 +118,6 @@ def _study(folder: Path, *, deadline: Any = "8s", **changes: Any) -> Path:
             "resources.max_devices",
             "a multiple of it",
         ),
-        ({"deadline": None, "resources": {"max_devices": 2}}, "resources.max_devices", "sizes"),
-        ({"deadline": None, "resources": {"node_devices": 4}}, "resources.node_devices", "set "),
         ({"resources": {"slots": 0}}, "resources.slots", ">= 1"),
         ({"resources": {"profile": ""}}, "resources.profile", "non-empty"),
         ({"resources": {"budget": 1}}, "resources.budget", "valid keys"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from hpctune.analysis.usage import study_usage
 from hpctune.elastic.follow import plan_study
 from hpctune.journal import open_study
 from hpctune.study.spec import load_spec
@@ -104,6 +105,16 @@ def test_a_resized_trial_goes_on_from_its_checkpoint_on_a_worker_of_its_new_size
     # the workers of one device left once the stage ran on two (told to, or out of work)
     assert all(w.state is WorkerLife.EXITED for w in record.workers.values() if w.devices == 1)
 
+    # the plan's cost counts each worker's devices: the two-device worker's time twice
+    usage = study_usage(record)
+    held = sum(
+        ((run.until or record.ended_time or 0.0) - run.since) * (worker.devices or 1)
+        for worker in record.workers.values()
+        for run in worker.runs
+    )
+    assert usage.device_s == pytest.approx(held)
+    assert usage.device_s > usage.allocated_s
+    assert usage.cpu_hours == pytest.approx(held / 3600)
     check_curves(study, winner)
 
 
