@@ -186,7 +186,7 @@ def size_spec(
         directory=profile_root(spec) / folder,
         max_steps=max_steps,
         boundary=min(spec.boundary, max_steps),
-        num_trials=together or 3,
+        num_trials=together or generator_trials(spec, 3),
         fail_fast=True,
         max_retries=0,
         policy=ComponentSpec("default", {}),
@@ -198,8 +198,9 @@ def size_spec(
 
 def sync_spec(spec: StudySpec, devices: int, *, slurm: bool = False) -> StudySpec | None:
     """The short study that measures ``spec``'s rung decisions (SYNC): :data:`SYNC_TRIALS`
-    trials of :data:`SYNC_POLICY` (rungs at 1 and 2 steps) on one worker of ``devices``
-    devices; ``None`` when ``spec``'s ``max_steps`` is 1 (no rung to decide)."""
+    trials (fewer for a smaller grid; a bracket of one trial decides its rung too) of
+    :data:`SYNC_POLICY` (rungs at 1 and 2 steps) on one worker of ``devices`` devices;
+    ``None`` when ``spec``'s ``max_steps`` is 1 (no rung to decide)."""
     if spec.max_steps < 2:
         return None
     return dataclasses.replace(
@@ -207,9 +208,20 @@ def sync_spec(spec: StudySpec, devices: int, *, slurm: bool = False) -> StudySpe
         name=f"{spec.name}-profile-sync",
         directory=profile_root(spec) / "sync",
         boundary=1,
-        num_trials=SYNC_TRIALS,
+        num_trials=generator_trials(spec, SYNC_TRIALS),
         policy=SYNC_POLICY,
     )
+
+
+def generator_trials(spec: StudySpec, wanted: int) -> int:
+    """``wanted``, or fewer when ``spec``'s generator has fewer configurations (a grid): a
+    short study must not ask it for more."""
+    from hpctune.policies.generators import make_generator
+    from hpctune.study.seeding import component_seed
+
+    seed = component_seed(spec.seed, "generator")
+    size = make_generator(spec.generator.name, spec.generator.options, spec.space, seed).size()
+    return wanted if size is None else max(1, min(wanted, size))
 
 
 def device_kind(spec: StudySpec, *, slurm: bool) -> str:
@@ -278,7 +290,10 @@ def measure_profile(
     startup = _pooled(run.startup for run in runs[: len(sizes)])
     short_sync = None if decision is not None else sync_spec(spec, alone.devices, slurm=slurm)
     if short_sync is not None:
-        say("measuring SYNC: rung decisions of the sha policy, 2 brackets of 2 trials ...")
+        say(
+            f"measuring SYNC: rung decisions of the sha policy, {short_sync.num_trials} trials "
+            "in brackets of two ..."
+        )
         sync = run_sync(short_sync, slurm=slurm)
         decisions = sync.decision
         queue[alone.devices] = queue[alone.devices] + sync.queue_wait
@@ -538,6 +553,7 @@ __all__ = [
     "SizeRun",
     "SyncRun",
     "device_kind",
+    "generator_trials",
     "measure_profile",
     "parse_sizes",
     "profile_root",

@@ -18,7 +18,7 @@ from hpctune.cli import main
 from hpctune.controller.launch import local_executor
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import PlanningError, Stage, experiment_from_study
-from hpctune.elastic.measure import SizeRun, parse_sizes, sync_spec, together_fields
+from hpctune.elastic.measure import SizeRun, parse_sizes, size_spec, sync_spec, together_fields
 from hpctune.elastic.profiling import study_decisions
 from hpctune.journal import open_study
 from hpctune.study.spec import StudySpec, load_spec
@@ -249,6 +249,18 @@ def test_the_sync_study_has_two_rung_decisions_at_the_smallest_size(tmp_path: Pa
     )
     one = load_spec(write_study(tmp_path, train=TRAIN, space={"x": [1]}, max_steps=1))
     assert sync_spec(one, 1) is None  # no rung to decide
+    # a grid of three: three trials (a fourth would ask the generator for too many)
+    grid = write_study(
+        tmp_path, train=TRAIN, space={"x": [1, 2, 3]}, generator={"name": "grid"}, num_trials=3
+    )
+    short = sync_spec(load_spec(grid), 1)
+    assert short is not None
+    assert short.num_trials == 3
+    assert experiment_from_study(short).stages[2:] == (Stage(1, 0, 1, 1), Stage(1, 1, 2, 1))
+    pair = write_study(
+        tmp_path, train=TRAIN, space={"x": [1, 2]}, generator={"name": "grid"}, num_trials=2
+    )
+    assert size_spec(load_spec(pair), 1, 2).num_trials == 2  # not three
 
 
 def test_bad_input_names_the_field_and_the_fix(
