@@ -1730,7 +1730,14 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     "--startup, and whose rung decisions (sha, hyperband, asha: a finished rung's last segment "
     "end to the next rung's first segment start) replace --decision.",
 )
-@click.option("--decision", type=float, default=0.0, show_default=True, help="SYNC (s).")
+@click.option(
+    "--decision",
+    type=float,
+    default=None,
+    help="SYNC (s): a rung's decision [default: 0]. With STUDY_TOML: measured by one more "
+    "short study under the sha policy (two rung decisions, six steps); giving --decision "
+    "skips it and keeps this value.",
+)
 @click.option(
     "--together",
     default=None,
@@ -1763,7 +1770,7 @@ def profile_command(
     queue_wait: float | None,
     startup: float | None,
     latencies_from: Path | None,
-    decision: float,
+    decision: float | None,
     together: str | None,
     segment_start: float | None,
     device: str | None,
@@ -1779,7 +1786,8 @@ def profile_command(
       steady seconds per step, the segment start, the gap between segments, the first
       segment's warm-up, checkpoint save and load, and the queue wait (SCALE) and start-up
       (INIT) of a worker; then one of N workers at once (start-up, warm-up and steps
-      together).
+      together); then one under the sha policy (4 trials, rungs at 1 and 2 steps, one
+      worker of the smallest size) for the rung decision (SYNC), unless --decision is given.
     hpctune profile --steps 1=TRACE [--steps 2=STUDY_DIR ...] [--speedup 4=3.5] --out PATH
       takes seconds per step from traces or finished studies.
 
@@ -1839,7 +1847,7 @@ def profile_command(
         sources.append(f"{size}={where}")
     queue_samples: tuple[float, ...] = (queue_wait or 0.0,)
     startup_samples: tuple[float, ...] = (startup or 0.0,)
-    decision_samples: tuple[float, ...] = (decision,)
+    decision_samples: tuple[float, ...] = (0.0 if decision is None else decision,)
     if latencies_from is not None:
         from hpctune.journal.reader import open_study
 
@@ -1873,7 +1881,7 @@ def _profile_study(
     step_texts: tuple[str, ...],
     local: bool,
     speedups: dict[int, float],
-    decision: float,
+    decision: float | None,
     together_text: str | None,
     out: Path | None,
     as_json: bool,
@@ -1885,6 +1893,7 @@ def _profile_study(
         DEFAULT_STEPS,
         measure_profile,
         parse_sizes,
+        sync_spec,
     )
     from hpctune.elastic.profiling import with_speedups
     from hpctune.study.spec import load_spec
@@ -1922,6 +1931,7 @@ def _profile_study(
                 f"--together {together_text!r}: counts of workers at once are >= 2 (or 0 for "
                 "none), e.g. --together 2,4"
             )
+    short_sync = None if decision is not None else sync_spec(spec, min(sizes), slurm=slurm)
     if slurm:
         from hpctune.elastic.measure import size_spec
         from hpctune.slurm.cluster import check_jobs
@@ -1930,17 +1940,20 @@ def _profile_study(
             check_jobs(size_spec(spec, size, steps, slurm=True))
         for n in together:
             check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=n))
+        if short_sync is not None:
+            check_jobs(short_sync)
     say = (lambda line: None) if as_json else click.echo
     if not as_json:
         where = "as Slurm jobs" if slurm else "here"
         counts = " and ".join(map(str, together))
         also = f", then {counts} workers at once" if together else ""
+        also += ", then rung decisions (SYNC)" if short_sync is not None else ""
         click.echo(
             f"profiling {spec.name}: {steps} step(s) at {', '.join(map(str, sizes))} "
             f"device(s) per trial, one short study each{also}, {where}"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    profile, runs = measure_profile(
+    profile, runs, sync = measure_profile(
         spec, sizes, steps, slurm=slurm, decision=decision, together=together, say=say
     )
     if speedups:
@@ -1972,6 +1985,18 @@ def _profile_study(
             f"  {n} workers at once: INIT {_mean_text(profile.startup_at(n))}, warm-up "
             f"{_mean_text(profile.warmup_at(n))}, steps {profile.crowding_at(n):.3g}x as long "
             f"({run.directory})"
+        )
+    if sync is not None:
+        click.echo(
+            f"  SYNC {_mean_text(sync.decision)} over {len(sync.decision)} rung decision(s) "
+            f"of the sha policy ({sync.directory})"
+        )
+    elif decision is not None:
+        click.echo(f"  SYNC {decision:.3g} s: given with --decision, not measured")
+    else:
+        click.echo(
+            f"  SYNC not measured: max_steps {spec.max_steps} leaves no rung to decide; 0 s "
+            "(give it with --decision SECONDS)"
         )
     if not slurm and cpus is not None and max(sizes) > cpus:
         click.echo(

@@ -32,8 +32,14 @@ the smallest size at once, one trial each: INIT and warm-up with ``N`` workers s
 together (they share the nodes' CPUs and file system), and the *crowding*: its steps' seconds
 over those of one worker alone.
 
-SYNC (the rung decision) is not measured: the ``default`` policy decides nothing; give it
-with ``--decision``.
+SYNC (the rung decision): the ``default`` policy decides nothing, so one more short study,
+``<study dir>/profile/sync/``, runs the ``sha`` policy on one worker of the smallest size:
+:data:`SYNC_TRIALS` trials in brackets of two, η = 2, rungs at 1 and 2 steps (six steps in
+all; a study of ``max_steps`` 1 has no rung to decide and skips it). Its SYNC samples, one per
+bracket, are :func:`hpctune.elastic.profiling.study_decisions` of its journal, as a running
+study measures them: a rung's last segment end to the next rung's first segment start (the
+controller deciding, the promoted trial assigned and started). Its worker's SCALE and INIT
+are samples too. ``hpctune profile --decision S`` skips it and takes ``S``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,10 @@ DEFAULT_SIZES = (1, 2, 4)
 DEFAULT_STEPS = 5
 MAX_SIZE = 1024
 LOAD_REPEATS = 3
+SYNC_TRIALS = 4  # two brackets of two trials: two rung decisions
+SYNC_POLICY = ComponentSpec(
+    "sha", {"reduction_factor": 2, "grace_period": 1, "max_t": 2, "bracket_size": 2}
+)
 
 
 class ShortStudyFailed(HpctuneError):
@@ -102,6 +112,23 @@ class SizeRun:
     first_start: tuple[float, ...] = ()
     warmup: tuple[float, ...] = ()
     segment_gap: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncRun:
+    """What the short study of rung decisions measured.
+
+    Attributes:
+        directory: Its study directory.
+        decision: SYNC samples (one per rung decided).
+        queue_wait: SCALE samples of its worker.
+        startup: INIT samples of its worker.
+    """
+
+    directory: Path
+    decision: tuple[float, ...]
+    queue_wait: tuple[float, ...]
+    startup: tuple[float, ...]
 
 
 def parse_sizes(text: str, option: str = "--sizes") -> tuple[int, ...]:
@@ -159,7 +186,7 @@ def size_spec(
         directory=profile_root(spec) / folder,
         max_steps=max_steps,
         boundary=min(spec.boundary, max_steps),
-        num_trials=together or 3,
+        num_trials=together or generator_trials(spec, 3),
         fail_fast=True,
         max_retries=0,
         policy=ComponentSpec("default", {}),
@@ -167,6 +194,34 @@ def size_spec(
         curves=CurvesSpec(),
         stages=StagesSpec(),
     )
+
+
+def sync_spec(spec: StudySpec, devices: int, *, slurm: bool = False) -> StudySpec | None:
+    """The short study that measures ``spec``'s rung decisions (SYNC): :data:`SYNC_TRIALS`
+    trials (fewer for a smaller grid; a bracket of one trial decides its rung too) of
+    :data:`SYNC_POLICY` (rungs at 1 and 2 steps) on one worker of ``devices`` devices;
+    ``None`` when ``spec``'s ``max_steps`` is 1 (no rung to decide)."""
+    if spec.max_steps < 2:
+        return None
+    return dataclasses.replace(
+        size_spec(spec, devices, 2, slurm=slurm),
+        name=f"{spec.name}-profile-sync",
+        directory=profile_root(spec) / "sync",
+        boundary=1,
+        num_trials=generator_trials(spec, SYNC_TRIALS),
+        policy=SYNC_POLICY,
+    )
+
+
+def generator_trials(spec: StudySpec, wanted: int) -> int:
+    """``wanted``, or fewer when ``spec``'s generator has fewer configurations (a grid): a
+    short study must not ask it for more."""
+    from hpctune.policies.generators import make_generator
+    from hpctune.study.seeding import component_seed
+
+    seed = component_seed(spec.seed, "generator")
+    size = make_generator(spec.generator.name, spec.generator.options, spec.space, seed).size()
+    return wanted if size is None else max(1, min(wanted, size))
 
 
 def device_kind(spec: StudySpec, *, slurm: bool) -> str:
@@ -180,13 +235,15 @@ def measure_profile(
     steps: int = DEFAULT_STEPS,
     *,
     slurm: bool = False,
-    decision: float = 0.0,
+    decision: float | None = None,
     together: Sequence[int] = (),
     say: Callable[[str], None] = lambda line: None,
-) -> tuple[Profile, list[SizeRun]]:
-    """Run a short study of ``spec`` per size, and for each count ``n >= 2`` of ``together``
-    one of ``n`` workers at once at the smallest size; return the profile and what each
-    measured (the together runs last).
+) -> tuple[Profile, list[SizeRun], SyncRun | None]:
+    """Run a short study of ``spec`` per size, for each count ``n >= 2`` of ``together`` one
+    of ``n`` workers at once at the smallest size, and, unless ``decision`` (SYNC, seconds)
+    is given, one of rung decisions (:func:`sync_spec`); return the profile, what each size
+    and together run measured (the together runs last), and what the rung decisions measured
+    (``None``: not run; SYNC is then ``decision``, or 0).
 
     Raises:
         PlanningError: ``steps`` < 1 or no size.
@@ -228,26 +285,44 @@ def measure_profile(
             f"{np.mean(extra['crowding'][n]):.3g}x as long ({short.directory})"
         )
         runs.append(crowd)
+    sync = None
+    decisions: tuple[float, ...] = (decision or 0.0,)
+    startup = _pooled(run.startup for run in runs[: len(sizes)])
+    short_sync = None if decision is not None else sync_spec(spec, alone.devices, slurm=slurm)
+    if short_sync is not None:
+        say(
+            f"measuring SYNC: rung decisions of the sha policy, {short_sync.num_trials} trials "
+            "in brackets of two ..."
+        )
+        sync = run_sync(short_sync, slurm=slurm)
+        decisions = sync.decision
+        queue[alone.devices] = queue[alone.devices] + sync.queue_wait
+        startup = startup + sync.startup
+        say(
+            f"  SYNC {np.mean(decisions):.3g} s over {len(decisions)} rung decision(s) "
+            f"({short_sync.directory})"
+        )
     sized = runs[: len(sizes)]
     counts = sorted(extra["crowding"])
     profile = Profile(
         step_seconds={run.devices: run.steps for run in sized},
         segment_start=_median(run.segment_start for run in sized),
-        startup=_pooled(run.startup for run in sized),
+        startup=startup,
         queue_wait=queue,
-        decision=(decision,),
+        decision=decisions,
         checkpoint_save=_pooled(run.checkpoint_save for run in runs),
         checkpoint_load=_pooled(run.checkpoint_load for run in runs),
         device=device_kind(spec, slurm=slurm),
         source=f"hpctune profile {spec.source} ({'slurm' if slurm else 'local'}, "
         f"{steps} steps per size"
         + (f", {', '.join(map(str, counts))} workers together" if counts else "")
+        + (", SYNC measured" if sync is not None else "")
         + f", {profile_root(spec)})",
         warmup=_median(run.warmup for run in sized),
         segment_gap=_median(run.segment_gap for run in sized),
         **extra,
     )
-    return profile, runs
+    return profile, runs, sync
 
 
 def together_fields(
@@ -273,6 +348,25 @@ def together_fields(
 
 def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
     """Run one short study (replacing an earlier one at the same place) and read it."""
+    run_short(spec, f"at {devices} device(s) per trial", slurm=slurm)
+    return read_size(spec.directory, devices)
+
+
+def run_sync(spec: StudySpec, *, slurm: bool = False) -> SyncRun:
+    """Run the short study of rung decisions (:func:`sync_spec`; replacing an earlier one)
+    and read it."""
+    run_short(spec, "of rung decisions (SYNC)", slurm=slurm)
+    return read_sync(spec)
+
+
+def run_short(spec: StudySpec, what: str, *, slurm: bool = False) -> None:
+    """Run one short study in the foreground, replacing an earlier one at the same place
+    (``what``: which one, for the message when it is interrupted).
+
+    Raises:
+        LeaseHeld: A previous short study's controller is still running there.
+        Interrupted: The profile was interrupted (naming the short study).
+    """
     from hpctune.controller.launch import create_study, run_local
     from hpctune.wire.lease import LeaseHeld, rival
 
@@ -292,11 +386,10 @@ def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
         run_local(paths, out=io.StringIO(), poll_interval=0.5 if slurm else 0.1, executor=executor)
     except Interrupted as exc:  # its resume hint does not apply: a profile starts again
         raise Interrupted(
-            f"profile interrupted at {devices} device(s) per trial; its short study is "
-            f"{paths.root}; run `hpctune profile` again to measure",
+            f"profile interrupted {what}; its short study is {paths.root}; run "
+            "`hpctune profile` again to measure",
             exc.exit_code - 128,
         ) from None
-    return read_size(paths.root, devices)
 
 
 def read_size(directory: Path, devices: int) -> SizeRun:
@@ -366,6 +459,43 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     )
 
 
+def read_sync(spec: StudySpec) -> SyncRun:
+    """What the finished short study of rung decisions (``spec``: :func:`sync_spec`)
+    measured: SYNC per rung decided (:func:`~hpctune.elastic.profiling.study_decisions`), and
+    its worker's SCALE and INIT.
+
+    Raises:
+        ShortStudyFailed: A trial neither completed nor was stopped at a rung (naming the
+            reason and the trial's log), or no rung was decided.
+    """
+    from hpctune.elastic.experiment import experiment_from_study
+    from hpctune.elastic.profiling import study_decisions
+    from hpctune.journal.reader import open_study
+
+    directory = spec.directory
+    study = open_study(directory)
+    ended = (TrialStatus.COMPLETED, TrialStatus.TERMINATED)  # terminated: dropped at a rung
+    unfinished = [t for t in study.trials if t.status not in ended]
+    unfinished.sort(key=lambda t: t.status is not TrialStatus.FAILED)  # a failure first
+    for trial in unfinished[:1]:
+        err = StudyPaths.of(directory).trial_output(trial.trial_id, "err")
+        raise ShortStudyFailed(
+            f"the short study of rung decisions (SYNC, {directory}) did not finish: trial "
+            f"{trial.trial_id} is {trial.status.value}"
+            f"{': ' + trial.reason if trial.reason else ''}; see {err} and fix the training "
+            "function (it must resume from ctx.start_step: run `hpctune launch` on a study.toml "
+            'with [policy] name = "sha" to try it), or give SYNC with --decision SECONDS'
+        )
+    decisions = study_decisions(study.record, experiment_from_study(spec))
+    if not decisions:
+        raise ShortStudyFailed(
+            f"the short study of rung decisions (SYNC, {directory}) finished without deciding "
+            "a rung; give SYNC with --decision SECONDS"
+        )
+    queue, startup = study_latencies(study.record)
+    return SyncRun(directory=directory, decision=decisions, queue_wait=queue, startup=startup)
+
+
 def worker_segments(
     record: StudyRecord, setup: Mapping[int, float]
 ) -> tuple[list[float], list[float], list[float]]:
@@ -417,14 +547,22 @@ def _median(groups: Iterable[Sequence[float]]) -> tuple[float, ...]:
 __all__ = [
     "DEFAULT_SIZES",
     "DEFAULT_STEPS",
+    "SYNC_POLICY",
+    "SYNC_TRIALS",
     "ShortStudyFailed",
     "SizeRun",
+    "SyncRun",
     "device_kind",
+    "generator_trials",
     "measure_profile",
     "parse_sizes",
     "profile_root",
     "read_size",
+    "read_sync",
+    "run_short",
+    "run_sync",
     "size_spec",
+    "sync_spec",
     "together_fields",
     "worker_segments",
 ]
