@@ -7,10 +7,11 @@ Nodes, in topological order (every node's predecessors come before it):
 * **INIT**: the worker process starts up until it can run its first segment, and its first
   segment's one-off warm-up; its latency depends on how many workers start at once (``together``:
   the stage's new workers, which share the nodes' CPUs and file system while they start).
-* **TRAIN**: one trial's segment of a stage: the gap since the worker's previous segment (not
-  after its INIT), its beginning (checkpoint load) and its steps at the stage's devices per
-  trial, slowed by the crowding of the stage's workers training at once (``together``). A worker
-  runs its trials one after another.
+* **TRAIN**: one trial's segment of a stage: the gap since the worker's previous segment of
+  the stage (not after its INIT, nor after a SYNC: SYNC is measured to the next stage's first
+  segment start, so it holds that gap), its beginning (checkpoint load) and its steps at the
+  stage's devices per trial, slowed by the crowding of the stage's workers training at once
+  (``together``). A worker runs its trials one after another.
 * **SYNC**: the rung is judged; the next stage starts after it.
 
 How stages join (the rules the executor is to follow): an elastic plan's workers are Slurm jobs
@@ -56,8 +57,9 @@ class Node:
         begins: TRAIN: the segment begins here (pays the segment start); False for one already
             running when a re-plan starts.
         together: INIT: workers starting at once; TRAIN: workers of its stage training at once.
-        gap: TRAIN: it follows an earlier segment or a rung's SYNC on its worker (pays the gap
-            between two segments); False after the worker's INIT.
+        gap: TRAIN: it follows an earlier segment of its stage on its worker (pays the gap
+            between two segments); False after the worker's INIT or a rung's SYNC (which is
+            measured to the next segment's start: the gap is in it).
     """
 
     kind: NodeKind
@@ -202,7 +204,7 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
         for j, (n_steps, fresh) in enumerate(zip(steps, begins_list, strict=True)):
             k = j % shape.workers
             before = last[k] if last[k] is not None else ready[k]
-            after_init = before is not None and b.nodes[before].kind is NodeKind.INIT
+            after_train = before is not None and b.nodes[before].kind is NodeKind.TRAIN
             node = Node(
                 NodeKind.TRAIN,
                 i,
@@ -212,7 +214,7 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
                 n_steps,
                 fresh,
                 together=min(shape.workers, len(steps)),
-                gap=fresh and not after_init,
+                gap=fresh and after_train,
             )
             last[k] = b.add(node)
         ends = [t if t is not None else r for t, r in zip(last, ready, strict=True)]

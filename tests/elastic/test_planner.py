@@ -235,16 +235,16 @@ def test_start_up_together_gaps_and_crowding_by_hand() -> None:
     assert [(n.stage, n.together, n.gap) for n in trains] == [
         (0, 2, False),  # after its worker's INIT: no gap
         (0, 2, False),
-        (1, 1, True),  # the kept worker's next segment, after the SYNC
+        (1, 1, False),  # the kept worker's next segment, after the SYNC (which holds the gap)
     ]
     prediction = simulate(TWO_STAGES, allocation, TOGETHER, DEVICE_SECONDS, samples=3)
     # SCALE 5, INIT 4 + 1.5 (two at once), TRAIN 1 + 2 x 10 x 1.5 = 31 (two at once): 41.5;
-    # SYNC 2: 43.5; the kept worker: gap 0.25 + 1 + 2 x 10 = 21.25: 64.75; SYNC 2
-    assert prediction.time.mean == pytest.approx(66.75)
-    # stage 0: both workers 5..41.5, the kept one on to the SYNC at 43.5; stage 1: 43.5..64.75
-    assert prediction.cost.mean == pytest.approx(36.5 + 38.5 + 21.25)
+    # SYNC 2: 43.5; the kept worker: 1 + 2 x 10 = 21: 64.5; SYNC 2
+    assert prediction.time.mean == pytest.approx(66.5)
+    # stage 0: both workers 5..41.5, the kept one on to the SYNC at 43.5; stage 1: 43.5..64.5
+    assert prediction.cost.mean == pytest.approx(36.5 + 38.5 + 21.0)
     assert prediction.critical == pytest.approx(
-        {"SCALE": 5.0, "INIT": 5.5, "TRAIN": 31.0 + 21.25, "SYNC": 4.0}
+        {"SCALE": 5.0, "INIT": 5.5, "TRAIN": 31.0 + 21.0, "SYNC": 4.0}
     )
     lat = mean_latencies(dag, TOGETHER)
     assert sorted(lat[[v for v, n in enumerate(dag.nodes) if n.kind is NodeKind.INIT]]) == [
@@ -266,13 +266,13 @@ def test_waves_pay_the_gap_and_a_static_pool_starts_together() -> None:
     assert elastic.time.mean == pytest.approx(3.0 + 20.0 + 20.5)
     static = to_dag(TWO_STAGES, static_allocation(TWO_STAGES, 2, (1,)))
     assert [n.together for n in static.nodes if n.kind is NodeKind.INIT] == [2, 2]
-    assert [n.gap for n in static.nodes if n.kind is NodeKind.TRAIN] == [False, False, True]
+    assert [n.gap for n in static.nodes if n.kind is NodeKind.TRAIN] == [False, False, False]
     prediction = simulate(
         TWO_STAGES, static_allocation(TWO_STAGES, 2, (1,)), TOGETHER, DEVICE_SECONDS, samples=3
     )
-    # as the elastic plan's time: the pool holds 2 devices from 5 to 66.75
-    assert prediction.time.mean == pytest.approx(66.75)
-    assert prediction.cost.mean == pytest.approx(2 * (66.75 - 5.0))
+    # as the elastic plan's time: the pool holds 2 devices from 5 to 66.5
+    assert prediction.time.mean == pytest.approx(66.5)
+    assert prediction.cost.mean == pytest.approx(2 * (66.5 - 5.0))
 
 
 def test_a_version_1_profile_reads_with_nothing_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
