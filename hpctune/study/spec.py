@@ -218,7 +218,7 @@ class ResourcesSpec:
 
     Attributes:
         slots: How many workers run at once; 0: none (trials come from ask/tell only). With
-            a ``deadline``: the most workers the plan may hold at once.
+            a ``deadline``: the most devices the plan may hold at once.
         cpus_per_worker: CPUs of each worker.
         gpus_per_worker: GPUs of each worker.
         deadline: Seconds from the study's start by which it should end: the controller
@@ -874,7 +874,7 @@ def _check_deadline(source: Path, resources: ResourcesSpec, policy: str, stages:
         raise StudySpecError(
             source,
             "resources.slots",
-            "with `resources.deadline`, `resources.slots` is the most workers the plan may hold "
+            "with `resources.deadline`, `resources.slots` is the most devices the plan may hold "
             "at once and must be >= 1",
         )
     devices = resources.gpus_per_worker or resources.cpus_per_worker
