@@ -109,7 +109,8 @@ def test_profile_runs_its_short_studies_as_slurm_jobs(
 ) -> None:
     """Without --local, each size's worker is a Slurm job of that many CPUs: its queue wait
     (SCALE, per size) and start-up (INIT) come from the journal, ctx.devices is the size; then
-    2 workers (the spec's slots) start at once as Slurm jobs: INIT, warm-up, crowding."""
+    2 workers (the spec's slots) start at once as Slurm jobs: INIT, warm-up, crowding; then the
+    sync study's worker job: SYNC from its rung decisions."""
     spec = write_study(
         tmp_path, train=TRAIN, name=study_name, space={"x": [1]}, max_steps=2, num_trials=1
     )
@@ -120,18 +121,24 @@ def test_profile_runs_its_short_studies_as_slurm_jobs(
         profile = Profile.load(tmp_path / "study")
         assert profile.sizes == (1, 2)
         assert sorted(profile.queue_wait) == [1, 2]
-        assert len(profile.queue_wait[1]) == 1 + 2  # size 1's worker and the two together
+        # size 1's worker, the two together and the sync study's
+        assert len(profile.queue_wait[1]) == 1 + 2 + 1
         assert len(profile.queue_wait[2]) == 1
-        assert len(profile.startup) == 2
+        assert len(profile.startup) == 2 + 1  # each size's worker and the sync study's
         assert [len(v) for v in profile.startup_together.values()] == [2]
         together = open_study(tmp_path / "study" / "profile" / "together-2").record
         assert [w.info.get("executor") for w in together.workers.values()] == ["slurm"] * 2
+        # SYNC: the rung decisions of the sync study, whose worker was a Slurm job too
+        sync = open_study(tmp_path / "study" / "profile" / "sync").record
+        assert [w.info.get("executor") for w in sync.workers.values()] == ["slurm"]
+        assert len(profile.decision) == 2
+        assert all(d > 0 for d in profile.decision)
         for size in (1, 2):
             study = open_study(tmp_path / "study" / "profile" / f"size-{size}")
             assert [w.info.get("executor") for w in study.record.workers.values()] == ["slurm"]
             assert study.trials[0].last_metrics["devices"] == size
     finally:
-        for size in ("1", "2", "together-2"):
+        for size in ("1", "2", "together-2", "sync"):
             subprocess.run(
                 ["scancel", "--name", f"hpctune-{study_name}-profile-{size}"],
                 capture_output=True,
