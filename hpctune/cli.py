@@ -1782,7 +1782,7 @@ def profile_command(
     \b
     hpctune profile study.toml [--sizes 1,2,4] [--steps 5] [--together N] [--local]
       runs a short study of STUDY_TOML's training function per size (one worker of that many
-      devices, ctx.devices; CPUs locally; two trials one after the other), and measures
+      devices, ctx.devices; CPUs locally; three trials one after the other), and measures
       steady seconds per step, the segment start, the gap between segments, the first
       segment's warm-up, checkpoint save and load, and the queue wait (SCALE) and start-up
       (INIT) of a worker; then one of N workers at once (start-up, warm-up and steps
