@@ -218,6 +218,11 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     options = FitOptions(
         model="domhan", budget=Budget(nwalkers=24, nsamples=100, burn_in=50), n_keep=64
     )  # small: the fits asked again must end before the trials do, also on a loaded machine
+    # no trial ends before the second controller has fitted again (however loaded the
+    # machine): each waits before its last step until the test lets it
+    held = [tmp_path / f"gate-{t}" for t in range(2)]
+    for path in held:
+        path.touch()
     first = _controller(paths, curve_options=options)
     first.start()
     service = first.curves.service
@@ -263,7 +268,8 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
             return all(any(t == trial and m >= n for trial, m in new) for t, n in expected.items())
 
         _drive(second, fitted_again, 90)
-        gate.unlink()
+        for path in (gate, *held):
+            path.unlink()
         _drive(second, lambda: False, 90)
     finally:
         second.curves.close()
