@@ -22,8 +22,19 @@ trial:
    whose final value beats the best value seen so far with probability below ``delta`` is
    stopped. This ends the survivors of a rung that will not catch up before the next rung.
 
-Unknown predictions stop nothing (the rung then uses the best value). The measured figures,
-and where ASHA is as good, are in docs/policies.md.
+Unknown predictions stop nothing (the rung then uses the best value).
+
+With ``adaptive`` the policy measures, from the study itself, whether early rankings hold. The
+first ``probes`` trials to reach the first rung pass it whatever their value, so that the
+ranking at the next rung is seen over trials the first rung did not select; a probe the first
+rung would have stopped is stopped at the second, once its value there is recorded, and is
+left out of that rung's cutoff. The rank (Spearman) correlation of the probes' values at the
+first two rungs is the study's reliability. Once ``min_pairs`` probes have reached the second
+rung and the correlation is at least ``reliable``, the rungs after the first are judged as
+ASHA's, when the trial reaches them: best value, no optimism quantile, no noise guard.
+Otherwise (and until then) they are judged as above. Measured (docs/policies.md), ``adaptive``
+is not faster than ``hybrid`` or ASHA on benchmarks/traces: it is off by default. The measured
+figures, and where ASHA is as good, are in docs/policies.md.
 """
 
 from __future__ import annotations
@@ -69,6 +80,12 @@ class HybridOptions:
             values over the remaining steps (or its best value if better).
         noise_guard: A rung stops a trial only when its score is below the cutoff by more than
             this many times the trial's noise (:func:`noise`).
+        adaptive: Judge the rungs after the first as ASHA's where the rankings of the probes at
+            the first two rungs agree (:meth:`HybridPolicy.reliability` at least ``reliable``).
+        probes: With ``adaptive``: how many trials (the first to reach the first rung) pass it
+            unjudged, the unselected sample the reliability is measured on.
+        min_pairs: Probes recorded at both of the first two rungs needed for the reliability.
+        reliable: The rank correlation from which the rungs are judged as ASHA's.
     """
 
     grace_period: int = 1
@@ -79,6 +96,30 @@ class HybridOptions:
     delta: float = 0.05
     optimism: float = 0.99
     noise_guard: float = 2.0
+    adaptive: bool = False
+    probes: int = 12
+    min_pairs: int = 8
+    reliable: float = 0.8
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation of ``x`` and ``y`` (ties share their mean rank).
+
+    NaN with fewer than 2 pairs or when either side is constant.
+    """
+    if len(x) < 2:
+        return math.nan
+    rx, ry = _ranks(np.asarray(x, dtype=float)), _ranks(np.asarray(y, dtype=float))
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum()) / denominator if denominator > 0 else math.nan
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``, ties given their mean rank."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    mean_rank = np.cumsum(counts) - (counts - 1) / 2
+    return mean_rank[inverse.reshape(-1)]
 
 
 def noise(trial: TrialView, step: int) -> float:
@@ -122,24 +163,41 @@ class HybridPolicy(Policy):
             raise OptionError("optimism", f"must be in [0.001, 0.999], but got {o.optimism}")
         if not (math.isfinite(o.noise_guard) and o.noise_guard >= 0):
             raise OptionError("noise_guard", f"must be >= 0, but got {o.noise_guard}")
+        require("probes", o.probes, 0)
+        require("min_pairs", o.min_pairs, 3)
+        if not -1 <= o.reliable <= 1:
+            raise OptionError("reliable", f"must be in [-1, 1], but got {o.reliable}")
         rungs = geometric_rungs(o.grace_period, o.reduction_factor, context.max_steps)
         self.milestones = rungs[: o.rungs] if o.rungs else rungs
         # the signed scores (larger is better) recorded at each rung, by trial, and sorted
         self.recorded: dict[int, dict[int, float]] = {}
         self._sorted: dict[int, SortedList] = {}
+        # with ``adaptive``: the signed best value of each trial recorded at each rung, and
+        # those values sorted (ASHA's cutoff)
+        self.values: dict[int, dict[int, float]] = {}
+        self._sorted_values: dict[int, SortedList] = {}
+        # the probes the first rung would have stopped (stopped at the second rung)
+        self.held: set[int] = set()
         self._best_memo: tuple[StudyView, float | None] | None = None
         self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The rungs and the scores recorded at each (JSON-able)."""
-        return {
+        """The rungs and the scores recorded at each, and with ``adaptive`` the values
+        (JSON-able)."""
+        state: dict[str, Any] = {
             "milestones": list(self.milestones),
             "recorded": [
                 [m, [[t, v] for t, v in rec.items()]] for m, rec in self.recorded.items()
             ],
         }
+        if self.options.adaptive:
+            state["values"] = [
+                [m, [[t, v] for t, v in rec.items()]] for m, rec in self.values.items()
+            ]
+            state["held"] = sorted(self.held)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
@@ -150,6 +208,15 @@ class HybridPolicy(Policy):
             int(m): {int(t): float(v) for t, v in rec} for m, rec in state["recorded"]
         }
         self._sorted = {m: SortedList(rec.values()) for m, rec in self.recorded.items()}
+        self.values = {
+            int(m): {int(t): float(v) for t, v in rec} for m, rec in state.get("values", [])
+        }
+        self.held = {int(t) for t in state.get("held", [])}
+        first = self.milestones[0] if self.milestones else 0
+        self._sorted_values = {
+            m: SortedList(v for t, v in rec.items() if m == first or t not in self.held)
+            for m, rec in self.values.items()
+        }
 
     def wants_fit(self, step: int) -> bool:
         """Fit where the curve rule applies and at the rungs judged with a prediction."""
@@ -185,7 +252,14 @@ class HybridPolicy(Policy):
             return Decision.of([Action.terminate(trial.trial_id, reason=reason)] if reason else [])
         if event.kind is not EventKind.BOUNDARY:
             return Decision()
-        reason = self._rung_reason(view, trial, event.step, predicted=False)
+        adaptive = self._held_reason(view, trial, event.step)
+        if adaptive is None:
+            adaptive = self._asha_reason(view, trial, event.step)
+        reason = (
+            self._rung_reason(view, trial, event.step, predicted=False)
+            if adaptive is None
+            else adaptive
+        )
         if reason:
             return Decision.of([Action.terminate(trial.trial_id, reason=reason)])
         return Decision.of([Action.continue_(trial.trial_id)])
@@ -199,7 +273,7 @@ class HybridPolicy(Policy):
         if step not in self.milestones or (step >= self.options.model_from) != predicted:
             return ""
         recorded = self.recorded.setdefault(step, {})
-        if trial.trial_id in recorded:
+        if trial.trial_id in recorded or trial.trial_id in self.held:
             return ""
         score = self._score(view, trial, step, predicted)
         if math.isnan(score):
@@ -212,15 +286,87 @@ class HybridPolicy(Policy):
         )
         recorded[trial.trial_id] = score
         values.add(score)
+        if self.options.adaptive:
+            self._record_value(step, trial.trial_id, best_until(trial, step, view.sign))
         if math.isnan(cutoff):
             return ""
         if score >= cutoff - self.options.noise_guard * noise(trial, step):
+            return ""
+        first = step == self.milestones[0] and len(self.milestones) > 1
+        if self.options.adaptive and first and len(recorded) <= self.options.probes:
+            self.held.add(trial.trial_id)  # a probe: on to the second rung
             return ""
         what = "optimistic prediction" if predicted else view.metric
         return (
             f"hybrid: {what} {view.sign * score:.6g} at rung {step} below the cutoff "
             f"{view.sign * cutoff:.6g}"
         )
+
+    def _asha_reason(self, view: StudyView, trial: TrialView, step: int) -> str | None:
+        """With ``adaptive``, judge the trial at the rung ``step`` as ASHA's if the rankings
+        are reliable (:meth:`reliability`); why it stops (empty if it goes on). ``None``:
+        not judged here (not adaptive, not a rung, judged before, or rankings not reliable).
+        """
+        if not self.options.adaptive or step not in self.milestones[1:]:
+            return None
+        if trial.trial_id in self.recorded.get(step, {}) or not (trial.steps == step).any():
+            return None
+        rho = self.reliability()
+        if math.isnan(rho) or rho < self.options.reliable:
+            return None
+        value = best_until(trial, step, view.sign)
+        if not math.isfinite(value):
+            return None
+        sorted_values = self._sorted_values.setdefault(step, SortedList())
+        cutoff = (
+            percentile_of_sorted(sorted_values, (1 - 1 / self.options.reduction_factor) * 100)
+            if len(sorted_values)
+            else math.nan
+        )
+        self.recorded.setdefault(step, {})[trial.trial_id] = value
+        self._sorted.setdefault(step, SortedList()).add(value)
+        self._record_value(step, trial.trial_id, value)
+        if math.isnan(cutoff) or value >= cutoff:
+            return ""
+        return (
+            f"hybrid (as ASHA, rank correlation {rho:.2f}): {view.metric} "
+            f"{view.sign * value:.6g} at rung {step} below the cutoff {view.sign * cutoff:.6g}"
+        )
+
+    def _held_reason(self, view: StudyView, trial: TrialView, step: int) -> str | None:
+        """Stop a held probe (:attr:`held`) from the second rung on, its value there
+        recorded for :meth:`reliability` only. ``None``: not a held probe there."""
+        if trial.trial_id not in self.held or len(self.milestones) < 2:
+            return None
+        if step < self.milestones[1]:
+            return None
+        if step == self.milestones[1]:
+            value = best_until(trial, step, view.sign)
+            if math.isfinite(value):
+                self.values.setdefault(step, {}).setdefault(trial.trial_id, value)
+        return f"hybrid: probe below the cutoff of rung {self.milestones[0]}, measured"
+
+    def reliability(self) -> float:
+        """The rank correlation of the probes' values at the first two rungs, over the probes
+        recorded at both (NaN with fewer than ``min_pairs`` of them or fewer than two rungs)."""
+        if len(self.milestones) < 2:
+            return math.nan
+        first = self.values.get(self.milestones[0], {})
+        second = self.values.get(self.milestones[1], {})
+        probes = list(self.recorded.get(self.milestones[0], {}))[: self.options.probes]
+        both = [t for t in probes if t in first and t in second]
+        if len(both) < self.options.min_pairs:
+            return math.nan
+        return rank_correlation(
+            np.array([first[t] for t in both]), np.array([second[t] for t in both])
+        )
+
+    def _record_value(self, step: int, trial_id: int, value: float) -> None:
+        """Record a trial's signed best value at the rung ``step`` (``adaptive``)."""
+        if trial_id in self.values.setdefault(step, {}) or not math.isfinite(value):
+            return
+        self.values[step][trial_id] = value
+        self._sorted_values.setdefault(step, SortedList()).add(value)
 
     def _score(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> float:
         """The signed score of a trial at the rung ``step`` (NaN: none).

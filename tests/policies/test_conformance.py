@@ -74,6 +74,8 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("earlyterm", {"boundary": 2}),
     ("hybrid", {}),
     ("hybrid", {"check_every": 1, "reduction_factor": 2, "noise_guard": 0.0, "rungs": 2}),
+    ("hybrid", {"adaptive": True}),
+    ("hybrid", {"adaptive": True, "probes": 3, "min_pairs": 3, "reliable": -1.0}),
     ("pbt", {"population_size": 4, "steps_per_generation": 3}),
     (
         "pbt",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hpctune.analysis.traces import Trace
 from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
-from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise
+from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise, rank_correlation
 from hpctune.simulator import simulate
 from tests.policies._views import RNG, context, trial, view
 
@@ -46,6 +46,10 @@ def test_defaults_are_the_measured_ones() -> None:
         delta=0.05,
         optimism=0.99,
         noise_guard=2.0,
+        adaptive=False,
+        probes=12,
+        min_pairs=8,
+        reliable=0.8,
     )
     assert isinstance(make_policy("hybrid", {}, context()), HybridPolicy)
 
@@ -63,6 +67,9 @@ def test_defaults_are_the_measured_ones() -> None:
         {"optimism": 1.0},
         {"noise_guard": -1.0},
         {"noise_guard": math.inf},
+        {"probes": -1},
+        {"min_pairs": 2},
+        {"reliable": 1.5},
     ],
 )
 def test_invalid_options_name_the_option(options: dict) -> None:
@@ -223,3 +230,137 @@ def test_simulated_noisy_trace_reaches_the_target_where_asha_misses_it() -> None
         assert asha.time_to_target is None
         assert hybrid.time_to_target is not None
         assert any("hybrid:" in d.reason for d in hybrid.decisions)
+
+
+# -- adaptive ----------------------------------------------------------------------------------
+
+
+def test_rank_correlation_by_hand() -> None:
+    assert rank_correlation(np.array([1.0, 2, 3, 4]), np.array([10.0, 20, 30, 40])) == 1.0
+    assert rank_correlation(np.array([1.0, 2, 3, 4]), np.array([4.0, 3, 2, 1])) == -1.0
+    # ties share their mean rank: ranks (1.5, 1.5, 3, 4) against (1, 2, 3, 4)
+    assert rank_correlation(np.array([1.0, 1, 2, 3]), np.array([1.0, 2, 3, 4])) == pytest.approx(
+        4.5 / math.sqrt(4.5 * 5)
+    )
+    assert math.isnan(rank_correlation(np.array([1.0, 1, 1]), np.array([1.0, 2, 3])))
+    assert math.isnan(rank_correlation(np.array([1.0]), np.array([2.0])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(st.integers(0, 5).map(float), st.integers(0, 5).map(float)),
+        min_size=2,
+        max_size=15,
+    )
+)
+def test_rank_correlation_is_spearmans(pairs: list[tuple[float, float]]) -> None:
+    import warnings
+
+    from scipy.stats import spearmanr
+
+    x, y = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = float(spearmanr(x, y).statistic)
+    got = rank_correlation(x, y)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+ADAPTIVE = HybridOptions(adaptive=True, probes=4, min_pairs=4, reliable=0.8)
+
+
+def _adaptive_after_probes(probe_rung4: list[float]) -> tuple[HybridPolicy, list]:
+    """An adaptive policy whose 4 probes scored 0.1-0.4 at step 1 and ``probe_rung4`` at
+    step 4 (judged as the hybrid's there: no prediction, so by their value), and the probes."""
+    policy = HybridPolicy(context(40), ADAPTIVE)
+    probes = [
+        trial(i, [first, first, first, last])
+        for i, (first, last) in enumerate(zip([0.1, 0.2, 0.3, 0.4], probe_rung4, strict=True))
+    ]
+    v = view(probes, max_steps=40)
+    for i in range(4):
+        assert kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) == [
+            ActionKind.CONTINUE
+        ]
+    for i in range(4):  # reliability unknown: the hybrid's rung, judged at the prediction
+        assert kinds(list(policy.decide(v, Event.boundary(i, 4), RNG).actions)) == [
+            ActionKind.CONTINUE
+        ]
+        list(policy.decide(v, Event.prediction(i, 4), RNG).actions)
+    return policy, probes
+
+
+def test_adaptive_correlated_probes_judge_the_next_rungs_as_asha() -> None:
+    policy, probes = _adaptive_after_probes([0.5, 0.6, 0.7, 0.8])
+    assert policy.reliability() == 1.0
+    # above the first rung's cutoff (0.325), below the second's (0.725): ASHA stops it when it
+    # reaches the rung, without waiting for a prediction, whatever its prediction
+    late = trial(4, [0.45, 0.46, 0.47, 0.48])
+    v = dataclasses.replace(
+        view([*probes, late], max_steps=40), predictions={4: certain(4, 40, 0.95)}
+    )
+    assert kinds(list(policy.decide(v, Event.boundary(4, 1), RNG).actions)) == [
+        ActionKind.CONTINUE
+    ]
+    decided = list(policy.decide(v, Event.boundary(4, 4), RNG).actions)
+    assert kinds(decided) == [ActionKind.TERMINATE]
+    assert "as ASHA, rank correlation 1.00" in decided[0].reason
+    assert policy.values[4][4] == pytest.approx(0.48)
+
+
+def test_adaptive_uncorrelated_probes_keep_the_hybrid_rungs() -> None:
+    policy, probes = _adaptive_after_probes([0.8, 0.7, 0.6, 0.5])
+    assert policy.reliability() == -1.0
+    late = trial(4, [0.45, 0.46, 0.47, 0.48])
+    v = dataclasses.replace(
+        view([*probes, late], max_steps=40), predictions={4: certain(4, 40, 0.95)}
+    )
+    list(policy.decide(v, Event.boundary(4, 1), RNG).actions)
+    # the hybrid's rung: nothing at the boundary, the optimistic prediction (0.95) keeps it
+    assert kinds(list(policy.decide(v, Event.boundary(4, 4), RNG).actions)) == [
+        ActionKind.CONTINUE
+    ]
+    assert list(policy.decide(v, Event.prediction(4, 4), RNG).actions) == []
+
+
+def test_adaptive_probe_below_the_first_cutoff_is_measured_then_stopped() -> None:
+    policy = HybridPolicy(context(40), ADAPTIVE)
+    trials = [trial(0, [0.4, 0.4, 0.4, 0.9]), trial(1, [0.3, 0.3, 0.3, 0.2])]
+    v = view(trials, max_steps=40)
+    for i in range(2):  # trial 1 is below the cutoff 0.4, but a probe: it goes on
+        assert kinds(list(policy.decide(v, Event.boundary(i, 1), RNG).actions)) == [
+            ActionKind.CONTINUE
+        ]
+    assert policy.held == {1}
+    decided = list(policy.decide(v, Event.boundary(1, 4), RNG).actions)
+    assert kinds(decided) == [ActionKind.TERMINATE]
+    assert "probe" in decided[0].reason
+    assert policy.values[4] == {1: pytest.approx(0.3)}  # its best so far, for the correlation
+    assert 4 not in policy._sorted_values  # not in the rung's cutoff
+    # without ``adaptive`` it stops at the first rung, and the state is the hybrid's as before
+    plain = HybridPolicy(context(40))
+    assert [kinds(list(plain.decide(v, Event.boundary(i, 1), RNG).actions)) for i in range(2)] == [
+        [ActionKind.CONTINUE],
+        [ActionKind.TERMINATE],
+    ]
+    assert set(plain.state_dict()) == {"milestones", "recorded"}
+
+
+def test_adaptive_state_round_trips() -> None:
+    import json
+
+    policy, probes = _adaptive_after_probes([0.5, 0.6, 0.7, 0.8])
+    policy.held.add(7)
+    restored = HybridPolicy(context(40), ADAPTIVE)
+    restored.load_state_dict(json.loads(json.dumps(policy.state_dict())))
+    assert restored.values == policy.values
+    assert restored.held == {7}
+    assert restored.reliability() == policy.reliability() == 1.0
+    late = trial(4, [0.45, 0.46, 0.47, 0.48])
+    v = view([*probes, late], max_steps=40)
+    for p in (policy, restored):
+        list(p.decide(v, Event.boundary(4, 1), RNG).actions)
+    assert list(policy.decide(v, Event.boundary(4, 4), RNG).actions) == list(
+        restored.decide(v, Event.boundary(4, 4), RNG).actions
+    )
