@@ -39,7 +39,7 @@ from hpctune.elastic.follow import (
     plan_study,
     replan,
     shapes_text,
-    stage_devices,
+    stage_shape,
     stage_steps_left,
     stage_workers,
 )
@@ -260,7 +260,7 @@ class ElasticFollower:
         not sized (``[resources] max_devices = 1``: the spec's workers, as without a plan)."""
         if self.c.spec.resources.max_devices <= 1:
             return None
-        return stage_devices(result, stage)
+        return stage_shape(result, stage).devices
 
     def worker_size(self) -> int | None:
         """The devices of each worker the current stage runs on (``None``: the spec's)."""

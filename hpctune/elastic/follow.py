@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.elastic.allocation import StageShape
 from hpctune.elastic.cost import CostModel, partition_billing
 from hpctune.elastic.dag import finish_times, to_dag
 from hpctune.elastic.experiment import (
@@ -402,10 +403,16 @@ class StageTracker:
         return self.stage
 
 
+def stage_shape(result: PlanResult, stage: int) -> StageShape:
+    """The shape the plan gives ``stage``: its workers and their devices (the last stage's
+    after the end)."""
+    shapes = result.plan.allocation.shapes
+    return shapes[min(stage, len(shapes) - 1)]
+
+
 def stage_workers(result: PlanResult, stage: int) -> int:
     """The workers the plan keeps busy in ``stage`` (the last stage's after the end)."""
-    shapes = result.plan.allocation.shapes
-    return shapes[min(stage, len(shapes) - 1)].workers
+    return stage_shape(result, stage).workers
 
 
 def shapes_text(result: PlanResult) -> str:
@@ -416,12 +423,6 @@ def shapes_text(result: PlanResult) -> str:
     if any(s.devices > 1 for s in shapes):
         text += " (devices each " + ", ".join(str(s.devices) for s in shapes) + ")"
     return text
-
-
-def stage_devices(result: PlanResult, stage: int) -> int:
-    """The devices of each worker (and trial) of ``stage`` (the last stage's after the end)."""
-    shapes = result.plan.allocation.shapes
-    return shapes[min(stage, len(shapes) - 1)].devices
 
 
 @dataclass(frozen=True)
@@ -689,8 +690,8 @@ __all__ = [
     "profile_path",
     "replan",
     "shapes_text",
-    "stage_devices",
     "stage_done",
+    "stage_shape",
     "stage_steps_left",
     "stage_workers",
     "study_plan_status",
