@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,10 @@ def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
             queue += max(0.0, end - worker.submitted_time)
     training = training_device = 0.0
     for seg in record.segments.values():
-        if seg.started_time is not None:
-            seconds = max(0.0, (seg.ended_time or now) - seg.started_time)
-            held_by = record.workers.get(seg.worker_id)
-            training += seconds
-            training_device += seconds * ((held_by.devices if held_by else None) or 1)
+        seconds = segment_seconds(seg, now)
+        held_by = record.workers.get(seg.worker_id)
+        training += seconds
+        training_device += seconds * ((held_by.devices if held_by else None) or 1)
     resources = record.spec.get("resources", {})
     return Usage(
         workers=submitted,
@@ -121,12 +120,14 @@ def study_usage(record: StudyRecord, now: float | None = None) -> Usage:
 def trial_training_s(record: StudyRecord, trial: TrialRecord, now: float | None = None) -> float:
     """Seconds a trial's segments ran."""
     now = time.time() if now is None else now
-    total = 0.0
-    for segment_id in trial.segments:
-        seg = record.segments[segment_id]
-        if seg.started_time is not None:
-            total += max(0.0, (seg.ended_time or now) - seg.started_time)
-    return total
+    return sum((segment_seconds(record.segments[s], now) for s in trial.segments), 0.0)
+
+
+def segment_seconds(seg: SegmentRecord, now: float) -> float:
+    """Seconds a segment ran: from its start to its end, or to ``now`` (0 if not started)."""
+    if seg.started_time is None:
+        return 0.0
+    return max(0.0, (seg.ended_time or now) - seg.started_time)
 
 
 def trial_wall_s(record: StudyRecord, trial: TrialRecord, now: float | None = None) -> float:
