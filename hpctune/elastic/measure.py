@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -64,6 +65,9 @@ from hpctune.journal.state import SegmentRecord, StudyRecord
 from hpctune.study.spec import ComponentSpec, ResourcesSpec, StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.states import TrialStatus
+
+if TYPE_CHECKING:
+    from hpctune.journal.reader import Study
 
 DEFAULT_SIZES = (1, 2, 4)
 DEFAULT_STEPS = 5
@@ -404,15 +408,13 @@ def read_size(directory: Path, devices: int) -> SizeRun:
 
     study = open_study(directory)
     paths = StudyPaths.of(directory)
-    for trial in study.trials:
-        if trial.status is not TrialStatus.COMPLETED:
-            err = paths.trial_output(trial.trial_id, "err")
-            raise ShortStudyFailed(
-                f"the short study at {devices} device(s) per trial ({directory}) did not "
-                f"finish: trial {trial.trial_id} is {trial.status.value}"
-                f"{': ' + trial.reason if trial.reason else ''}; see {err} and fix the "
-                "training function (run `hpctune launch` on the study.toml to try it)"
-            )
+    _refuse_unfinished(
+        study,
+        directory,
+        (TrialStatus.COMPLETED,),
+        f"the short study at {devices} device(s) per trial ({directory})",
+        "fix the training function (run `hpctune launch` on the study.toml to try it)",
+    )
     steps, _ = read_steps(directory)
     median = float(np.median(steps))
     setup: dict[int, float] = {}  # segment id -> its start to first report less a step
@@ -474,18 +476,15 @@ def read_sync(spec: StudySpec) -> SyncRun:
 
     directory = spec.directory
     study = open_study(directory)
-    ended = (TrialStatus.COMPLETED, TrialStatus.TERMINATED)  # terminated: dropped at a rung
-    unfinished = [t for t in study.trials if t.status not in ended]
-    unfinished.sort(key=lambda t: t.status is not TrialStatus.FAILED)  # a failure first
-    for trial in unfinished[:1]:
-        err = StudyPaths.of(directory).trial_output(trial.trial_id, "err")
-        raise ShortStudyFailed(
-            f"the short study of rung decisions (SYNC, {directory}) did not finish: trial "
-            f"{trial.trial_id} is {trial.status.value}"
-            f"{': ' + trial.reason if trial.reason else ''}; see {err} and fix the training "
-            "function (it must resume from ctx.start_step: run `hpctune launch` on a study.toml "
-            'with [policy] name = "sha" to try it), or give SYNC with --decision SECONDS'
-        )
+    _refuse_unfinished(
+        study,
+        directory,
+        (TrialStatus.COMPLETED, TrialStatus.TERMINATED),  # terminated: dropped at a rung
+        f"the short study of rung decisions (SYNC, {directory})",
+        "fix the training function (it must resume from ctx.start_step: run `hpctune launch` "
+        'on a study.toml with [policy] name = "sha" to try it), or give SYNC with --decision '
+        "SECONDS",
+    )
     decisions = study_decisions(study.record, experiment_from_study(spec))
     if not decisions:
         raise ShortStudyFailed(
@@ -494,6 +493,22 @@ def read_sync(spec: StudySpec) -> SyncRun:
         )
     queue, startup = study_latencies(study.record)
     return SyncRun(directory=directory, decision=decisions, queue_wait=queue, startup=startup)
+
+
+def _refuse_unfinished(
+    study: Study, directory: Path, ended: tuple[TrialStatus, ...], what: str, fix: str
+) -> None:
+    """Raise :class:`ShortStudyFailed` for a trial of the short study ``study`` (in
+    ``directory``) that did not end as ``ended`` allows (a failed one first), naming ``what``
+    ran, the trial's log and ``fix``."""
+    unfinished = [t for t in study.trials if t.status not in ended]
+    unfinished.sort(key=lambda t: t.status is not TrialStatus.FAILED)  # a failure first
+    for trial in unfinished[:1]:
+        err = StudyPaths.of(directory).trial_output(trial.trial_id, "err")
+        raise ShortStudyFailed(
+            f"{what} did not finish: trial {trial.trial_id} is {trial.status.value}"
+            f"{': ' + trial.reason if trial.reason else ''}; see {err} and {fix}"
+        )
 
 
 def worker_segments(
