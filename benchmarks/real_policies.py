@@ -1,19 +1,22 @@
-"""Real studies (not simulated): policies against each other on ``jobs/charlm`` (issue 17).
+"""Real studies (not simulated): policies against each other on ``jobs/charlm`` or
+``jobs/digits-cnn`` (issue 17).
 
-For each repetition r (study seed r, the same for every policy, so every policy draws the same
-configurations in the same order) and each policy, runs ``jobs/charlm`` with ``hpctune launch
---local`` in a fresh directory and measures, from its journal, the wall-clock seconds from the
-study's start to the first report at least as good as the target and the worker-seconds held by
-then (each worker process from its start to its exit, cut at that time), and the same for the
-whole study. The study is stopped (``hpctune stop``) once the target is reached, since nothing
-after it counts; a study that never reaches it runs to its end.
+For each repetition r (study seed r, the same for every policy, so every policy with the same
+generator draws the same configurations in the same order) and each policy, runs the job with
+``hpctune launch --local`` in a fresh directory and measures, from its journal, the wall-clock
+seconds from the study's start to the first report at least as good as the target and the
+worker-seconds held by then (each worker process from its start to its exit, cut at that time),
+and the same for the whole study. The study is stopped (``hpctune stop``) once the target is
+reached, since nothing after it counts; a study that never reaches it runs to its end. A policy
+written ``hybrid+tpe`` runs with the ``tpe`` generator instead of the job's random search.
 
-    nice -n 10 python benchmarks/real_policies.py [--policies hybrid asha] [--seeds 0 1 2]
-        [--num-trials 32] [--max-steps 60] [--slots 2] [--target 2.0256] [--json]
-    python benchmarks/real_policies.py --quick     # 4 trials x 3 steps, asha, seed 0
+    nice -n 10 python benchmarks/real_policies.py [--job charlm|digits-cnn]
+        [--policies hybrid asha] [--seeds 0 1 2] [--num-trials 32] [--max-steps 60]
+        [--slots 2] [--target 2.0256] [--json]
+    python benchmarks/real_policies.py --quick     # charlm, 4 trials x 3 steps, asha, seed 0
 
-The default target is the charlm trace's (``benchmarks/traces/charlm.h5``, recorded from the same
-job: the value only the best 5 % of its 128 configurations reach). Wall-clock depends on the
+The default target is the job's trace's (``benchmarks/traces/JOB.h5``, recorded from the same
+job: the value only the best 5 % of its configurations reach). Wall-clock depends on the
 machine's load; the worker-seconds much less.
 """
 
@@ -33,15 +36,16 @@ from typing import Any
 from _record_trace import replace_lines
 
 REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "jobs" / "charlm"
-TRACE = REPO / "benchmarks" / "traces" / "charlm.h5"
+JOBS = ("charlm", "digits-cnn")
 
 
 def write_study(
-    folder: Path, policy: str, seed: int, num_trials: int, max_steps: int, slots: int
+    job: Path, folder: Path, policy: str, seed: int, num_trials: int, max_steps: int, slots: int
 ) -> Path:
-    """A copy of ``jobs/charlm`` in ``folder`` with the policy, seed, trials, steps and slots."""
-    text = (JOB / "study.toml").read_text()
+    """A copy of ``job`` in ``folder`` with the policy (``name`` or ``name+generator``), seed,
+    trials, steps and slots."""
+    policy, _, generator = policy.partition("+")
+    text = (job / "study.toml").read_text()
     replacements = {
         r"^directory = .*$": 'directory = "study"',
         r"^seed = \d+": f"seed = {seed}",
@@ -49,23 +53,25 @@ def write_study(
         r"^max_steps = \d+": f"max_steps = {max_steps}",
         r"^slots = \d+": f"slots = {slots}",
         r'^\[policy\]\nname = "default"': f'[policy]\nname = "{policy}"',
+        r'^\[generator\]\nname = "random"': f'[generator]\nname = "{generator or "random"}"',
     }
-    text = replace_lines(JOB / "study.toml", text, replacements)
+    text = replace_lines(job / "study.toml", text, replacements)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    shutil.copy(JOB / "train.py", folder / "train.py")
+    shutil.copy(job / "train.py", folder / "train.py")
     spec = folder / "study.toml"
     spec.write_text(text)
     return spec
 
 
-def first_hit(record: Any, target: float) -> float | None:
-    """The time of the first report at least as good as ``target`` (mode min), or None."""
+def first_hit(record: Any, target: float, sign: float) -> float | None:
+    """The time of the first report at least as good as ``target`` (``sign`` 1 for mode max,
+    -1 for min), or None."""
     times = [
         t
         for trial in record.trials.values()
         for v, t in zip(trial.curve_values, trial.curve_times, strict=True)
-        if v <= target
+        if sign * v >= sign * target
     ]
     return min(times) if times else None
 
@@ -84,7 +90,7 @@ def worker_seconds(record: Any, start: float, until: float) -> float:
 
 
 def run_study(
-    folder: Path, target: float, poll_s: float = 2.0, timeout_s: float = 1800.0
+    folder: Path, target: float, sign: float, poll_s: float = 2.0, timeout_s: float = 1800.0
 ) -> dict[str, Any]:
     """Launch the study in ``folder``, stop it once the target is reached, return its figures."""
     from hpctune.journal import open_study
@@ -113,7 +119,7 @@ def run_study(
             record = open_study(folder / "study").record
         except Exception:  # the journal is being created
             continue
-        if first_hit(record, target) is not None:
+        if first_hit(record, target, sign) is not None:
             subprocess.run(
                 [sys.executable, "-m", "hpctune.cli", "stop", str(folder / "study")],
                 cwd=folder,
@@ -129,7 +135,7 @@ def run_study(
     end = float(
         record.ended_time or max(t for tr in record.trials.values() for t in tr.curve_times)
     )
-    hit = first_hit(record, target)
+    hit = first_hit(record, target, sign)
     values = [v for tr in record.trials.values() for v in tr.curve_values if math.isfinite(v)]
     return {
         "time_to_target": None if hit is None else hit - start,
@@ -141,7 +147,7 @@ def run_study(
             [t for t in record.trials.values() if hit is not None and t.created_time <= hit]
         ),
         "reports": sum(len(tr.curve_values) for tr in record.trials.values()),
-        "best": min(values) if values else None,
+        "best": sign * max(sign * v for v in values) if values else None,
         "stopped_at_target": stopped,
         "launch_seconds": time.monotonic() - t0,
     }
@@ -157,6 +163,7 @@ def _f(x: float | None, digits: int = 3) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--job", choices=JOBS, default="charlm")
     parser.add_argument("--policies", nargs="+", default=["hybrid", "asha"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--num-trials", type=int, default=32)
@@ -169,17 +176,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.policies, args.seeds, args.num_trials, args.max_steps = ["asha"], [0], 4, 3
-    if args.target is None:
-        from hpctune.analysis.traces import Trace
+    from hpctune.analysis.traces import Trace
 
-        args.target = 3.0 if args.quick else Trace.load(TRACE).default_target()
+    trace = Trace.load(REPO / "benchmarks" / "traces" / f"{args.job}.h5")
+    sign = trace.sign
+    if args.target is None:
+        args.target = 3.0 if args.quick else trace.default_target()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-policies-"))
     runs = []
     for seed in args.seeds:
         for policy in args.policies:
             folder = workdir / f"{policy}-seed{seed}"
-            write_study(folder, policy, seed, args.num_trials, args.max_steps, args.slots)
-            run = {"policy": policy, "seed": seed, **run_study(folder, args.target)}
+            job = REPO / "jobs" / args.job
+            write_study(job, folder, policy, seed, args.num_trials, args.max_steps, args.slots)
+            run = {"policy": policy, "seed": seed, **run_study(folder, args.target, sign)}
             runs.append(run)
             if not args.json:
                 print(
@@ -202,6 +212,7 @@ def main() -> None:
             "runs": len(mine),
         }
     out = {
+        "job": args.job,
         "target": args.target,
         "num_trials": args.num_trials,
         "max_steps": args.max_steps,
@@ -213,8 +224,8 @@ def main() -> None:
         print(json.dumps(out))
         return
     print(
-        f"\ntarget {args.target:.4g}, {args.num_trials} trials x {args.max_steps} steps, "
-        f"{args.slots} slots"
+        f"\n{args.job}: target {args.target:.4g}, {args.num_trials} trials x "
+        f"{args.max_steps} steps, {args.slots} slots"
     )
     print("| policy | " + " | ".join(f"seed {s}" for s in args.seeds) + " | median |")
     print("|---|" + "---|" * (len(args.seeds) + 1))

@@ -16,7 +16,11 @@ trial:
    kept (digits-cnn), a trial whose curve has flattened is ranked by what it has. A trial is
    only stopped when its score is below the cutoff by more than ``noise_guard`` times its own
    noise (the spread of its curve's second differences): rungs do not rank differences the
-   measurement cannot resolve (diabetes, 89 validation patients).
+   measurement cannot resolve (diabetes, 89 validation patients). The guard is dropped at a
+   rung once the study's noise, measured on the curves past the second rung where they no
+   longer fall steeply, is below ``noise_share`` of the spread of the values recorded there:
+   the second differences of a trial's first steps mostly measure how fast its curve falls,
+   and a guard built on them keeps trials that a smooth metric can rank (digits loss).
 2. **Curve rule** (Domhan et al.'s criterion, HyperDrive §5.3's EarlyTerm): every
    ``check_every`` steps from ``model_from`` on, when the trial's prediction arrives, a trial
    whose final value beats the best value seen so far with probability below ``delta`` is
@@ -80,6 +84,11 @@ class HybridOptions:
             values over the remaining steps (or its best value if better).
         noise_guard: A rung stops a trial only when its score is below the cutoff by more than
             this many times the trial's noise (:func:`noise`).
+        noise_share: The guard applies at a rung only while the study's noise
+            (:meth:`HybridPolicy.study_noise`) is unknown or at least this share of the
+            spread (interquartile range) of the values recorded at the rung; 0: always.
+        noise_steps: How many steps past the second rung measure the study's noise
+            (:meth:`HybridPolicy.noise_window`).
         adaptive: Judge the rungs after the first as ASHA's where the rankings of the probes at
             the first two rungs agree (:meth:`HybridPolicy.reliability` at least ``reliable``).
         probes: With ``adaptive``: how many trials (the first to reach the first rung) pass it
@@ -96,6 +105,8 @@ class HybridOptions:
     delta: float = 0.05
     optimism: float = 0.99
     noise_guard: float = 2.0
+    noise_share: float = 0.05
+    noise_steps: int = 4
     adaptive: bool = False
     probes: int = 12
     min_pairs: int = 8
@@ -129,11 +140,17 @@ def noise(trial: TrialView, step: int) -> float:
     gives second differences of variance 6 v, and a smooth trend adds little. 0 with fewer than
     4 values.
     """
-    values = np.asarray(trial.values[trial.steps <= step], dtype=float)
-    values = values[np.isfinite(values)]
-    if len(values) < 4:
-        return 0.0
-    return float(np.median(np.abs(np.diff(values, 2))) / math.sqrt(6))
+    return curve_noise(trial.values[trial.steps <= step]) or 0.0
+
+
+def curve_noise(values: np.ndarray) -> float | None:
+    """The median absolute second difference of the finite ``values`` over sqrt(6) (see
+    :func:`noise`); None with fewer than 4 of them."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if len(finite) < 4:
+        return None
+    return float(np.median(np.abs(np.diff(finite, 2))) / math.sqrt(6))
 
 
 class HybridPolicy(Policy):
@@ -163,6 +180,9 @@ class HybridPolicy(Policy):
             raise OptionError("optimism", f"must be in [0.001, 0.999], but got {o.optimism}")
         if not (math.isfinite(o.noise_guard) and o.noise_guard >= 0):
             raise OptionError("noise_guard", f"must be >= 0, but got {o.noise_guard}")
+        if not (math.isfinite(o.noise_share) and o.noise_share >= 0):
+            raise OptionError("noise_share", f"must be >= 0, but got {o.noise_share}")
+        require("noise_steps", o.noise_steps, 4)
         require("probes", o.probes, 0)
         require("min_pairs", o.min_pairs, 3)
         if not -1 <= o.reliable <= 1:
@@ -180,6 +200,11 @@ class HybridPolicy(Policy):
         self.held: set[int] = set()
         self._best_memo: tuple[StudyView, float | None] | None = None
         self._trial_best: dict[int, tuple[TrialView, float | None]] = {}
+        # with ``noise_share``: each trial's noise over the noise window (None: it ended
+        # before the window's end), and each trial's signed best value at each rung; both
+        # read from the trials' curves, so a restored policy rebuilds them
+        self._window_noise: dict[int, float | None] = {}
+        self._rung_values: dict[int, dict[int, float]] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -290,7 +315,7 @@ class HybridPolicy(Policy):
             self._record_value(step, trial.trial_id, best_until(trial, step, view.sign))
         if math.isnan(cutoff):
             return ""
-        if score >= cutoff - self.options.noise_guard * noise(trial, step):
+        if score >= cutoff - self._guard(view, trial, step):
             return ""
         first = step == self.milestones[0] and len(self.milestones) > 1
         if self.options.adaptive and first and len(recorded) <= self.options.probes:
@@ -345,6 +370,61 @@ class HybridPolicy(Policy):
             if math.isfinite(value):
                 self.values.setdefault(step, {}).setdefault(trial.trial_id, value)
         return f"hybrid: probe below the cutoff of rung {self.milestones[0]}, measured"
+
+    def _guard(self, view: StudyView, trial: TrialView, step: int) -> float:
+        """How far below the cutoff a trial's score must be to stop it at the rung ``step``:
+        ``noise_guard`` times its noise, or 0 where the study's noise is known to be below
+        ``noise_share`` of the spread of the rung's values."""
+        o = self.options
+        if o.noise_guard == 0:
+            return 0.0
+        if o.noise_share > 0:
+            spread = self._rung_spread(view, step)
+            study = self.study_noise(view)
+            if math.isfinite(spread) and math.isfinite(study) and study < o.noise_share * spread:
+                return 0.0
+        return o.noise_guard * noise(trial, step)
+
+    def noise_window(self) -> tuple[int, int]:
+        """The steps ``(low, low + noise_steps]`` whose values measure the study's noise:
+        past the second rung (the first if there is only one), where curves have left their
+        steep start."""
+        low = self.milestones[1] if len(self.milestones) > 1 else self.milestones[0]
+        return low, low + self.options.noise_steps
+
+    def study_noise(self, view: StudyView) -> float:
+        """The median noise (:func:`noise`) of the trials' curves over :meth:`noise_window`,
+        over the trials that reached its end; NaN before 3 of them have.
+
+        A property of the metric's measurement (the validation set) rather than of a trial,
+        measured where the curves' curvature no longer inflates it (the second differences of
+        the first steps mostly measure how fast a curve falls).
+        """
+        low, high = self.noise_window()
+        for trial_id, trial in view.trials.items():
+            if trial_id in self._window_noise:
+                continue
+            if len(trial.steps) and trial.steps[-1] >= high:
+                window = (trial.steps > low) & (trial.steps <= high)
+                self._window_noise[trial_id] = curve_noise(trial.values[window])
+            elif trial.status.is_final:
+                self._window_noise[trial_id] = None
+        measured = [v for v in self._window_noise.values() if v is not None]
+        return float(np.median(measured)) if len(measured) >= 3 else math.nan
+
+    def _rung_spread(self, view: StudyView, step: int) -> float:
+        """The interquartile range of the signed best values up to ``step`` of the trials
+        recorded at the rung ``step``; NaN with fewer than 4 of them."""
+        values = self._rung_values.setdefault(step, {})
+        for trial_id in self.recorded.get(step, {}):
+            if trial_id not in values and trial_id in view.trials:
+                value = best_until(view.trials[trial_id], step, view.sign)
+                if math.isfinite(value):
+                    values[trial_id] = value
+        if len(values) < 4:
+            return math.nan
+        q75, q25 = np.percentile(list(values.values()), [75, 25])
+        return float(q75 - q25)
 
     def reliability(self) -> float:
         """The rank correlation of the probes' values at the first two rungs, over the probes

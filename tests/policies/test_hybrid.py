@@ -17,6 +17,7 @@ from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
 from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise, rank_correlation
 from hpctune.simulator import simulate
+from hpctune.wire.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 
@@ -46,6 +47,8 @@ def test_defaults_are_the_measured_ones() -> None:
         delta=0.05,
         optimism=0.99,
         noise_guard=2.0,
+        noise_share=0.05,
+        noise_steps=4,
         adaptive=False,
         probes=12,
         min_pairs=8,
@@ -67,6 +70,9 @@ def test_defaults_are_the_measured_ones() -> None:
         {"optimism": 1.0},
         {"noise_guard": -1.0},
         {"noise_guard": math.inf},
+        {"noise_share": -0.1},
+        {"noise_share": math.nan},
+        {"noise_steps": 3},
         {"probes": -1},
         {"min_pairs": 2},
         {"reliable": 1.5},
@@ -125,6 +131,36 @@ def test_noise_guard_keeps_a_noisy_trial_a_smooth_one_at_the_same_level_loses() 
         HybridPolicy(context(), HybridOptions(noise_guard=0.0)), {**leaders, 5: noisy}, {}
     )
     assert plain[5] == [ActionKind.TERMINATE]
+
+
+def test_study_noise_is_the_median_noise_past_the_second_rung_once_three_trials_have_it() -> None:
+    policy = HybridPolicy(context())
+    assert policy.noise_window() == (4, 8)
+    steep = [0.1, 0.5, 0.7, 0.8]  # the first steps: their second differences are the fall
+    smooth = [0.81, 0.82, 0.83, 0.84]
+    jitter = [0.80, 0.84, 0.80, 0.84]  # |second differences| 0.08: noise 0.08 / sqrt(6)
+    short = trial(9, steep + smooth[:3])  # not yet past step 8
+    ended = trial(8, steep, TrialStatus.TERMINATED)
+    two = [trial(0, steep + smooth), trial(1, steep + jitter)]
+    assert math.isnan(policy.study_noise(view([*two, short, ended], max_steps=40)))
+    three = [*two, trial(2, steep + jitter + [0.9]), short, ended]
+    assert policy.study_noise(view(three, max_steps=40)) == pytest.approx(0.08 / math.sqrt(6))
+    assert policy._window_noise[8] is None
+    assert 9 not in policy._window_noise
+
+
+def test_the_guard_is_dropped_where_the_study_noise_is_small_against_the_rung_s_spread() -> None:
+    leaders = {i: [0.5 + 0.1 * i, 0.6 + 0.1 * i, 0.65 + 0.1 * i, 0.7 + 0.1 * i] for i in range(4)}
+    long = {i: leaders[i] + [leaders[i][-1] + 0.001 * k for k in range(1, 5)] for i in range(3)}
+    curves = {**leaders, **long, 5: [0.5, 0.8, 0.4, 0.7]}  # noisy, just below the cutoff
+    # smooth curves past step 4 (noise ~0) and a spread of 0.3 at the rung: no guard
+    assert _rung4(HybridPolicy(context()), curves, {})[5] == [ActionKind.TERMINATE]
+    # without the study's noise (noise_share 0) the trial's own noise keeps it
+    always = HybridPolicy(context(), HybridOptions(noise_share=0.0))
+    assert _rung4(always, curves, {})[5] == []
+    # a noisy metric past step 4 (noise 0.04 > 5 % of 0.3) keeps the guard
+    noisy = {i: leaders[i] + [0.7 + 0.1 * i + d for d in (0.1, 0.0, 0.1, 0.0)] for i in range(3)}
+    assert _rung4(HybridPolicy(context()), {**curves, **noisy}, {})[5] == []
 
 
 def test_a_rung_from_model_from_on_scores_the_optimistic_prediction() -> None:
