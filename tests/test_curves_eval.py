@@ -47,7 +47,8 @@ def test_quick_run_reports_every_metric_for_every_trace_cut_and_method() -> None
     assert report["workloads"]["diabetes"]["mode"] == "min"
     assert report["workloads"]["diabetes"]["bounds"] == [0.0, 2.0]
     rows = report["results"]
-    methods = ("amortised", "domhan", "last", "pow3")
+    recal = tuple(f"amortised+{kind}{k}" for kind in ("recal", "spread") for k in ("", "16", "8"))
+    methods = ("amortised", "domhan", "last", "pow3", *recal)
     assert len(rows) == len(traces) * 3 * len(methods)
     assert {(r["workload"], r["n"]) for r in rows} >= {
         ("digits", 3),
@@ -73,6 +74,8 @@ def test_quick_run_reports_every_metric_for_every_trace_cut_and_method() -> None
     for part in report["summary"].values():
         assert part["goals"]["model"] == "amortised"
         assert set(part["means"]) == set(methods)
+        assert set(part["recal_goals"]) == set(recal)
+    assert report["recal"]["prior_count"] > 0
     cost = report["cost"]
     fits = 3 * sum(w["curves"] for w in report["workloads"].values())
     assert cost["amortised"]["fits"] == cost["domhan"]["fits"] == fits == len(traces) * 3 * 3
@@ -98,3 +101,25 @@ def test_density_from_quantiles_and_auc_match_closed_forms() -> None:
     labels = np.array([False, False, True, True])
     assert module.auc(scores, labels) == pytest.approx(0.75)
     assert math.isnan(module.auc(scores, np.array([True] * 4)))
+
+
+def test_a_curve_is_recalibrated_without_its_own_final_value() -> None:
+    module = _module()
+    from hpctune.curves import predict_curves
+
+    rng = np.random.default_rng(3)
+    curves = [list(0.6 - 0.4 * np.exp(-np.arange(1, 6) / rng.uniform(1, 4))) for _ in range(12)]
+    preds = predict_curves(curves, 30)
+    finals = rng.uniform(0.5, 0.9, size=12)
+    fallbacks = [module.Predictive(mean=0.5, sd=0.1)] * 12
+    for others, symmetric in ((None, False), (8, False), (None, True), (4, True)):
+        got = module.recalibrated(preds, finals, fallbacks, others, 2.0, 0, symmetric)
+        moved = finals.copy()
+        moved[5] = 0.01  # curve 5's own final value, far below every prediction
+        again = module.recalibrated(preds, moved, fallbacks, others, 2.0, 0, symmetric)
+        np.testing.assert_array_equal(got[5].q, again[5].q)
+        # the others see it (leave-one-out: all of them; K of 11: the ones that drew it)
+        changed = [i for i in range(12) if not np.array_equal(got[i].q, again[i].q)]
+        assert changed
+        if others is None:
+            assert changed == [i for i in range(12) if i != 5]
