@@ -105,7 +105,7 @@ class HybridOptions:
     delta: float = 0.05
     optimism: float = 0.99
     noise_guard: float = 2.0
-    noise_share: float = 0.05
+    noise_share: float = 0.1
     noise_steps: int = 4
     adaptive: bool = False
     probes: int = 12

@@ -47,7 +47,7 @@ def test_defaults_are_the_measured_ones() -> None:
         delta=0.05,
         optimism=0.99,
         noise_guard=2.0,
-        noise_share=0.05,
+        noise_share=0.1,
         noise_steps=4,
         adaptive=False,
         probes=12,
@@ -153,12 +153,12 @@ def test_the_guard_is_dropped_where_the_study_noise_is_small_against_the_rung_s_
     leaders = {i: [0.5 + 0.1 * i, 0.6 + 0.1 * i, 0.65 + 0.1 * i, 0.7 + 0.1 * i] for i in range(4)}
     long = {i: leaders[i] + [leaders[i][-1] + 0.001 * k for k in range(1, 5)] for i in range(3)}
     curves = {**leaders, **long, 5: [0.5, 0.8, 0.4, 0.7]}  # noisy, just below the cutoff
-    # smooth curves past step 4 (noise ~0) and a spread of 0.3 at the rung: no guard
+    # smooth curves past step 4 (noise ~0) and a spread of 0.1 at the rung: no guard
     assert _rung4(HybridPolicy(context()), curves, {})[5] == [ActionKind.TERMINATE]
     # without the study's noise (noise_share 0) the trial's own noise keeps it
     always = HybridPolicy(context(), HybridOptions(noise_share=0.0))
     assert _rung4(always, curves, {})[5] == []
-    # a noisy metric past step 4 (noise 0.04 > 5 % of 0.3) keeps the guard
+    # a noisy metric past step 4 (noise 0.2 / sqrt 6 > 10 % of 0.1) keeps the guard
     noisy = {i: leaders[i] + [0.7 + 0.1 * i + d for d in (0.1, 0.0, 0.1, 0.0)] for i in range(3)}
     assert _rung4(HybridPolicy(context()), {**curves, **noisy}, {})[5] == []
 
