@@ -12,9 +12,10 @@ as its runs cost 2-5 times more). Beside them
 the peers (Ray Tune, Syne Tune and Optuna schedulers) measured by the peers harness
 (``../shared/tools/peers/simulate_peers.py``) on the same orders and target, read from the small
 files ``benchmarks/results/peers-S<S>.json``, and the model-based peers (Optuna's TPE with its
-Hyperband pruner, Syne Tune's BOHB: ``benchmarks/search_peers.py --target default``, S = 8) from
-``benchmarks/results/model-peers-S<S>.jsonl``; the limit (the fastest single configuration from
-t = 0); and per trace the best hpctune policy and hybrid against the best peer.
+Hyperband pruner, Syne Tune's BOHB, Ray Tune's BOHB: ``benchmarks/search_peers.py --target
+default``, S = 8) from ``benchmarks/results/model-peers-S<S>.jsonl``; the limit (the fastest
+single configuration from t = 0); and per trace the best hpctune policy and hybrid against the
+best peer.
 
 Protocol (the harness's): no queue wait, start-up or checkpoint costs; the target is the trace's
 default (the value only the best 5 % of configurations reach, ``Trace.default_target``; the peers
@@ -34,7 +35,7 @@ The whole measurement::
         python benchmarks/policies.py --import-peers /tmp/peers-S$S.json
     done
     PYTHONPATH=. /tmp/peers/bin/python benchmarks/search_peers.py --target default --seeds 25 \\
-        --peers optuna_tpe_hyperband,syne_bohb --jobs 1 --results /tmp/model-peers.jsonl
+        --peers optuna_tpe_hyperband,syne_bohb,ray_bohb --jobs 1 --results /tmp/model-peers.jsonl
     python benchmarks/policies.py --import-model-peers /tmp/model-peers.jsonl
     nice -n 10 python benchmarks/policies.py [--slots 4 8 16 25] [--seeds 25] [--jobs 2]
         [--generators tpe] [--results /tmp/policies.jsonl] [--only digits] [--json]

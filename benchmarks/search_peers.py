@@ -21,6 +21,9 @@ environments :
         --peers syne_mobster --results peers.jsonl
     python benchmarks/search.py --table-only --peers peers.jsonl
 
+With ``--target default`` (``Trace.default_target``) the runs are ``benchmarks/policies.py``'s
+model-based peers (``optuna_tpe_hyperband,syne_bohb,ray_bohb``; its docstring has the commands).
+
 Protocol (as ``../shared/tools/peers/simulate_peers.py``): a trial of configuration i started at
 t0 reports ``curves[i, e-1]`` at ``t0 + sum(epoch_seconds[i, :e])``; reports of all workers in
 global time order; after each report the peer may stop the trial and the worker starts the next
@@ -252,6 +255,7 @@ class RayBOHBPeer(Peer):
         np.random.seed(seed)  # noqa: NPY002
         space = CS.ConfigurationSpace(seed=seed)
         self.choices: dict[str, list[Any]] = {}
+        self.bounds: dict[str, tuple[float, float]] = {}
         for d in dims:
             dist = d.distribution
             if isinstance(dist, CategoricalDistribution):
@@ -263,6 +267,7 @@ class RayBOHBPeer(Peer):
                 hp = CS.UniformIntegerHyperparameter(d.name, dist.low, dist.high, log=dist.log)
             else:
                 hp = CS.UniformFloatHyperparameter(d.name, dist.low, dist.high, log=dist.log)
+                self.bounds[d.name] = (hp.lower, hp.upper)
             space.add(hp)
         self.searcher = TuneBOHB(space, metric="val", mode="max", seed=seed)
         self.scheduler = AsyncHyperBandScheduler(
@@ -280,9 +285,17 @@ class RayBOHBPeer(Peer):
         return {k: self.choices[k][int(v)] if k in self.choices else v for k, v in config.items()}
 
     def _from_flat(self, flat: dict[str, Any]) -> dict[str, Any]:
-        return {
-            k: str(self.choices[k].index(v)) if k in self.choices else v for k, v in flat.items()
-        }
+        # ConfigSpace 1 rounds a float's bounds to 13 decimals, which can leave a trace's
+        # extreme value (digits-cnn's lr, dropout) outside them: clip it in
+        out = {}
+        for k, v in flat.items():
+            if k in self.choices:
+                out[k] = str(self.choices[k].index(v))
+            elif k in self.bounds:
+                out[k] = min(max(v, self.bounds[k][0]), self.bounds[k][1])
+            else:
+                out[k] = v
+        return out
 
     def propose(self, tid: int) -> dict[str, Any]:
         return self._to_flat(self.searcher.suggest(str(tid)))
