@@ -315,7 +315,7 @@ class HybridPolicy(Policy):
             self._record_value(step, trial.trial_id, best_until(trial, step, view.sign))
         if math.isnan(cutoff):
             return ""
-        if score >= cutoff - self._guard(view, trial, step):
+        if score >= cutoff or score >= cutoff - self._guard(view, trial, step):
             return ""
         first = step == self.milestones[0] and len(self.milestones) > 1
         if self.options.adaptive and first and len(recorded) <= self.options.probes:
@@ -376,14 +376,14 @@ class HybridPolicy(Policy):
         ``noise_guard`` times its noise, or 0 where the study's noise is known to be below
         ``noise_share`` of the spread of the rung's values."""
         o = self.options
-        if o.noise_guard == 0:
+        guard = o.noise_guard * noise(trial, step)
+        if guard == 0 or o.noise_share == 0:
+            return guard
+        spread = self._rung_spread(view, step)
+        study = self.study_noise(view)
+        if math.isfinite(spread) and math.isfinite(study) and study < o.noise_share * spread:
             return 0.0
-        if o.noise_share > 0:
-            spread = self._rung_spread(view, step)
-            study = self.study_noise(view)
-            if math.isfinite(spread) and math.isfinite(study) and study < o.noise_share * spread:
-                return 0.0
-        return o.noise_guard * noise(trial, step)
+        return guard
 
     def noise_window(self) -> tuple[int, int]:
         """The steps ``(low, low + noise_steps]`` whose values measure the study's noise:
