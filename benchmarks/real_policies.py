@@ -183,11 +183,11 @@ def main() -> None:
     if args.target is None:
         args.target = 3.0 if args.quick else trace.default_target()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-policies-"))
+    job = REPO / "jobs" / args.job
     runs = []
     for seed in args.seeds:
         for policy in args.policies:
             folder = workdir / f"{policy}-seed{seed}"
-            job = REPO / "jobs" / args.job
             write_study(job, folder, policy, seed, args.num_trials, args.max_steps, args.slots)
             run = {"policy": policy, "seed": seed, **run_study(folder, args.target, sign)}
             runs.append(run)
