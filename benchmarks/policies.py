@@ -97,15 +97,23 @@ def limit_seconds(trace: Trace, target: float) -> float:
     return float(times.min()) if times.size else math.inf
 
 
+#: Options of a policy spec that are the study's, not the policy's: ``[curves] recalibrate``.
+STUDY_OPTIONS = ("recalibrate",)
+
+
 def policy_options(spec: str, boundary: int, target: float) -> tuple[str, dict[str, Any]]:
     """The name and options a policy runs with: defaults, the shared boundary for POP,
     EarlyTerm and Bandit, the target for POP (HyperDrive §3: a user input), and the options
-    of a candidate written ``"hybrid:optimism=0.9,noise_guard=1"`` (values as JSON)."""
+    of a candidate written ``"hybrid:optimism=0.9,noise_guard=1"`` (values as JSON, else
+    strings; :data:`STUDY_OPTIONS` among them are the simulator's, see :func:`run_one`)."""
     name, _, rest = spec.partition(":")
     options: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        options[key] = json.loads(value)
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
     if name in WITH_BOUNDARY:
         options["boundary"] = boundary
     if name == "pop":
@@ -125,6 +133,7 @@ def run_one(job: Job) -> dict[str, Any]:
     target = trace.default_target()
     t0 = time.perf_counter()
     name, options = policy_options(policy, boundary, target)
+    settings = {key: options.pop(key) for key in STUDY_OPTIONS if key in options}
     result = simulate(
         trace,
         name,
@@ -135,6 +144,7 @@ def run_one(job: Job) -> dict[str, Any]:
         generator=None if generator == RANDOM else generator,
         target=target,
         stop_at_target=True,
+        **settings,
     )
     reached = result.time_to_target is not None and result.gpu_hours_to_target is not None
     return {

@@ -1047,6 +1047,13 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
     help="Learning-curve model for POP and EarlyTerm (as [curves] model).",
 )
 @click.option(
+    "--recalibrate",
+    type=click.Choice(["none", "spread", "full"]),
+    default="none",
+    show_default=True,
+    help="Recalibrate predictions from the study's own curves (as [curves] recalibrate).",
+)
+@click.option(
     "--fit-workers",
     type=int,
     default=2,
@@ -1084,6 +1091,7 @@ def simulate(
     timeline: bool,
     predictions_path: Path | None,
     curve_model: str,
+    recalibrate: str,
     fit_workers: int,
     plot_split: Path | None,
 ) -> int:
@@ -1120,6 +1128,7 @@ def simulate(
         num_trials=num_trials,
         target=target,
         stages=stages,
+        recalibrate=recalibrate,
     )
     from hpctune.curves import FitOptions
     from hpctune.simulator import PredictionCache, build_policy, simulation_context

@@ -81,7 +81,12 @@ class PredictingPolicy(DefaultPolicy):
 
 
 def _study(
-    tmp_path: Path, a: list[float], max_steps: int, sleep: float, model: str = "domhan"
+    tmp_path: Path,
+    a: list[float],
+    max_steps: int,
+    sleep: float,
+    model: str = "domhan",
+    curves: str = "",
 ) -> StudyPaths:
     """A study of ``TRAIN``; its trials wait before each step while ``tmp_path/gate`` exists."""
     spec = write_study(
@@ -94,7 +99,7 @@ def _study(
         num_trials=len(a),
     )
     # Domhan's MCMC takes ~0.5 s a fit: long enough to see that nobody waits for one
-    spec.write_text(spec.read_text() + f'\n[curves]\nworkers = 2\nmodel = "{model}"\n')
+    spec.write_text(spec.read_text() + f'\n[curves]\nworkers = 2\nmodel = "{model}"\n{curves}')
     return create_study(load_spec(spec))
 
 
@@ -311,3 +316,49 @@ def test_the_amortised_model_is_the_default_and_its_predictions_reach_the_journa
     assert main([*argv, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["median"] == pytest.approx(ref.median, abs=2e-6)
+
+
+def test_recalibrated_predictions_reach_the_policy_and_a_new_controller_rebuilds_their_pits(
+    tmp_path: Path,
+) -> None:
+    paths = _study(
+        tmp_path,
+        [0.5, 1.0, 1.5, 2.0],
+        max_steps=8,
+        sleep=0.05,
+        model="amortised",
+        curves='recalibrate = "full"\n',
+    )
+    first = _controller(paths)
+    try:
+        assert first.run() is StudyState.FINISHED
+    finally:
+        first.curves.close()
+        first.executor.close()
+    calibration = first.curves.calibration
+    assert calibration is not None
+    assert calibration.open_trials == []  # every trial ended at max_steps
+    # each trial's predictions from 3 to 7 points lent a PIT at its value at step 8
+    assert [calibration.pit_count(n) for n in range(3, 8)] == [4] * 5
+    pits = {n: calibration.mapping(n).pits for n in range(3, 8)}
+    # the journal has the model's predictions; the policy got recalibrated ones once trials
+    # had ended (two slots: the last two trials start after the first two ended)
+    record = open_study(paths.root).record
+    assert all(len(refs) == 5 for refs in record.prediction_history.values())
+    differ = []
+    for trial_id, ref in record.predictions.items():
+        loaded = read_result(paths.root / ref.path)
+        assert loaded is not None
+        given = first.curves.predictions[trial_id]
+        differ.append(not np.array_equal(given.u_quantiles, loaded[0].u_quantiles))
+    assert any(differ)
+
+    second = _controller(paths)
+    try:
+        second.curves.start()  # reads every journaled prediction's result file
+        rebuilt = second.curves.calibration
+        assert rebuilt is not None
+        assert {n: rebuilt.mapping(n).pits for n in range(3, 8)} == pits
+    finally:
+        second.curves.close()
+        second.executor.close()

@@ -339,6 +339,7 @@ def test_cli_simulate_prints_a_table_and_documented_json(
     assert {s["outcome"] for s in segments} == {"suspended", "completed"}  # dropped at rungs
     assert len(segments) > 128  # promoted trials run several segments
     assert entry["runs"][0]["decisions"][0]["kind"] == "terminate"
+    assert doc["config"]["recalibrate"] == "none"
 
 
 @pytest.mark.parametrize(
@@ -350,6 +351,7 @@ def test_cli_simulate_prints_a_table_and_documented_json(
         (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--option", "x.y=2"], "names policy"),
         (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--slots", "0"], "--slots"),
         (["--trace", str(DIGITS_TRACE), "--policy", "sha", "--queue-wait", "-1"], "queue_wait"),
+        (["--trace", str(DIGITS_TRACE), "--policy", "pop", "--recalibrate", "on"], "'on'"),
         (["--policy", "sha"], "--trace"),
     ],
 )

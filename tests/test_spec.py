@@ -199,6 +199,8 @@ def test_defaults(tmp_path: Path) -> None:
     assert spec.policy == ComponentSpec("default", {})
     assert spec.resources == ResourcesSpec(slots=2, cpus_per_worker=1, gpus_per_worker=0)
     assert spec.directory == tmp_path.resolve() / "runs" / "d-20240506-070809"
+    assert spec.curves.model == "amortised"
+    assert spec.curves.recalibrate == "none"
 
 
 def test_directory_override_is_relative_to_cwd(
@@ -369,6 +371,11 @@ def test_non_utf8_file(tmp_path: Path) -> None:
             "relative to the study.toml's folder",
         ),
         (lambda d: d.update(stages={"enable": True}), "stages.enable", "`enabled`?"),
+        (
+            lambda d: d.update(curves={"recalibrate": True}),
+            "curves.recalibrate",
+            "must be one of 'none', 'spread', 'full'",
+        ),
         (
             lambda d: d.update(stages={"enabled": "yes"}),
             "stages.enabled",
@@ -647,6 +654,19 @@ def test_valid_specs_load_and_round_trip(doc: dict[str, Any]) -> None:
     again = StudySpec.from_dict(d)
     assert again == spec
     assert again.to_dict() == spec.to_dict()
+
+
+def test_curves_section_round_trips_and_a_journaled_spec_without_recalibrate_reads_none(
+    tmp_path: Path,
+) -> None:
+    doc = base_doc()
+    doc["curves"] = {"recalibrate": "spread", "workers": 2}
+    spec = load_spec(_write(tmp_path, doc), now=NOW)
+    assert (spec.curves.recalibrate, spec.curves.workers) == ("spread", 2)
+    data = json.loads(json.dumps(spec.to_dict()))
+    assert StudySpec.from_dict(data) == spec
+    del data["curves"]["recalibrate"]  # a study journaled before the option existed
+    assert StudySpec.from_dict(data).curves.recalibrate == "none"
 
 
 def test_stages_section_round_trips(tmp_path: Path) -> None:

@@ -11,7 +11,14 @@ each becomes a ``prediction`` log record (the file's path and a summary), the tr
 taken as epochs 1..n: one report per step is assumed (``step`` counts epochs from 1, every step
 reports the metric). Reports without the metric are left out, so a gap shifts later points.
 
+**Recalibration** (``[curves] recalibrate``, off by default). The policy gets each new
+prediction recalibrated with the PITs of the study's earlier predictions at the values their
+trials reached later (:class:`~hpctune.curves.calibration.StudyCalibration`): when a trial's new
+prediction arrives, and when the trial ends, its earlier predictions lend their PITs at its
+latest value. The journal and the result files keep the model's own predictions.
+
 **Restart.** A new controller loads the prediction each trial's latest ``prediction`` record names
+(with recalibration, every prediction record: the finished trials' PITs are rebuilt from them)
 and asks again for the fit of each unfinished trial's last boundary if no record covers it (it
 was in flight); a result file already written is then read instead of refitted.
 """
@@ -25,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpctune.journal import records as rec
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.state import PredictionRef, TrialRecord
 from hpctune.policies import Event, EventKind
 from hpctune.wire.files import finite_or_none
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import CurvesHost
+    from hpctune.curves.calibration import StudyCalibration
     from hpctune.curves.fitter import FitOptions
     from hpctune.curves.predict import CurvePrediction
     from hpctune.curves.service import CurveService, FitBackend, FitJob, FitResult
@@ -50,7 +58,9 @@ class CurveFits:
 
     Attributes:
         service: The fit service, once started.
-        predictions: The latest prediction of each trial (the policy's view holds them).
+        predictions: The latest prediction of each trial, recalibrated if the study asks for it
+            (the policy's view holds them).
+        calibration: The study's recalibration (``None``: off).
     """
 
     def __init__(
@@ -63,6 +73,12 @@ class CurveFits:
         self.options = options
         self.service = service
         self.predictions: dict[int, CurvePrediction] = {}
+        from hpctune.curves.calibration import StudyCalibration
+
+        self.calibration: StudyCalibration | None = StudyCalibration.named(
+            controller.spec.curves.recalibrate
+        )
+        self._unsettled = False  # predictions restored but not recalibrated yet
 
     def start(self) -> None:
         """Start the fit service if the policy wants predictions; reload and resubmit."""
@@ -79,13 +95,60 @@ class CurveFits:
             on_slurm="SLURM_JOB_ID" in os.environ,
             slurm_backend=self._slurm_fits if shutil.which("sbatch") else None,
         )
-        for trial_id, ref in self.c.state.predictions.items():
-            loaded = read_result(self.c.paths.root / ref.path)
-            if loaded is None:
-                logger.warning("trial %d: prediction file %s is unreadable", trial_id, ref.path)
-                continue
-            self.predictions[trial_id] = loaded[0]
+        for trial_id, refs in self.restore_refs().items():
+            for ref in refs:
+                loaded = read_result(self.c.paths.root / ref.path)
+                if loaded is None:
+                    logger.warning(
+                        "trial %d: prediction file %s is unreadable", trial_id, ref.path
+                    )
+                    continue
+                self.restore(trial_id, loaded[0])
+        self.settle()
         self.resubmit()
+
+    def restore_refs(self) -> dict[int, list[PredictionRef]]:
+        """The journaled predictions a new controller reloads: each trial's latest, or with
+        recalibration every one (in journal order)."""
+        if self.calibration is not None:
+            return self.c.state.prediction_history
+        return {trial_id: [ref] for trial_id, ref in self.c.state.predictions.items()}
+
+    def restore(self, trial_id: int, prediction: CurvePrediction) -> None:
+        """Take back a journaled prediction (in journal order); call :meth:`settle` after."""
+        if self.calibration is not None:
+            self.calibration.add(trial_id, prediction)
+            self._unsettled = True
+        self.predictions[trial_id] = prediction
+
+    def settle(self) -> None:
+        """With recalibration: the trials that ended lend their PITs at their last value and
+        drop their predictions; after a restore, the restored predictions are recalibrated."""
+        calibration = self.calibration
+        if calibration is None:
+            return
+        for trial_id in calibration.open_trials:
+            trial = self.c.state.trials.get(trial_id)
+            if trial is None:
+                continue
+            ended = trial.status.is_final or (
+                bool(trial.curve_steps) and trial.curve_steps[-1] >= self.c.spec.max_steps
+            )
+            if ended or self._unsettled:
+                self._observe(trial)
+            if ended:
+                calibration.close(trial_id)
+        if self._unsettled:
+            for trial_id in calibration.open_trials:
+                self.predictions[trial_id] = calibration.apply(calibration.latest(trial_id))
+            self._unsettled = False
+
+    def _observe(self, trial: TrialRecord) -> None:
+        """The trial's latest value lends its PITs to the trial's predictions before it."""
+        assert self.calibration is not None
+        if trial.curve_values:
+            value = trial.curve_values[-1]
+            self.calibration.observe(trial.trial_id, len(trial.curve_values), value)
 
     def resubmit(self) -> None:
         """Ask again for the fits a controller before this one asked for and did not journal:
@@ -158,6 +221,7 @@ class CurveFits:
                 service.request(job)
         for result in service.poll():
             self._on_prediction(result)
+        self.settle()
 
     def _on_prediction(self, result: FitResult) -> None:
         prediction = result.prediction
@@ -175,6 +239,11 @@ class CurveFits:
             reason=prediction.reason or None,
         )
         self.c.log(entry, trial=result.trial_id)
+        if self.calibration is not None:
+            trial = self.c.state.trials.get(result.trial_id)
+            if trial is not None:
+                self._observe(trial)
+            prediction = self.calibration.add(result.trial_id, prediction)
         self.predictions[result.trial_id] = prediction
         self.c.pending_events.append(Event.prediction(result.trial_id, result.n))
 

@@ -55,6 +55,7 @@ import numpy as np
 
 from hpctune.curves.families import FloatArray
 from hpctune.curves.fit import normalise
+from hpctune.curves.options import RECALIBRATIONS
 from hpctune.curves.predict import DECIMALS, CurvePrediction
 
 #: Pseudo-count of the uniform distribution the PITs' distribution is shrunk towards.
@@ -216,3 +217,90 @@ class Recalibration:
             new[:, hi] = np.minimum(q[:, -1:] + depth[None, :] / high[:, None], ceiling)
         new = np.maximum.accumulate(np.round(new, DECIMALS), axis=1)
         return dataclasses.replace(prediction, u_quantiles=new)
+
+
+@dataclass
+class StudyCalibration:
+    """Recalibration inside a study from the PITs of the study's own curves.
+
+    A prediction made after n points is checked against the value its trial reached later: the
+    PIT of the trial's latest observed value (at the trial's latest prediction, or where it
+    ended) under the earlier prediction. The finished trials in a study come too late (in the
+    measured traces no trial reaches ``max_steps`` before the target is reached), so the PITs
+    are of the latest value rather than the final one: their horizon is shorter than the one
+    the policy asks about, and the trials observed further are the ones the policy kept.
+
+    A new prediction after n points is recalibrated with the PITs of the other trials'
+    predictions made after n points (the miscalibration of a model depends on how much of a
+    curve it saw), when it arrives; with no such PIT it is left as it is.
+
+    Attributes:
+        symmetric: Recalibrate the spread only (:meth:`Recalibration.from_pits`).
+        prior_count: Pseudo-count of the uniform distribution.
+    """
+
+    symmetric: bool = True
+    prior_count: float = PRIOR_COUNT
+    _predictions: dict[int, list[CurvePrediction]] = dataclasses.field(default_factory=dict)
+    _pits: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)  # n -> trial
+    _maps: dict[int, Recalibration] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def named(cls, name: str) -> StudyCalibration | None:
+        """The recalibration ``[curves] recalibrate`` names; ``None`` for ``"none"``."""
+        if name not in RECALIBRATIONS:
+            raise ValueError(f"recalibrate must be one of {RECALIBRATIONS}, but got {name!r}")
+        return None if name == "none" else cls(symmetric=name == "spread")
+
+    def add(self, trial_id: int, prediction: CurvePrediction) -> CurvePrediction:
+        """Keep a trial's new prediction; return it recalibrated with the current PITs."""
+        self._predictions.setdefault(trial_id, []).append(prediction)
+        return self.apply(prediction)
+
+    def observe(self, trial_id: int, epoch: int, value: float) -> None:
+        """The trial's value at ``epoch`` (its latest): its predictions made before ``epoch``
+        lend their PITs at it, replacing the ones of an earlier observation."""
+        for prediction in self._predictions.get(trial_id, ()):
+            if not prediction.n < epoch <= prediction.x_max:
+                continue
+            z = pit(prediction, epoch, value)
+            pits = self._pits.setdefault(prediction.n, {})
+            if math.isfinite(z):
+                pits[trial_id] = z
+            else:
+                pits.pop(trial_id, None)
+            self._maps.pop(prediction.n, None)
+
+    def close(self, trial_id: int) -> None:
+        """The trial ended (after its last :meth:`observe`): its PITs stay, its predictions go."""
+        self._predictions.pop(trial_id, None)
+
+    def latest(self, trial_id: int) -> CurvePrediction:
+        """An open trial's latest prediction, not recalibrated."""
+        return self._predictions[trial_id][-1]
+
+    @property
+    def open_trials(self) -> list[int]:
+        """The trials whose predictions are kept until they end."""
+        return list(self._predictions)
+
+    def pit_count(self, n: int | None = None) -> int:
+        """PITs held, in all or for predictions made after ``n`` points."""
+        if n is not None:
+            return len(self._pits.get(n, ()))
+        return sum(len(p) for p in self._pits.values())
+
+    def mapping(self, n: int) -> Recalibration:
+        """The map for predictions made after ``n`` points (the identity without PITs)."""
+        mapping = self._maps.get(n)
+        if mapping is None:
+            pits = self._pits.get(n, {}).values()
+            mapping = Recalibration.from_pits(pits, self.prior_count, symmetric=self.symmetric)
+            self._maps[n] = mapping
+        return mapping
+
+    def apply(self, prediction: CurvePrediction) -> CurvePrediction:
+        """``prediction`` recalibrated with the PITs of predictions made after as many points."""
+        if not self._pits.get(prediction.n):
+            return prediction
+        return self.mapping(prediction.n).apply(prediction)

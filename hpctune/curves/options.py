@@ -20,7 +20,9 @@ BUDGET_NAMES = ("hyperdrive", "domhan")
 CurveModelName = Literal["amortised", "domhan"]
 #: The curve models: the amortised network (default) and Domhan et al.'s MCMC (the paper's).
 MODEL_NAMES: tuple[CurveModelName, ...] = ("amortised", "domhan")
-CURVES_KEYS = ("model", "backend", "workers", "budget", "task_seconds")
+CURVES_KEYS = ("model", "backend", "workers", "budget", "task_seconds", "recalibrate")
+#: ``recalibrate``: none, the spread only (symmetric), the full map (spread and median).
+RECALIBRATIONS = ("none", "spread", "full")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ class CurvesSpec:
             steps) or ``"domhan"`` (100 x 3600).
         task_seconds: Wall-clock seconds one Slurm array task should run; the number of curves
             per task is this divided by the measured seconds per fit.
+        recalibrate: Recalibrate the running trials' predictions with the PITs of the trials
+            that ran to ``max_steps`` (:class:`~hpctune.curves.calibration.StudyCalibration`):
+            ``"none"``, ``"spread"`` (the intervals' width only) or ``"full"`` (width and
+            median).
     """
 
     model: CurveModelName = "amortised"
@@ -47,6 +53,7 @@ class CurvesSpec:
     workers: int = 1
     budget: str = "hyperdrive"
     task_seconds: float = 60.0
+    recalibrate: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -62,7 +69,28 @@ class CurvesSpec:
             workers=int(data.get("workers", 1)),
             budget=str(data.get("budget", "hyperdrive")),
             task_seconds=float(data.get("task_seconds", 60.0)),
+            recalibrate=str(data.get("recalibrate", "none")),
         )
+
+
+def _one_of(
+    table: Mapping[str, Any], key: str, choices: tuple[str, ...], why: str, path: Path
+) -> Any:
+    """``table[key]`` (the default if absent), which must be one of ``choices``.
+
+    Raises:
+        StudySpecError: naming ``curves.<key>``, the choices, ``why`` and what was given.
+    """
+    value = table.get(key, getattr(CurvesSpec(), key))
+    if value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise StudySpecError(
+            path,
+            f"curves.{key}",
+            f"`curves.{key}` must be one of {listed}{f' ({why})' if why else ''}, "
+            f"but got {value!r}",
+        )
+    return value
 
 
 def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
@@ -73,22 +101,10 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
     """
     check_table_keys(table, CURVES_KEYS, "curves", path)
     default = CurvesSpec()
-    model = table.get("model", default.model)
-    if model not in MODEL_NAMES:
-        raise StudySpecError(
-            path,
-            "curves.model",
-            f"`curves.model` must be one of {', '.join(repr(m) for m in MODEL_NAMES)} (the "
-            f"amortised network or Domhan et al.'s MCMC), but got {model!r}",
-        )
-    backend = table.get("backend", default.backend)
-    if backend not in BACKENDS:
-        raise StudySpecError(
-            path,
-            "curves.backend",
-            f"`curves.backend` must be one of {', '.join(repr(b) for b in BACKENDS)}, "
-            f"but got {backend!r}",
-        )
+    model = _one_of(
+        table, "model", MODEL_NAMES, "the amortised network or Domhan et al.'s MCMC", path
+    )
+    backend = _one_of(table, "backend", BACKENDS, "", path)
     workers = table.get("workers", default.workers)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise StudySpecError(
@@ -97,14 +113,7 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
             f"`curves.workers` must be an integer >= 1 (processes of the controller's fit pool), "
             f"but got {workers!r}",
         )
-    budget = table.get("budget", default.budget)
-    if budget not in BUDGET_NAMES:
-        raise StudySpecError(
-            path,
-            "curves.budget",
-            f"`curves.budget` must be one of {', '.join(repr(b) for b in BUDGET_NAMES)} "
-            f"(100 x 700 or 100 x 3600 MCMC steps), but got {budget!r}",
-        )
+    budget = _one_of(table, "budget", BUDGET_NAMES, "100 x 700 or 100 x 3600 MCMC steps", path)
     task_seconds = table.get("task_seconds", default.task_seconds)
     if (
         not isinstance(task_seconds, int | float)
@@ -118,10 +127,19 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
             "`curves.task_seconds` must be a number of seconds >= 1 (how long one Slurm array "
             f"task of curve fits should run, e.g. 60), but got {task_seconds!r}",
         )
+    recalibrate = _one_of(
+        table,
+        "recalibrate",
+        RECALIBRATIONS,
+        "recalibrate the policy's predictions with the study's own curves: not at all, the "
+        "intervals' width only, or width and median",
+        path,
+    )
     return CurvesSpec(
         model=model,
         backend=backend,
         workers=workers,
         budget=budget,
         task_seconds=float(task_seconds),
+        recalibrate=recalibrate,
     )

@@ -136,7 +136,7 @@ class TrialRecord:
 
 @dataclass
 class PredictionRef:
-    """The latest learning-curve prediction of a trial: a result file in ``curves/``.
+    """A learning-curve prediction of a trial: a result file in ``curves/``.
 
     Attributes:
         trial_id: The trial.
@@ -230,6 +230,8 @@ class StudyRecord:
     deadline_changes: list[dict[str, Any]] = field(default_factory=list)
     generated: int = 0  # trials created from the generator
     predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
+    # every prediction of each trial, in journal order (the last is ``predictions``')
+    prediction_history: dict[int, list[PredictionRef]] = field(default_factory=dict)
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
     warnings: list[StudyWarning] = field(default_factory=list)
     # a deadline's plans (each ``elastic_plan`` record's data and ``time``; the last is in force)
@@ -542,7 +544,7 @@ class StudyRecord:
     def _on_prediction(
         self, trial: int, segment: int, time: float, e: rec.PredictionEntry
     ) -> None:
-        self.predictions[trial] = PredictionRef(
+        ref = PredictionRef(
             trial_id=trial,
             n=e.n,
             path=e.path,
@@ -551,6 +553,8 @@ class StudyRecord:
             median=e.median,
             y_sha256=e.y_sha256,
         )
+        self.predictions[trial] = ref
+        self.prediction_history.setdefault(trial, []).append(ref)
 
     # -- the other tables --------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hpctune.analysis.traces import Trace
+from hpctune.curves.options import RECALIBRATIONS
 from hpctune.errors import HpctuneError
 from hpctune.stagetree.options import SCHEDULERS
 
@@ -96,6 +97,8 @@ class SimulatorConfig:
             hyperparameter sequences share a prefix train it once.
         stage_scheduler: With ``stages``, which ready stages a free worker gets
             (``[stages] scheduler``: ``"critical-path"``, ``"bfs"`` or ``"most-children"``).
+        recalibrate: How the policy's learning-curve predictions are recalibrated from the
+            finished trials (``[curves] recalibrate``: ``"none"``, ``"spread"``, ``"full"``).
     """
 
     queue_wait: float = 0.0
@@ -115,6 +118,7 @@ class SimulatorConfig:
     bounds: tuple[float, float] | None = None
     stages: bool = False
     stage_scheduler: str = "critical-path"
+    recalibrate: str = "none"
     faults: Faults = field(default_factory=Faults)
 
     def metric_bounds(self, trace: Trace) -> tuple[float, float]:
@@ -147,6 +151,11 @@ class SimulatorConfig:
             )
         if not self.max_time > 0:
             raise SimulatorError(f"max_time must be > 0, but got {self.max_time!r}")
+        if self.recalibrate not in RECALIBRATIONS:
+            raise SimulatorError(
+                f"recalibrate must be one of {', '.join(RECALIBRATIONS)}, but got "
+                f"{self.recalibrate!r}"
+            )
         self.faults.check()
 
 

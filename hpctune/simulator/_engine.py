@@ -185,6 +185,7 @@ def simulation_spec(
         "stages": {"enabled": config.stages, "scheduler": config.stage_scheduler},
         "best": "last" if policy.traits.makes_configurations else "peak",
         "keep_checkpoints": "last",
+        "curves": {"recalibrate": config.recalibrate},
     }
     spec = StudySpec.from_dict(data)
     return dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, max_pending=slots))
@@ -367,14 +368,15 @@ class Simulator:
             worker_timeout=self.config.faults.worker_timeout,
             startup_timeout=self.config.faults.startup_timeout,
         )
-        if self.curves is not None:  # the journal's latest prediction of each trial, as the
-            # controller reloads it from the result file its record names
-            for trial_id, ref in record.predictions.items():
+        if self.curves is not None:  # the journaled predictions, as the controller reloads
+            # them from the result files their records name
+            fits = self.controller.curves
+            for trial_id, refs in fits.restore_refs().items():
                 row = self.rows.row(record, trial_id)
-                self.controller.curves.predictions[trial_id] = self.curves.cache.get(
-                    row, ref.n, self.max_steps
-                )
-            self.controller.curves.resubmit()  # the fits the killed controller had in flight
+                for ref in refs:
+                    fits.restore(trial_id, self.curves.cache.get(row, ref.n, self.max_steps))
+            fits.settle()
+            fits.resubmit()  # the fits the killed controller had in flight
         self.controller.start()
         self.restarts += 1
 

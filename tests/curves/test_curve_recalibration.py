@@ -1,7 +1,7 @@
 """In-study recalibration (hpctune.curves.calibration): the PIT convention, the level map's
 properties (identity on uniform PITs, widening on PITs at the ends, narrowing on PITs in the
-middle, monotone quantiles, unknown predictions untouched) and coverage on held-out synthetic
-curves."""
+middle, monotone quantiles, unknown predictions untouched), coverage on held-out synthetic
+curves, and the study's recalibration from its trials' later values (StudyCalibration)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from hpctune.curves import LEVELS, CurvePrediction
-from hpctune.curves.calibration import Recalibration, pit
+from hpctune.curves.calibration import Recalibration, StudyCalibration, pit
 
 LEV = np.asarray(LEVELS)
 Z = stats.norm.ppf(LEV)
@@ -253,3 +253,84 @@ def test_recalibrating_on_under_dispersed_curves_lowers_held_out_coverage() -> N
     assert _coverage(held, held_finals, 0.5) > 0.85
     assert 0.44 <= _coverage(fixed, held_finals, 0.5) <= 0.56
     assert 0.86 <= _coverage(fixed, held_finals, 0.9) <= 0.94
+
+
+# -- the study's recalibration -----------------------------------------------------------------
+
+
+def _too_narrow_study(symmetric: bool, trials: int = 40) -> StudyCalibration:
+    """Trials 0..trials-1, each predicted after 5 points as N(0.5, 0.03) (normalised) over epochs
+    6..9, whose values at epoch 9 are N(0.56, 0.09): intervals a third as wide as needed, and
+    the medians low."""
+    rng = np.random.default_rng(5)
+    study = StudyCalibration(symmetric=symmetric)
+    for trial in range(trials):
+        study.add(trial, _prediction([0.5] * 4, 0.03, n=5))
+        study.observe(trial, 9, 0.56 + 0.09 * float(rng.standard_normal()))
+    return study
+
+
+def test_study_recalibration_is_named_by_the_curves_option() -> None:
+    assert StudyCalibration.named("none") is None
+    spread, full = StudyCalibration.named("spread"), StudyCalibration.named("full")
+    assert spread is not None
+    assert spread.symmetric
+    assert full is not None
+    assert not full.symmetric
+    with pytest.raises(ValueError, match="recalibrate must be one of"):
+        StudyCalibration.named("on")
+
+
+def test_a_new_prediction_is_left_as_it_is_until_predictions_after_as_many_points_have_pits() -> (
+    None
+):
+    study = StudyCalibration()
+    first = _prediction([0.5] * 4, 0.03, n=5)
+    assert study.add(0, first) is first  # no PIT yet
+    study.observe(0, 5, 0.9)  # not after the prediction's points: no PIT
+    assert study.pit_count() == 0
+    study.observe(0, 9, 0.9)
+    assert study.pit_count(5) == 1
+    other_n = _prediction([0.5] * 3, 0.03, n=6)
+    assert study.add(1, other_n) is other_n  # made after 6 points: no PIT there
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_pits_of_later_values_widen_the_intervals_of_too_narrow_predictions(
+    symmetric: bool,
+) -> None:
+    study = _too_narrow_study(symmetric)
+    assert study.pit_count() == study.pit_count(5) == 40
+    new = _prediction([0.5] * 4, 0.03, n=5)
+    out = study.add(99, new)
+    assert np.all(_interval(out) > 2 * _interval(new))
+    median = LEVELS.index(0.5)
+    moved = abs(out.u_quantiles[-1, median] - new.u_quantiles[-1, median])
+    if symmetric:  # the spread only: the median stays
+        assert moved == 0.0
+    else:  # the later values lie above the predicted median: the full map moves it up
+        assert out.u_quantiles[-1, median] > new.u_quantiles[-1, median]
+
+
+def test_a_later_observation_replaces_a_trials_pits_and_an_ended_trial_keeps_them() -> None:
+    study = StudyCalibration(symmetric=False)
+    study.add(0, _prediction([0.5] * 4, 0.03, n=5))
+    study.observe(0, 7, 0.99)
+    high = study.mapping(5).pits
+    study.observe(0, 9, 0.5)  # the latest value replaces the earlier one's PIT
+    assert study.pit_count(5) == 1
+    assert study.mapping(5).pits != high
+    assert study.open_trials == [0]
+    study.close(0)
+    assert study.open_trials == []
+    kept = study.mapping(5).pits
+    assert len(kept) == 1
+    study.observe(0, 9, 0.1)  # a closed trial has no predictions left to lend PITs
+    assert study.mapping(5).pits == kept
+
+
+def test_unknown_predictions_lend_no_pit() -> None:
+    study = StudyCalibration()
+    study.add(0, CurvePrediction.unknown_result(5, 9, (0.0, 1.0), "max", "constant curve"))
+    study.observe(0, 9, 0.5)
+    assert study.pit_count() == 0
