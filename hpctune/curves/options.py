@@ -1,7 +1,7 @@
 """The optional ``[curves]`` section of study.toml: where and how learning-curve fits run.
 
-Only policies that want predictions (POP, EarlyTerm) cause fits; for the others the section is
-checked and otherwise ignored.
+Only policies that want predictions (POP, EarlyTerm, hybrid) cause fits; for the others the
+section is checked and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ class CurvesSpec:
             steps) or ``"domhan"`` (100 x 3600).
         task_seconds: Wall-clock seconds one Slurm array task should run; the number of curves
             per task is this divided by the measured seconds per fit.
-        recalibrate: Recalibrate the running trials' predictions with the PITs of the trials
-            that ran to ``max_steps`` (:class:`~hpctune.curves.calibration.StudyCalibration`):
-            ``"none"``, ``"spread"`` (the intervals' width only) or ``"full"`` (width and
-            median).
+        recalibrate: Recalibrate the predictions the policy gets with the PITs of the study's
+            earlier predictions at the values their trials reached later
+            (:class:`~hpctune.curves.calibration.StudyCalibration`): ``"none"``, ``"spread"``
+            (the intervals' width only) or ``"full"`` (width and median).
     """
 
     model: CurveModelName = "amortised"
