@@ -164,11 +164,18 @@ class WorkerPool:
         since = worker.open_run
         if since is None:
             return
-        ended = beat is not None and beat.started == since and beat.state in ("exited", "requeued")
+        own = beat is not None and beat.started == since
+        ended = own and beat is not None and beat.state in ("exited", "requeued")
+        # a Slurm job holds its allocation after its worker's last beat (the interpreter's exit,
+        # srun's, the batch script's, the epilog: seconds on a loaded node), and sacct counts
+        # it: such a run ends when the executor no longer sees the job running
+        job_exit = ended and beat is not None and beat.state == "exited" and beat.slurm_job_id
+        if job_exit and state is WorkerState.RUNNING:
+            return
         beating = beat is not None and self.c.clock.now() - beat.time < REQUEUE_SILENCE
         queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
         if ended or queued or state is WorkerState.GONE:
-            at = beat.time if beat is not None and beat.started == since else self.c.clock.now()
+            at = beat.time if own and beat is not None and not job_exit else self.c.clock.now()
             self.c.log(rec.WorkerEntry(worker=wid, event="down", at=at))
 
     def watch_segments(self) -> None:
