@@ -18,7 +18,7 @@ prediction arrives, and when the trial ends, its earlier predictions lend their 
 latest value. The journal and the result files keep the model's own predictions.
 
 **Restart.** A new controller loads the prediction each trial's latest ``prediction`` record names
-(with recalibration, every prediction record: the finished trials' PITs are rebuilt from them)
+(with recalibration, every prediction record: the PITs are rebuilt from them)
 and asks again for the fit of each unfinished trial's last boundary if no record covers it (it
 was in flight); a result file already written is then read instead of refitted.
 """
