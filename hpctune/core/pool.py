@@ -164,18 +164,23 @@ class WorkerPool:
         since = worker.open_run
         if since is None:
             return
-        own = beat is not None and beat.started == since
-        ended = own and beat is not None and beat.state in ("exited", "requeued")
+        own = beat if beat is not None and beat.started == since else None  # this run's beat
+        ended = own is not None and own.state in ("exited", "requeued")
         # a Slurm job holds its allocation after its worker's last beat (the interpreter's exit,
         # srun's, the batch script's, the epilog: seconds on a loaded node), and sacct counts
-        # it: such a run ends when the executor no longer sees the job running
-        job_exit = ended and beat is not None and beat.state == "exited" and beat.slurm_job_id
+        # it: such a run ends once the executor no longer sees the job running, at the end the
+        # backend accounts (sacct's), else when that was seen
+        job_exit = own is not None and own.state == "exited" and bool(own.slurm_job_id)
         if job_exit and state is WorkerState.RUNNING:
             return
         beating = beat is not None and self.c.clock.now() - beat.time < REQUEUE_SILENCE
         queued = state is WorkerState.PENDING and not beating  # squeue may lag behind
         if ended or queued or state is WorkerState.GONE:
-            at = beat.time if own and beat is not None and not job_exit else self.c.clock.now()
+            if job_exit and own is not None:  # sacct's end is in whole seconds
+                end = self.c.executor.end_time(wid, worker.info)
+                at = self.c.clock.now() if end is None else max(end, own.time)
+            else:
+                at = own.time if own is not None else self.c.clock.now()
             self.c.log(rec.WorkerEntry(worker=wid, event="down", at=at))
 
     def watch_segments(self) -> None:

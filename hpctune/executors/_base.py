@@ -58,6 +58,11 @@ class Executor(abc.ABC):
         its exit code or signal, "out of memory" when the kernel or Slurm says so."""
         return ""
 
+    def end_time(self, worker_id: str, info: Mapping[str, Any]) -> float | None:
+        """When a worker that is gone released its allocation, as the backend accounts it
+        (Slurm: the job's end in sacct), or ``None`` if the backend does not say."""
+        return None
+
     def close(self) -> None:  # noqa: B027
         """Release resources held by the executor (not the workers)."""
 

@@ -29,7 +29,7 @@ from hpctune.errors import SubmissionError
 from hpctune.executors._base import Executor, WorkerState
 from hpctune.slurm.environment import SRUN_ARGS, export_lines
 from hpctune.slurm.options import DEFAULT_WORKER_TIME_MIN
-from hpctune.slurm.queue import SlurmQueue, job_end_reason
+from hpctune.slurm.queue import SlurmQueue, job_end_reason, job_end_time
 from hpctune.study.spec import StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.worker.context import DEVICES_VARIABLE
@@ -198,6 +198,11 @@ class SlurmExecutor(Executor):
         """What ``sacct`` says of the worker's job: its state and exit code or signal."""
         job = info.get("job_id")
         return job_end_reason(str(job)) if job else ""
+
+    def end_time(self, worker_id: str, info: Mapping[str, Any]) -> float | None:
+        """The worker's job's end in ``sacct``."""
+        job = info.get("job_id")
+        return job_end_time(str(job)) if job else None
 
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """``scancel`` the worker's job."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -77,6 +78,28 @@ def job_end_reason(job_id: str) -> str:
             return f"{text} with exit code {code.strip()}"
         return text
     return ""
+
+
+def job_end_time(job_id: str) -> float | None:
+    """The job's end in ``sacct`` (Unix seconds, whole), ``None`` while sacct does not know it
+    (the job runs, accounting lags) or when sacct is missing."""
+    command = ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,End"]
+    try:
+        out = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={**os.environ, "SLURM_TIME_FORMAT": "%s"},
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        job, _, end = line.strip().partition("|")
+        if job == job_id and end.isdigit():
+            return float(end)
+    return None
 
 
 def _run(command: list[str]) -> str:
