@@ -74,10 +74,17 @@ def record_predictions(policy: Policy) -> list[tuple[int, CurvePrediction]]:
 
 
 def measure(
-    trace: Trace, policy: str, slots: int, seed: int, recalibrate: str, boundary: int
+    trace: Trace,
+    policy: str,
+    slots: int,
+    seed: int,
+    recalibrate: str,
+    boundary: int,
+    cache: PredictionCache | None = None,
 ) -> tuple[list[float], list[float], float | None]:
     """One simulated study: PITs of the final values under the predictions the policy saw and
-    under the model's own ones, and the time to target."""
+    under the model's own ones, and the time to target. ``cache``: the trace's predictions,
+    shared between runs (``None``: a new one)."""
     target = trace.default_target()
     config = SimulatorConfig(target=target, stop_at_target=True, recalibrate=recalibrate)
     options: dict[str, Any] = {"boundary": boundary} if policy in ("pop", "earlyterm") else {}
@@ -85,7 +92,8 @@ def measure(
         options["target"] = target
     built = build_policy(policy, options, simulation_context(trace, config))
     seen = record_predictions(built)
-    cache = PredictionCache(trace, bounds=config.metric_bounds(trace))
+    if cache is None:
+        cache = PredictionCache(trace, bounds=config.metric_bounds(trace))
     order = [int(i) for i in np.random.default_rng(seed).permutation(trace.num_configs)]
     sim = Simulator(
         trace, built, slots=slots, seed=seed, config=config, order=order, predictions=cache
@@ -119,13 +127,16 @@ def main() -> None:
     out: dict[str, Any] = {"policy": args.policy, "slots": args.slots, "seeds": args.seeds}
     for path in paths:
         trace = Trace.load(path)
+        cache = PredictionCache(trace, bounds=SimulatorConfig().metric_bounds(trace))
         row: dict[str, Any] = {}
         for setting in SETTINGS:
             given: list[float] = []
             own: list[float] = []
             times: list[float] = []
             for seed in range(args.seeds):
-                g, o, t = measure(trace, args.policy, args.slots, seed, setting, args.boundary)
+                g, o, t = measure(
+                    trace, args.policy, args.slots, seed, setting, args.boundary, cache
+                )
                 given += g
                 own += o
                 times.append(math.inf if t is None else t)

@@ -33,10 +33,11 @@ def digits() -> tuple[Trace, PredictionCache]:
 
 
 def _run(
-    digits: tuple[Trace, PredictionCache], recalibrate: str
+    digits: tuple[Trace, PredictionCache], recalibrate: str, restart_at: tuple[float, ...] = ()
 ) -> tuple[Simulator, list[tuple[int, CurvePrediction]]]:
-    """POP (boundary 5) on 16 digits configurations, 4 slots, to the end; the predictions the
-    policy was handed at its prediction events."""
+    """POP (boundary 5) on 16 digits configurations, 4 slots, to the end (the controller
+    replaced at ``restart_at``); the predictions the policy was handed at its prediction
+    events."""
     trace, cache = digits
     config = SimulatorConfig(recalibrate=recalibrate)
     policy = make_policy("pop", {"boundary": 5, "target": 0.99}, simulation_context(trace, config))
@@ -44,7 +45,7 @@ def _run(
     sim = Simulator(
         trace, policy, slots=4, order=CONFIGS, predictions=cache, config=config, seed=3
     )
-    sim.run()
+    sim.run(restart_at=restart_at)
     return sim, seen
 
 
@@ -110,20 +111,9 @@ def test_a_new_controller_rebuilds_the_recalibration_from_the_journal(
 def test_a_study_restarted_midway_goes_on_recalibrating(
     digits: tuple[Trace, PredictionCache],
 ) -> None:
-    trace, cache = digits
     reference, _ = _run(digits, "spread")
     end = reference.clock.now()
-    config = SimulatorConfig(recalibrate="spread")
-    sim = Simulator(
-        trace,
-        make_policy("pop", {"boundary": 5, "target": 0.99}, simulation_context(trace, config)),
-        slots=4,
-        order=CONFIGS,
-        predictions=cache,
-        config=config,
-        seed=3,
-    )
-    sim.run(restart_at=(0.3 * end, 0.6 * end))
+    sim, _ = _run(digits, "spread", restart_at=(0.3 * end, 0.6 * end))
     assert sim.restarts == 2
     calibration = sim.controller.curves.calibration
     assert calibration is not None

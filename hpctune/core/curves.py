@@ -110,9 +110,10 @@ class CurveFits:
     def restore_refs(self) -> dict[int, list[PredictionRef]]:
         """The journaled predictions a new controller reloads: each trial's latest, or with
         recalibration every one (in journal order)."""
+        history = self.c.state.prediction_history
         if self.calibration is not None:
-            return self.c.state.prediction_history
-        return {trial_id: [ref] for trial_id, ref in self.c.state.predictions.items()}
+            return history
+        return {trial_id: refs[-1:] for trial_id, refs in history.items()}
 
     def restore(self, trial_id: int, prediction: CurvePrediction) -> None:
         """Take back a journaled prediction (in journal order); call :meth:`settle` after."""
@@ -160,7 +161,8 @@ class CurveFits:
             job = self._last_boundary_job(trial)
             if job is None:
                 continue
-            latest = self.c.state.predictions.get(trial.trial_id)
+            refs = self.c.state.prediction_history.get(trial.trial_id)
+            latest = refs[-1] if refs else None
             if latest is not None and (latest.n, latest.y_sha256) == (job.n, job.y_sha256):
                 continue
             logger.info("trial %d: fit on %d points resubmitted", trial.trial_id, job.n)

@@ -229,8 +229,7 @@ class StudyRecord:
     # `resume --deadline`: each ``deadline_changed`` record's data and ``time``
     deadline_changes: list[dict[str, Any]] = field(default_factory=list)
     generated: int = 0  # trials created from the generator
-    predictions: dict[int, PredictionRef] = field(default_factory=dict)  # latest per trial
-    # every prediction of each trial, in journal order (the last is ``predictions``')
+    # every prediction of each trial, in journal order (the latest: ``predictions``)
     prediction_history: dict[int, list[PredictionRef]] = field(default_factory=dict)
     rejected_commands: list[RejectedCommand] = field(default_factory=list)
     warnings: list[StudyWarning] = field(default_factory=list)
@@ -447,6 +446,11 @@ class StudyRecord:
         self.elastic_stages.append((e.stage, time))
 
     @property
+    def predictions(self) -> dict[int, PredictionRef]:
+        """The latest prediction of each trial that has one."""
+        return {trial: refs[-1] for trial, refs in self.prediction_history.items()}
+
+    @property
     def elastic_plan(self) -> dict[str, Any] | None:
         """The data of the plan in force (the last ``elastic_plan`` record), or ``None``."""
         return self.elastic_plans[-1] if self.elastic_plans else None
@@ -553,7 +557,6 @@ class StudyRecord:
             median=e.median,
             y_sha256=e.y_sha256,
         )
-        self.predictions[trial] = ref
         self.prediction_history.setdefault(trial, []).append(ref)
 
     # -- the other tables --------------------------------------------------------------------

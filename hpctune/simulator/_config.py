@@ -97,8 +97,8 @@ class SimulatorConfig:
             hyperparameter sequences share a prefix train it once.
         stage_scheduler: With ``stages``, which ready stages a free worker gets
             (``[stages] scheduler``: ``"critical-path"``, ``"bfs"`` or ``"most-children"``).
-        recalibrate: How the policy's learning-curve predictions are recalibrated from the
-            finished trials (``[curves] recalibrate``: ``"none"``, ``"spread"``, ``"full"``).
+        recalibrate: How the policy's learning-curve predictions are recalibrated with the
+            study's own curves (``[curves] recalibrate``: ``"none"``, ``"spread"``, ``"full"``).
     """
 
     queue_wait: float = 0.0
