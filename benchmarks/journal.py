@@ -65,7 +65,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _make_spec(folder: Path, *, max_steps: int, boundary: int, trials: int) -> Any:
     """Write a study.toml (and its train.py) into ``folder`` and load it."""
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(TRAIN)
@@ -146,8 +146,9 @@ def _writer_main(
 
 def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[str, float]:
     """Drive the real controller's ingestion while ``writers`` processes append reports."""
+    from hpctune.backends.local import local_executor
     from hpctune.controller import Controller
-    from hpctune.controller.launch import create_study, local_executor
+    from hpctune.controller.launch import create_study
     from hpctune.journal import records as rec
 
     spec = _make_spec(tmp / "ingest", max_steps=reports, boundary=boundary, trials=writers)
@@ -220,9 +221,9 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
 def build_study(tmp: Path, trials: int, epochs: int) -> Path:
     """Build the journal of a finished study of ``trials`` x ``epochs`` directly."""
     from hpctune.controller.launch import create_study
+    from hpctune.files import dumps
     from hpctune.journal import state as st
     from hpctune.journal.store import JournalWriter
-    from hpctune.wire.files import dumps
 
     spec = _make_spec(tmp / "load", max_steps=epochs, boundary=1, trials=trials)
     paths = create_study(spec)

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
 from hpctune.policies import Decision, Event, Policy, StudyView
 from hpctune.simulator import SimulatorConfig, build_policy, simulate, simulation_context
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("default", "asha", "sha", "hyperband", "median", "hybrid", "pbt")

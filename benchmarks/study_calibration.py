@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves.calibration import pit
 from hpctune.curves.predict import CurvePrediction
 from hpctune.policies import Decision, Event, EventKind, Policy, StudyView
@@ -41,6 +40,7 @@ from hpctune.simulator import (
     build_policy,
     simulation_context,
 )
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks" / "traces"

@@ -19,8 +19,8 @@ from typing import Any
 import click
 
 from hpctune.errors import AccessError, HpctuneError, Interrupted, UsageError
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState, TrialStatus
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 STATUS_ROWS = 50  # trials `hpctune status` lists by default (the last ones; --all for every one)
@@ -65,6 +65,19 @@ def _plot_option(help_text: str) -> Callable[[Any], Any]:
         default=None,
         help=help_text,
     )
+
+
+def _backend_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--backend NAME`` option: where the workers run (a registered backend or an
+    importable MODULE:CLASS; default: Slurm where sbatch is on PATH, else local processes)."""
+    return click.option(
+        "--backend",
+        "backend_name",
+        default=None,
+        metavar="NAME",
+        help="Run on this backend (slurm, local, or another package's; default: slurm when "
+        "sbatch is on PATH, else local).",
+    )(command)
 
 
 def _exit_code(state: StudyState) -> int:
@@ -120,6 +133,7 @@ def cli(ctx: click.Context, debug: bool, log_level: str | None) -> None:
     help="Finish by this long after the start (2h, 1h30m, 90m): sets [resources] deadline; "
     "the controller follows the elastic plan (docs/elastic.md).",
 )
+@_backend_option
 def launch(
     study_toml: Path,
     local: bool,
@@ -127,56 +141,62 @@ def launch(
     dry_run: bool,
     show_params: bool,
     deadline: str | None,
+    backend_name: str | None,
 ) -> int:
     """Validate STUDY_TOML, create the study directory and run the study.
 
     With --local the study runs in the foreground and ends with a table of the trials and the
     best configuration; Ctrl-C stops it cleanly (resume it with `hpctune resume`).
     """
-    from hpctune.controller.launch import check_entry_point, create_study, run_local
-    from hpctune.study.spec import load_spec, with_deadline
+    from hpctune.api import run_here
+    from hpctune.backends import choose_backend
+    from hpctune.controller.launch import check_entry_point, create_study
+    from hpctune.spec import load_spec, with_deadline
 
     spec = load_spec(study_toml, directory=study_dir)
     if deadline is not None:
         spec = with_deadline(spec, deadline)
     check_entry_point(spec)
+    backend, note = choose_backend(backend_name, local=local)
     elastic_plan = None
     if spec.resources.deadline is not None:  # before anything is created: can it be planned?
-        elastic_plan = _print_elastic_plan(spec)
-    slurm = not local and shutil.which("sbatch") is not None
-    if slurm:  # before anything is created: would Slurm take the controller and the workers?
-        from hpctune.errors import SubmissionError
-        from hpctune.slurm.cluster import check_jobs
-
-        try:
-            check_jobs(spec)
-        except SubmissionError as exc:  # Slurm does not answer
-            if not dry_run:
-                raise
-            click.echo(f"note: not checked against the cluster: {exc}")
+        elastic_plan = _print_elastic_plan(spec, backend)
+    _check_backend(backend, spec, dry_run)
     if dry_run:
-        _print_plan(spec, slurm)
+        _print_plan(spec, backend)
         return EXIT_OK
-    if not local and not slurm:
-        click.echo("sbatch is not on PATH: running the study locally (--local)")
+    if note:
+        click.echo(f"{note}: running the study locally (--local)")
     paths = create_study(spec, elastic_plan)  # the controller follows this plan
-    if slurm:
+    if not backend.runs_controller_here:
         try:
-            job = _submit_controller(paths, spec)
+            job = backend.submit_controller(paths, spec)
         except BaseException:
             shutil.rmtree(paths.root, ignore_errors=True)  # a failed launch leaves nothing
             raise
         click.echo(f"study directory: {paths.root}")
-        return job
+        _print_submitted(paths, job)
+        return EXIT_OK
     click.echo(f"study directory: {paths.root}")
     click.echo(f"watch it from another shell with: hpctune status {paths.root} --watch")
-    return _exit_code(run_local(paths, show_params=show_params))
+    return _exit_code(run_here(paths, backend, show_params=show_params))
 
 
-def _print_elastic_plan(spec: Any) -> dict[str, Any]:
+def _check_backend(backend: Any, spec: Any, dry_run: bool, source: Path | None = None) -> None:
+    """Before anything is created: would the backend take the controller and the workers?"""
+    from hpctune.errors import SubmissionError
+
+    try:
+        backend.check(spec, source)
+    except SubmissionError as exc:  # the cluster does not answer
+        if not dry_run:
+            raise
+        click.echo(f"note: not checked against the cluster: {exc}")
+
+
+def _print_elastic_plan(spec: Any, backend: Any) -> dict[str, Any]:
     """Plan a study with a deadline (refusing one that cannot be); print it and return the
     data of its ``elastic_plan`` record, which the study is created with."""
-    from hpctune.analysis.formatting import format_duration
     from hpctune.elastic.follow import (
         PLAN_REASON_LAUNCH,
         load_study_profile,
@@ -184,9 +204,10 @@ def _print_elastic_plan(spec: Any) -> dict[str, Any]:
         plan_study,
         shapes_text,
     )
+    from hpctune.study.formatting import format_duration
 
     profile = load_study_profile(spec)
-    result = plan_study(spec, profile=profile)
+    result = plan_study(spec, profile=profile, billing=backend.billing_weight)
     meets = "meets the deadline" if result.feasible else "NO plan is predicted to meet it"
     click.echo(
         f"elastic plan ({result.plan.kind}): {shapes_text(result)}; predicted "
@@ -197,20 +218,16 @@ def _print_elastic_plan(spec: Any) -> dict[str, Any]:
     return plan_record(result, profile, PLAN_REASON_LAUNCH)
 
 
-def _submit_controller(paths: StudyPaths, spec: Any) -> int:
-    from hpctune.slurm.controller_job import submit_controller
-
-    job = submit_controller(paths, spec)
+def _print_submitted(paths: StudyPaths, job: str) -> None:
     click.echo(f"controller job: {job} (log: {paths.logs}/controller-{job}.out)")
     click.echo(f"watch:  hpctune status {paths.root}")
     click.echo(f"stop:   hpctune stop {paths.root}")
     click.echo(f"resume: hpctune resume {paths.root}")
-    return EXIT_OK
 
 
-def _print_plan(spec: Any, slurm: bool) -> None:
-    from hpctune.analysis.formatting import format_params
+def _print_plan(spec: Any, backend: Any) -> None:
     from hpctune.policies.generators import first_proposals, make_generator
+    from hpctune.study.formatting import format_params
     from hpctune.study.seeding import component_seed
 
     generator = make_generator(
@@ -241,16 +258,8 @@ def _print_plan(spec: Any, slurm: bool) -> None:
         click.echo(f"  trial {index}: {format_params(params)}")
     if spec.num_trials > 5:
         click.echo(f"  ... {spec.num_trials - 5} more")
-    if slurm:
-        from hpctune.slurm.cluster import resolve_times
-        from hpctune.slurm.controller_job import render_controller_script
-        from hpctune.slurm.executor import worker_parameters
-
-        resolved = resolve_times(spec)
-        click.echo("\ncontroller job (sbatch script):")
-        click.echo(render_controller_script(StudyPaths.of(spec.directory), resolved))
-        click.echo("worker jobs (submitit SlurmExecutor parameters, one job array per batch):")
-        click.echo(json.dumps(worker_parameters(resolved), indent=2))
+    for line in backend.describe(spec):
+        click.echo(line)
 
 
 @cli.command("plan")
@@ -279,11 +288,11 @@ def plan_command(
     trials share one plan and the k-wise merge rate is shown. Creates nothing.
     """
     from hpctune.policies.generators import first_proposals, make_generator
+    from hpctune.spec import load_spec
     from hpctune.stagetree import Scheduler, SearchPlan, build_stage_tree, simulate, trial_makespan
     from hpctune.stagetree.options import share_digest
     from hpctune.stagetree.preview import format_stage_tree, plan_configs, plan_summary
     from hpctune.study.seeding import component_seed
-    from hpctune.study.spec import load_spec
 
     plan = SearchPlan()
     studies: list[dict[str, Any]] = []
@@ -406,18 +415,28 @@ def plan_command(
     "--params", "show_params", is_flag=True, help="Print each ended trial's parameters too."
 )
 @click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Change a setting of a backend's section (slurm.partition=gpu, "
+    "slurm.controller.time=12:00:00); repeatable.",
+)
+@click.option(
     "--slurm",
     "slurm_settings",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Change a [slurm] setting (controller.KEY for [slurm.controller]); repeatable.",
+    help="Change a [slurm] setting (controller.KEY for [slurm.controller]); the same as "
+    "--set slurm.KEY=VALUE.",
 )
 @click.option(
     "--spec",
     "spec_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Take [slurm] and [slurm.controller] from this study.toml (nothing else).",
+    help="Take the backends' sections ([slurm] and [slurm.controller]) from this study.toml "
+    "(nothing else).",
 )
 @click.option(
     "--deadline",
@@ -427,70 +446,113 @@ def plan_command(
     "from now: the controller re-plans the stages not yet finished to it (journaled; "
     "policies sha, hyperband and asha; docs/elastic.md).",
 )
+@_backend_option
 def resume(
     study_dir: Path,
     local: bool,
     force: bool,
     show_params: bool,
+    settings: tuple[str, ...],
     slurm_settings: tuple[str, ...],
     spec_file: Path | None,
     deadline: str | None,
+    backend_name: str | None,
 ) -> int:
     """Carry on a stopped, interrupted or killed study from its journal.
 
     Trials lost with their workers restart from their last checkpoint; live workers of a killed
     controller are adopted. Refused while another controller holds the study's lease (the
-    message names it); --force takes the study over from it. --slurm and --spec change the
-    study's [slurm] settings (journaled); --deadline sets its deadline (journaled, with the new
-    elastic plan); its search space and policy stay as they are.
+    message names it); --force takes the study over from it. --set and --spec change the
+    settings of the study's backend ([slurm], journaled); --deadline sets its deadline
+    (journaled, with the new elastic plan); its search space and policy stay as they are.
     """
-    from hpctune.controller.launch import ensure_no_controller, prepare_study_dir, run_local
-    from hpctune.journal.reader import open_study
-    from hpctune.study.spec import StudySpec
+    from hpctune.api import open_study, run_here
+    from hpctune.backends import choose_backend
+    from hpctune.controller.launch import ensure_no_controller, prepare_study_dir
+    from hpctune.spec import StudySpec, load_spec
     from hpctune.wire.inbox import send_command
 
     paths = _study_paths(str(study_dir))
     prepare_study_dir(paths)
     study = open_study(paths.root)
     spec = StudySpec.from_dict(study.spec)
-    commands = [] if deadline is None else _changed_deadline(spec, study.record, deadline)
-    changed = _changed_slurm(paths, spec, slurm_settings, spec_file)
-    if changed is not None:
-        commands.insert(0, changed[1])
-    if local or shutil.which("sbatch") is None:
+    backend, _ = choose_backend(backend_name, local=local)
+    commands = [] if deadline is None else _changed_deadline(spec, study.record, deadline, backend)
+    other = None if spec_file is None else load_spec(spec_file, directory=paths.root)
+    assignments = [*settings, *(f"slurm.{text}" for text in slurm_settings)]
+    spec, changes = _changed_settings(spec, assignments, other)
+    commands[:0] = changes
+    source = (spec_file or Path("--set")) if changes else None
+    if backend.runs_controller_here:
         for command in commands:
             send_command(paths.inbox, command)
         click.echo(f"resuming {paths.root}")
-        return _exit_code(run_local(paths, force=force, show_params=show_params))
-    from hpctune.slurm.cluster import check_jobs
-    from hpctune.slurm.controller_job import queued_controller
-    from hpctune.wire.lease import fence
-
-    source = None
-    if changed is not None:
-        spec, source = changed[0], spec_file or Path("--slurm")
-    check_jobs(spec, source)  # before fencing: a rejected change leaves the study as it was
-    if force:
-        epoch = fence(paths.root)
-        click.echo(f"fenced the study's controllers (epoch {epoch}); submitting a new one")
-    else:
-        ensure_no_controller(paths)
-        queued = queued_controller(paths)
-        if queued is not None:
-            raise UsageError(
-                f"the controller job {queued} of {paths.root} is still queued or "
-                f"running; cancel it with `scancel {queued}` first (or use --force)"
-            )
+        return _exit_code(run_here(paths, backend, force=force, show_params=show_params))
+    backend.check(spec, source)  # before fencing: a rejected change leaves the study as it was
+    _take_over(paths, backend, force, ensure_no_controller)
     sent = [send_command(paths.inbox, c) for c in commands]  # the controller journals them
     try:
-        return _submit_controller(paths, spec)
+        job = backend.submit_controller(paths, spec)
     except HpctuneError:
         for inbox in sent:
             inbox.unlink(missing_ok=True)
         raise
+    _print_submitted(paths, job)
+    return EXIT_OK
 
 
-def _changed_deadline(spec: Any, record: Any, text: str) -> list[dict[str, Any]]:
+def _changed_settings(
+    spec: Any, assignments: list[str], other: Any
+) -> tuple[Any, list[dict[str, Any]]]:
+    """``resume --set SECTION.KEY=VALUE`` and ``--spec FILE``: the spec with the backends'
+    sections changed, and the inbox commands that carry them to the controller."""
+    from hpctune.plugins import backend_sections
+
+    owners = backend_sections()
+    by_section: dict[str, list[str]] = {}
+    for text in assignments:
+        section, dot, rest = text.partition(".")
+        if not dot or section not in owners:
+            known = ", ".join(owners) or "none"
+            raise UsageError(
+                f"--set {text}: give SECTION.KEY=VALUE, SECTION being a backend's section "
+                f"({known}), e.g. --set slurm.partition=gpu"
+            )
+        by_section.setdefault(section, []).append(rest)
+    sections = set(by_section)
+    if other is not None:
+        sections |= set(other.backend_options) | set(spec.backend_options)
+    commands = []
+    for section in sorted(sections & set(owners)):
+        changed = owners[section].change_settings(spec, by_section.get(section, []), other)
+        if changed is None:
+            continue
+        spec, command, lines = changed
+        for line in lines:
+            click.echo(line)
+        if command is not None:
+            commands.append(command)
+    return spec, commands
+
+
+def _take_over(paths: StudyPaths, backend: Any, force: bool, ensure: Callable[..., None]) -> None:
+    """Fence the study's controllers (``--force``), or refuse while one runs or is queued."""
+    from hpctune.wire.lease import fence
+
+    if force:
+        epoch = fence(paths.root)
+        click.echo(f"fenced the study's controllers (epoch {epoch}); submitting a new one")
+        return
+    ensure(paths)
+    queued = backend.controller_queued(paths)
+    if queued is not None:
+        raise UsageError(
+            f"the controller job {queued} of {paths.root} is still queued or "
+            f"running; cancel it first (`scancel {queued}` on Slurm), or use --force"
+        )
+
+
+def _changed_deadline(spec: Any, record: Any, text: str, backend: Any) -> list[dict[str, Any]]:
     """The inbox command of ``resume --deadline text`` (none when the deadline stays).
 
     Raises:
@@ -501,12 +563,12 @@ def _changed_deadline(spec: Any, record: Any, text: str) -> list[dict[str, Any]]
     import math
     import time
 
-    from hpctune.analysis.formatting import format_duration
     from hpctune.elastic.experiment import PlanningError
     from hpctune.elastic.follow import load_study_profile, study_cost_model
     from hpctune.elastic.report import parse_duration
     from hpctune.errors import StudySpecError
-    from hpctune.study.spec import with_deadline
+    from hpctune.spec import with_deadline
+    from hpctune.study.formatting import format_duration
 
     try:
         seconds = parse_duration(text)
@@ -537,7 +599,7 @@ def _changed_deadline(spec: Any, record: Any, text: str) -> list[dict[str, Any]]
     if plan is None or "profile_data" not in plan:  # planned by the controller: can it be?
         try:
             load_study_profile(new)
-            study_cost_model(new)
+            study_cost_model(new, backend.billing_weight)
         except PlanningError as exc:
             raise UsageError(f"--deadline {text}: {exc}") from None
     was = "none" if old is None else format_duration(old)
@@ -548,51 +610,14 @@ def _changed_deadline(spec: Any, record: Any, text: str) -> list[dict[str, Any]]
     return [{"command": "deadline", "deadline": seconds, "source": f"--deadline {text}"}]
 
 
-def _changed_slurm(
-    paths: StudyPaths, spec: Any, assignments: tuple[str, ...], spec_file: Path | None
-) -> tuple[Any, dict[str, Any]] | None:
-    """The spec with the [slurm] settings of ``--spec`` and ``--slurm`` and the inbox command
-    that carries them to the controller; ``None`` when nothing changes."""
-    import dataclasses
-
-    from hpctune.slurm import settings
-    from hpctune.study.spec import load_spec
-
-    if not assignments and spec_file is None:
-        return None
-    slurm = spec.slurm
-    sources = []
-    if spec_file is not None:
-        other = load_spec(spec_file, directory=paths.root)
-        slurm = other.slurm
-        sources.append(f"--spec {spec_file}")
-        skip = ("slurm", "source", "directory")
-        mine = {k: v for k, v in spec.to_dict().items() if k not in skip}
-        if {k: v for k, v in other.to_dict().items() if k not in skip} != mine:
-            click.echo(
-                f"note: only [slurm] and [slurm.controller] are taken from {spec_file}; the "
-                "search space, policy and other settings stay as the study has them"
-            )
-    if assignments:
-        slurm = settings.apply_assignments(slurm, settings.parse_assignments(assignments))
-        sources.append("--slurm " + " ".join(assignments))
-    diff = settings.differences(spec.slurm, slurm)
-    if not diff:
-        click.echo("[slurm] settings unchanged")
-        return None
-    for key, (old, new) in diff.items():
-        click.echo(f"[slurm] {key}: {old!r} -> {new!r}")
-    command = settings.command(slurm, spec.slurm, "; ".join(sources))
-    return dataclasses.replace(spec, slurm=slurm), command
-
-
 @cli.command(hidden=True)
 @click.argument("study_dir", type=click.Path(path_type=Path))
-def controller(study_dir: Path) -> int:
-    """Run the controller inside its Slurm batch job (what controller.sbatch runs)."""
-    from hpctune.controller.launch import run_in_slurm_job
+@click.option("--backend", "backend_name", default="slurm", show_default=True)
+def controller(study_dir: Path, backend_name: str) -> int:
+    """Run the controller inside its batch job (what the backend's job script runs)."""
+    from hpctune.plugins import backend
 
-    return _exit_code(run_in_slurm_job(_study_paths(str(study_dir))))
+    return _exit_code(backend(backend_name).run_controller(_study_paths(str(study_dir))))
 
 
 @cli.command()
@@ -644,7 +669,7 @@ def status(
         trials_table,
         usage_line,
     )
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
     from hpctune.wire.lease import controller_alive
 
     paths = _study_paths(str(study_dir))
@@ -659,29 +684,22 @@ def status(
         follow(paths.root, interval=every)
     study = open_study(paths.root)
     controller = controller_alive(paths)
-    on_slurm = None
-    if shutil.which("squeue") is not None and (paths.root / "slurm").is_dir():
-        from hpctune.slurm.status import slurm_status, status_lines
-
-        on_slurm = slurm_status(paths, study.record, controller is not None)
+    backends = _backend_status(paths, study.record, controller is not None)
     if as_json:
         data = status_json(study.record, str(paths.root))
         data["study"]["controller"] = controller
-        data["study"]["slurm"] = on_slurm
-        data["study"]["slurm_changes"] = study.record.slurm_changes
+        for name, (_, info) in backends.items():
+            data["study"][name] = info
+        data["study"]["settings_changes"] = study.record.settings_changes
         if sacct:
-            from hpctune.slurm.accounting import sacct_allocated_s
-
-            data["accounting"]["sacct_allocated_s"] = sacct_allocated_s(study.record)
+            data["accounting"]["sacct_allocated_s"] = _allocated_seconds(study.record)
         click.echo(json.dumps(data, indent=2, default=str))
         return EXIT_OK
     click.echo(f"study {study.record.spec.get('name')} in {paths.root}")
     click.echo(study_line(study.record))
     click.echo(usage_line(study.record))
     if sacct:
-        from hpctune.slurm.accounting import sacct_allocated_s
-
-        seconds = sacct_allocated_s(study.record)
+        seconds = _allocated_seconds(study.record)
         shown = "sacct not available" if seconds is None else f"{seconds:.0f} s"
         click.echo(f"sacct: worker jobs held their allocation {shown}")
     if controller is not None:
@@ -690,12 +708,12 @@ def status(
             f"controller: {job}pid {controller.get('pid')} on {controller.get('host')} "
             f"(epoch {controller.get('epoch')})"
         )
-    elif on_slurm is not None and on_slurm["controller_job"] is not None:
+    elif any(info.get("controller_job") for _, info in backends.values()):
         pass  # the controller job's state follows
     elif study.record.state in (StudyState.RUNNING, StudyState.STOPPING):
         click.echo(f"controller: not running (resume with `hpctune resume {paths.root}`)")
-    if on_slurm is not None:
-        for line in status_lines(on_slurm, str(paths.root)):
+    for backend, info in backends.values():
+        for line in backend.status_lines(info, str(paths.root)):
             click.echo(line)
     if study.record.reason:
         click.echo(f"reason: {study.record.reason}")
@@ -733,10 +751,10 @@ def best(study_dir: Path, as_json: bool) -> int:
     best step, or its last). Under PBT the best trial is the fittest final model, and its
     lineage's schedule is printed too. Exit 1 when no trial has completed yet.
     """
-    from hpctune.analysis.best import describe_best
-    from hpctune.analysis.formatting import format_params_toml, format_value
     from hpctune.analysis.summary import schedule_lines
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
+    from hpctune.journal.best import describe_best
+    from hpctune.study.formatting import format_params_toml, format_value
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -805,8 +823,8 @@ def stop(study_dir: Path, trial_id: int | None) -> int:
     Refused (exit 2) when no controller runs or waits in the Slurm queue for the study: there
     is nothing to stop, and the file would stop the next `resume` at once.
     """
+    from hpctune.api import open_study
     from hpctune.controller.launch import prepare_study_dir
-    from hpctune.journal.reader import open_study
     from hpctune.wire.inbox import check_command, send_command
 
     paths = _study_paths(str(study_dir))
@@ -841,8 +859,8 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
     out are drawn at random. A running controller picks them up at its next iteration; a
     finished or stopped study runs again with `hpctune resume STUDY_DIR`.
     """
+    from hpctune.api import open_study
     from hpctune.controller.launch import prepare_study_dir
-    from hpctune.journal.reader import open_study
     from hpctune.study.space import SearchSpace
     from hpctune.wire.asktell import params_problem
     from hpctune.wire.inbox import send_command
@@ -872,13 +890,41 @@ def add_trials(study_dir: Path, params_texts: tuple[str, ...]) -> int:
     return EXIT_OK
 
 
+def _backend_status(
+    paths: StudyPaths, record: Any, alive: bool
+) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """What each backend the study ran on adds to its status (name -> backend, its JSON)."""
+    from hpctune.plugins import backend, backend_names
+
+    out = {}
+    for name in backend_names():
+        found = backend(name)
+        info = found.status(paths, record, alive)
+        if info is not None:
+            out[name] = (found, info)
+    return out
+
+
+def _allocated_seconds(record: Any) -> float | None:
+    """Seconds the worker jobs held their allocation as a backend accounts them (sacct)."""
+    from hpctune.plugins import backend, backend_names
+
+    for name in backend_names():
+        seconds = backend(name).allocated_seconds(record)
+        if seconds is not None:
+            return float(seconds)
+    return None
+
+
 def _require_controller(paths: StudyPaths, what: str) -> None:
     """Refuse a command only a running (or queued) controller can carry out."""
-    from hpctune.journal.reader import open_study
-    from hpctune.slurm.controller_job import queued_controller
+    from hpctune.api import open_study
+    from hpctune.plugins import backend, backend_names
     from hpctune.wire.lease import controller_alive
 
-    if controller_alive(paths) is not None or queued_controller(paths) is not None:
+    if controller_alive(paths) is not None:
+        return
+    if any(backend(name).controller_queued(paths) is not None for name in backend_names()):
         return
     state = open_study(paths.root).record.state
     raise UsageError(
@@ -902,8 +948,8 @@ def retry(study_dir: Path, trials: tuple[int, ...], failed: bool) -> int:
     (also of a finished or failed study). A checkpoint whose file is missing or corrupt is
     skipped: the trial goes on from its previous checkpoint, or from its start.
     """
+    from hpctune.api import open_study
     from hpctune.controller.launch import prepare_study_dir
-    from hpctune.journal.reader import open_study
     from hpctune.wire.inbox import check_command, send_command
     from hpctune.wire.lease import controller_alive
 
@@ -1102,8 +1148,8 @@ def simulate(
     """
     import math
 
-    from hpctune.analysis.traces import Trace
     from hpctune.simulator import SimulatorConfig, run_many
+    from hpctune.simulator.traces import Trace
 
     if slots < 1:
         raise UsageError(f"--slots must be >= 1, but got {slots}")
@@ -1143,7 +1189,7 @@ def simulate(
     context = simulation_context(trace, config)
     built = [build_policy(name, options[name], context) for name in names]
     prefetch_for(cache, built, max_steps or trace.num_epochs, workers=max(fit_workers, 0))
-    from hpctune.simulator.progress import run_progress
+    from hpctune.analysis.progress_bar import run_progress
 
     with run_progress(len(names) * seeds) as on_run:
         many = run_many(
@@ -1265,8 +1311,8 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None, force: 
     """
     import math
 
-    from hpctune.analysis.traces import Trace
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
+    from hpctune.simulator.traces import Trace
 
     paths = _study_paths(str(study_dir))
     forked = [
@@ -1311,7 +1357,7 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None, force: 
 def report_command(study_dir: Path, out: Path | None, no_png: bool) -> int:
     """Write a study report: one folder with index.html (open it from disk; no server, no
     network), its plotting library and a PNG per plot. Works on a running study."""
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
     from hpctune.report.html import write_report
 
     paths = _study_paths(str(study_dir))
@@ -1344,7 +1390,7 @@ EXPORT_FORMATS = ("csv", "hdf5", "optuna", "tensorboard", "mlflow")
 def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
     """Export a study for the tools you already use (read from the journal; also while it
     runs). Each export is written under a temporary name and renamed: nothing half-written."""
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
 
     paths = _study_paths(str(study_dir))
     study = open_study(paths.root)
@@ -1401,7 +1447,7 @@ def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
 def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_json: bool) -> int:
     """Compare studies side by side: best value, when it was reached, trials, GPU-hours."""
     from hpctune.analysis.compare import compare_rows, compare_table, plot_compare
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
 
     studies = [open_study(_study_paths(str(d)).root) for d in study_dirs]
     rows = compare_rows(studies)
@@ -1473,9 +1519,9 @@ def fit_curves(
     Per curve: the median and 5/25/75/95% quantiles of the metric at the last step, and the
     probability that it ends at least as good as the threshold (>= for max, <= for min).
     """
+    from hpctune.analysis.curve_fits import fit_curves as run
+    from hpctune.analysis.curve_fits import format_table, load_curves, plot_curves
     from hpctune.analysis.progress_bar import progress_bar
-    from hpctune.curves.report import fit_curves as run
-    from hpctune.curves.report import format_table, load_curves, plot_curves
 
     if seed is not None and seed < 0:
         raise UsageError(f"--seed must be >= 0, but got {seed}")
@@ -1514,7 +1560,7 @@ def stagetree_command(
 ) -> int:
     """Show the stage tree of STUDY_DIR (running or finished) with each stage's status: done,
     running, pending or released (every trial through it ended first). Reads the journal only."""
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
     from hpctune.stagetree.preview import format_stage_tree
     from hpctune.stagetree.status import status_counts, study_stage_tree
 
@@ -1569,7 +1615,7 @@ def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, pa
     """Print the population tree of STUDY_DIR (PBT): each trial under its parent, with its
     generation, steps, last metric value and hyperparameters."""
     from hpctune.analysis.lineage import plot_lineage, tree_text
-    from hpctune.journal.reader import open_study
+    from hpctune.api import open_study
 
     record = open_study(_study_paths(str(study_dir)).root).record
     click.echo(tree_text(record, list(trials) or None))
@@ -1598,22 +1644,30 @@ def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, pa
     help="The new study's directory (default: next to STUDY_DIR).",
 )
 @click.option("--local", is_flag=True, help="Run it here (the default without sbatch).")
-def replay(study_dir: Path, trials: tuple[int, ...], out: Path | None, local: bool) -> int:
+@_backend_option
+def replay(
+    study_dir: Path,
+    trials: tuple[int, ...],
+    out: Path | None,
+    local: bool,
+    backend_name: str | None,
+) -> int:
     """Re-run the training of TRIAL of STUDY_DIR as a new study: its lineage to the roots in
     topological order, with the recorded hyperparameters, seeds and warm starts."""
-    from hpctune.controller.launch import run_local
-    from hpctune.study.replay import create_replay
+    from hpctune.api import open_study, replay_study, run_here
+    from hpctune.backends import choose_backend
+    from hpctune.spec import StudySpec
 
-    paths, plan = create_replay(_study_paths(str(study_dir)).root, list(trials), out)
+    paths, plan = replay_study(_study_paths(str(study_dir)).root, list(trials), out)
     chain = " -> ".join(str(entry["trial"]) for entry in plan)
     click.echo(f"replay of {len(plan)} trials (topological order: {chain})")
     click.echo(f"study directory: {paths.root}")
-    if not local and shutil.which("sbatch") is not None:
-        from hpctune.journal.reader import open_study
-        from hpctune.study.spec import StudySpec
-
-        return _submit_controller(paths, StudySpec.from_dict(open_study(paths.root).spec))
-    return _exit_code(run_local(paths))
+    backend, _ = choose_backend(backend_name, local=local)
+    if not backend.runs_controller_here:
+        spec = StudySpec.from_dict(open_study(paths.root).spec)
+        _print_submitted(paths, backend.submit_controller(paths, spec))
+        return EXIT_OK
+    return _exit_code(run_here(paths, backend))
 
 
 @cli.command("check-policy")
@@ -1770,6 +1824,7 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     "default: profile.json in its study directory.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+@_backend_option
 def profile_command(
     study_toml: Path | None,
     sizes: str | None,
@@ -1785,6 +1840,7 @@ def profile_command(
     device: str | None,
     out: Path | None,
     as_json: bool,
+    backend_name: str | None,
 ) -> int:
     """Write a workload's profile for the elastic planner (docs/elastic.md).
 
@@ -1827,7 +1883,16 @@ def profile_command(
                 "--steps DEVICES=SOURCE and no STUDY_TOML"
             )
         return _profile_study(
-            study_toml, sizes, step_texts, local, speedups, decision, together, out, as_json
+            study_toml,
+            sizes,
+            step_texts,
+            local,
+            speedups,
+            decision,
+            together,
+            out,
+            as_json,
+            backend_name,
         )
     if sizes is not None or local or together is not None:
         first = "--sizes" if sizes is not None else "--local" if local else "--together"
@@ -1841,13 +1906,8 @@ def profile_command(
         )
     if out is None:
         raise UsageError("--out: where to write the profile, e.g. --out profile.json")
-    from hpctune.elastic.profiling import (
-        profile_from_steps,
-        read_steps,
-        study_decisions,
-        study_latencies,
-        study_stages,
-    )
+    from hpctune.elastic.measured import study_decisions, study_latencies, study_stages
+    from hpctune.profiler.from_traces import profile_from_steps, read_steps
 
     steps: dict[int, tuple[float, ...]] = {}
     sources = []
@@ -1858,7 +1918,7 @@ def profile_command(
     startup_samples: tuple[float, ...] = (startup or 0.0,)
     decision_samples: tuple[float, ...] = (0.0 if decision is None else decision,)
     if latencies_from is not None:
-        from hpctune.journal.reader import open_study
+        from hpctune.api import open_study
 
         record = open_study(latencies_from).record
         queue_samples, startup_samples = study_latencies(record)
@@ -1894,18 +1954,21 @@ def _profile_study(
     together_text: str | None,
     out: Path | None,
     as_json: bool,
+    backend_name: str | None,
 ) -> int:
     """``hpctune profile STUDY_TOML``: measure the profile with short studies, one per size."""
+    from hpctune.backends import choose_backend
     from hpctune.controller.launch import check_entry_point
-    from hpctune.elastic.measure import (
+    from hpctune.profiler.from_traces import with_speedups
+    from hpctune.profiler.measure import (
         DEFAULT_SIZES,
         DEFAULT_STEPS,
         measure_profile,
         parse_sizes,
+        size_spec,
         sync_spec,
     )
-    from hpctune.elastic.profiling import with_speedups
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     steps = DEFAULT_STEPS
     if len(step_texts) > 1 or any("=" in text for text in step_texts):
@@ -1927,7 +1990,8 @@ def _profile_study(
         with_speedups({size: (1.0,) for size in sizes}, speedups)  # refused before anything runs
     spec = load_spec(study_toml)
     check_entry_point(spec)
-    slurm = not local and shutil.which("sbatch") is not None
+    backend, _ = choose_backend(backend_name, local=local)
+    cluster = backend.cluster
     together: tuple[int, ...] = ()
     if together_text is None:
         together = (spec.resources.slots,) if spec.resources.slots >= 2 else ()
@@ -1940,20 +2004,16 @@ def _profile_study(
                 f"--together {together_text!r}: counts of workers at once are >= 2 (or 0 for "
                 "none), e.g. --together 2,4"
             )
-    short_sync = None if decision is not None else sync_spec(spec, min(sizes), slurm=slurm)
-    if slurm:
-        from hpctune.elastic.measure import size_spec
-        from hpctune.slurm.cluster import check_jobs
-
-        for size in sizes:
-            check_jobs(size_spec(spec, size, steps, slurm=True))
-        for n in together:
-            check_jobs(size_spec(spec, min(sizes), steps, slurm=True, together=n))
-        if short_sync is not None:
-            check_jobs(short_sync)
+    short_sync = None if decision is not None else sync_spec(spec, min(sizes), cluster=cluster)
+    for short in [
+        *(size_spec(spec, size, steps, cluster=cluster) for size in sizes),
+        *(size_spec(spec, min(sizes), steps, cluster=cluster, together=n) for n in together),
+        *([] if short_sync is None else [short_sync]),
+    ]:
+        backend.check(short)
     say = (lambda line: None) if as_json else click.echo
     if not as_json:
-        where = "as Slurm jobs" if slurm else "here"
+        where = f"as {backend.name} jobs" if cluster else "here"
         counts = " and ".join(map(str, together))
         also = f", then {counts} workers at once" if together else ""
         also += ", then rung decisions (SYNC)" if short_sync is not None else ""
@@ -1963,7 +2023,7 @@ def _profile_study(
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     profile, runs, sync = measure_profile(
-        spec, sizes, steps, slurm=slurm, decision=decision, together=together, say=say
+        spec, sizes, steps, backend=backend, decision=decision, together=together, say=say
     )
     if speedups:
         import dataclasses
@@ -2007,7 +2067,7 @@ def _profile_study(
             f"  SYNC not measured: max_steps {spec.max_steps} leaves no rung to decide; 0 s "
             "(give it with --decision SECONDS)"
         )
-    if not slurm and cpus is not None and max(sizes) > cpus:
+    if not cluster and cpus is not None and max(sizes) > cpus:
         click.echo(
             f"note: this machine gives this process {cpus} CPU(s); sizes above {cpus} share "
             "them, so their times show oversubscription, not scaling"
@@ -2114,10 +2174,10 @@ def plan_elastic_command(
         experiment_from_study,
         plan_elastic,
     )
-    from hpctune.elastic.cost import partition_billing
     from hpctune.elastic.profile import PROFILE_FILE
-    from hpctune.elastic.report import format_plan, parse_duration, plot_plan
-    from hpctune.study.spec import load_spec
+    from hpctune.elastic.report import format_plan, plot_plan
+    from hpctune.spec import load_spec
+    from hpctune.study.formatting import parse_duration
 
     seconds = parse_duration(deadline)
     spec = load_spec(study_toml)
@@ -2126,8 +2186,11 @@ def plan_elastic_command(
     device = "CPU" if profile.device == "cpu" else "GPU"
     billing_source = "--billing-weight" if billing_weight is not None else ""
     if billing_weight is None and partition is not None:
-        billing_weight, billing_source = partition_billing(
-            spec, partition, gpu=profile.device == "gpu"
+        from hpctune.backends import choose_backend
+
+        backend, _ = choose_backend()
+        billing_weight, billing_source = backend.billing_weight(
+            spec, partition, profile.device == "gpu"
         )
     cost = CostModel(
         basis=basis,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, start_hpctune, wait_for, write_study
 
 PEAKED = """

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctune.api import open_study
+from hpctune.backends.local import local_executor
 from hpctune.controller import Controller
-from hpctune.controller.launch import local_executor
-from hpctune.journal import open_study
+from hpctune.study.states import StudyState
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState
 from tests.conftest import run_hpctune, write_study
 
 TRAIN = """

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hpctune.api import open_study
 from hpctune.controller.launch import create_study
 from hpctune.errors import JournalError
-from hpctune.journal import open_study
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.epochs import current_journal, epoch_journal
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import CHECKPOINT_DELETED, LINEAGE, TRIAL_CREATED, StudyRecord
 from hpctune.journal.store import JournalWriter
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
 from tests.conftest import write_study
 
 TRIALS = 4

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.files import write_json_atomic
 from hpctune.simulator import SimClock
+from hpctune.study.states import Decision
 from hpctune.wire.eventlog import EventWriter, read_events
-from hpctune.wire.files import write_json_atomic
 from hpctune.wire.protocol import Assignment, DecisionMessage
-from hpctune.wire.states import Decision
 from hpctune.worker.context import TrialContext, TrialStop
 
 

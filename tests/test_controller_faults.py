@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
@@ -29,7 +28,8 @@ from hpctune.simulator import (
     SimulatorError,
     simulation_context,
 )
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 from tests.conftest import REPO
 
 STEPS = 6

@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
 from hpctune.journal.records import LogEntry, WarningEntry
 from hpctune.policies import POLICIES, make_policy
 from hpctune.simulator import PredictionCache, Simulator, simulation_context
+from hpctune.simulator.traces import Trace
 
 TRACE = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5").subset(
     range(48)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import hpctune.core as core_package
-from hpctune.analysis.traces import Trace
 from hpctune.core import hosts
 from hpctune.core.loop import SchedulingCore
 from hpctune.journal.memory import MemoryJournal
 from hpctune.policies import make_policy
 from hpctune.simulator import Simulator, simulation_context
+from hpctune.simulator.traces import Trace
 from tests.conftest import REPO
 
 CORE = Path(core_package.__file__).parent

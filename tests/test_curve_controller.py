@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hpctune.api import open_study
+from hpctune.backends.local import local_executor
 from hpctune.cli import main
 from hpctune.controller import Controller
-from hpctune.controller.launch import create_study, local_executor
+from hpctune.controller.launch import create_study
 from hpctune.curves import Budget, FitOptions
 from hpctune.curves.service import read_result
-from hpctune.journal import open_study
 from hpctune.journal.store import JournalReader
 from hpctune.policies import (
     Action,
@@ -29,9 +30,9 @@ from hpctune.policies import (
     StudyContext,
     StudyView,
 )
-from hpctune.study.spec import load_spec, study_context
+from hpctune.spec import load_spec, study_context
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import write_study
 
 pytestmark = pytest.mark.timeout(120)

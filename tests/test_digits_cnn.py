@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
-from hpctune.journal import open_study
-from hpctune.wire.states import TrialStatus
+from hpctune.api import open_study
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import TrialStatus
 from tests.conftest import REPO, run_hpctune, write_study
 
 JOB = REPO / "jobs" / "digits-cnn"

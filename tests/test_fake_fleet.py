@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.controller.launch import create_study
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.testing.fake_workers import FakeFleet, score
-from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import WORKLOADS, write_study
 
 TRIALS, WORKERS, STEPS = 2000, 200, 3

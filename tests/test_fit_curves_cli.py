@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.analysis.curve_fits import load_curves
 from hpctune.cli import main
 from hpctune.curves import FitOptions, fit_many
-from hpctune.curves.report import load_curves
 from hpctune.curves.service import curve_fit_seed
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS = REPO / "benchmarks" / "traces" / "digits.h5"
@@ -162,8 +162,8 @@ def test_fits_report_progress_and_the_bar_draws_it(model: str) -> None:
 
     from rich.console import Console
 
+    from hpctune.analysis.curve_fits import fit_curves
     from hpctune.analysis.progress_bar import progress_bar
-    from hpctune.curves.report import fit_curves
 
     curves = load_curves(DIGITS)
     ids = list(curves.ids[:3])

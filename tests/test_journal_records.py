@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from hpctune.errors import JournalError
+from hpctune.files import dumps
 from hpctune.journal import records as rec
 from hpctune.journal.state import LOG_KINDS, StudyRecord
-from hpctune.wire.files import dumps
 
 _FLOATS = hs.floats(allow_nan=False, allow_infinity=False)
 _JSON = hs.recursive(

@@ -698,7 +698,7 @@ def test_a_resumed_older_journal_takes_the_writers_minor_version(tmp_path: Path)
 def test_a_worker_record_of_an_unknown_life_is_refused_naming_its_row(tmp_path: Path) -> None:
     """A worker's life is one of WorkerLife's; another value is damage, not a new state."""
     from hpctune.journal.reader import load_state
-    from hpctune.wire.states import WorkerLife
+    from hpctune.study.states import WorkerLife
 
     writer = JournalWriter(tmp_path / "j.zarr", create=True)
     writer.append("log", kind="study", data='{"state": "running"}')

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import DIGITS, kill_and_resume, run_hpctune, start_hpctune, write_study
 
 MAX_STEPS = 50

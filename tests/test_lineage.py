@@ -11,7 +11,7 @@ from hpctune.journal import state as st
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import ActionKind, Event, OptionError, StudyView, TrialView, make_policy
 from hpctune.study.space import parse_space
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import context
 
 # (trial, parent, parent_step, end_step, lr)

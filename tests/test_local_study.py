@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.usage import study_usage
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.journal.usage import study_usage
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import (
     DIGITS,
     WORKLOADS,

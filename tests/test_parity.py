@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
-from hpctune.journal import open_study
+from hpctune.api import open_study
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
 from hpctune.simulator import simulate, simulation_context
 from hpctune.simulator._config import SimulatorConfig
 from hpctune.simulator._engine import Simulator
-from hpctune.wire.states import StudyState
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import StudyState
 from tests.conftest import run_hpctune, write_study
 
 TRAIN = """

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import REPO, run_hpctune, start_hpctune, write_study
 
 DIGITS_PBT = REPO / "jobs" / "digits-pbt"

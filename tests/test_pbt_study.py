@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.browser import open_report
 from tests.conftest import WORKLOADS, run_hpctune, start_hpctune, wait_for, write_study
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState
+from hpctune.api import open_study
+from hpctune.study.states import StudyState
 from tests.conftest import REPO, run_hpctune, write_study
 
 EXAMPLE = REPO / "jobs" / "digits-stages"

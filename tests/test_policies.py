@@ -20,7 +20,7 @@ from hpctune.policies import (
     make_policy,
     parse_options,
 )
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import context
 
 

@@ -114,8 +114,8 @@ def test_median_stopping_equals_ray_s_rule_on_the_peers_orders() -> None:
         from policies import peer_order
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    from hpctune.analysis.traces import Trace
     from hpctune.simulator import simulate
+    from hpctune.simulator.traces import Trace
 
     trace = Trace.load(REPO / "benchmarks" / "traces" / "diabetes.h5")
     target = trace.default_target()

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpctune.files import dumps
 from hpctune.journal.delta import apply_delta, policy_states, state_delta
-from hpctune.wire.files import dumps
 
 leaves = st.one_of(
     st.integers(-5, 5), st.floats(-1e3, 1e3, allow_nan=False), st.text(max_size=3), st.none()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 from tests.browser import open_report
 from tests.conftest import DIGITS, run_hpctune, write_study
 

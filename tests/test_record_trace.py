@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks._record_trace import make_spec
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 from tests.conftest import REPO
 
 

@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 
 from hpctune.analysis.progress import LINE_WIDTH, LiveProgress, completion_line
-from hpctune.journal import open_study
-from hpctune.journal.reader import Study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import Study, open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.browser import open_report
 from tests.conftest import WORKLOADS, kill_workers, run_hpctune, write_study
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from hpctune.analysis.traces import Trace
 from hpctune.policies import POLICIES, make_policy
 from hpctune.simulator import (
     Faults,
@@ -24,8 +23,9 @@ from hpctune.simulator import (
     SimulatorConfig,
     simulation_context,
 )
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import StudyState
 from hpctune.testing._io_guard import forbid_io
-from hpctune.wire.states import StudyState
 from tests.conftest import REPO
 
 CONFIGS = 12

@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpctune.analysis.nearest import NearestConfigurations, infer_space
 from hpctune.analysis.pareto import non_dominated
-from hpctune.analysis.traces import Trace
 from hpctune.cli import cli
 from hpctune.errors import StudySpecError
 from hpctune.policies import OptionError, StudyView, TrialView
@@ -21,8 +19,10 @@ from hpctune.policies.generators import first_proposals, make_generator
 from hpctune.policies.generators._optuna_space import draw_config, encode_config
 from hpctune.policies.generators.optuna_sampler import choose_budget, value_at
 from hpctune.simulator import simulate
+from hpctune.simulator.nearest import NearestConfigurations, infer_space
+from hpctune.simulator.traces import Trace
 from hpctune.study.space import SearchSpace, parse_space
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.conftest import DIGITS, write_study
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,7 +170,7 @@ def test_generator_options_are_checked() -> None:
 
 
 def test_spec_objectives_and_single_objective_generators(tmp_path: Path) -> None:
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     objectives = {"val_accuracy": "max", "num_params": "min"}
     path = write_study(

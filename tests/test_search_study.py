@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import (
     DIGITS,
     kill_and_resume,

@@ -12,9 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.api import open_study
 from hpctune.cli import main
-from hpctune.journal import open_study
 from hpctune.policies import (
     POLICIES,
     Action,
@@ -39,7 +38,8 @@ from hpctune.simulator import (
     simulate,
     simulation_context,
 )
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, write_study
 
 REPO = Path(__file__).resolve().parent.parent

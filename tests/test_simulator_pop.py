@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.analysis.traces import Trace
 from hpctune.simulator import PredictionCache, run_many, simulate, simulation_context
 from hpctune.simulator.plots import plot_split
-from hpctune.wire.states import TrialStatus
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import TrialStatus
 from tests.conftest import REPO
 
 # 10 digits configurations: 9 that learn (final accuracy 0.80-0.98) and one that does not (0.19)
@@ -85,7 +85,7 @@ def test_run_many_reports_each_run_and_the_progress_bar_draws_it(trace: Trace) -
 
     from rich.console import Console
 
-    from hpctune.simulator.progress import run_progress
+    from hpctune.analysis.progress_bar import run_progress
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.core.pool import SUBMIT_TRIES, _run_end, submit_retry_delay
 from hpctune.errors import StudySpecError
-from hpctune.journal import open_study
 from hpctune.journal.state import WorkerRecord, WorkerRun
+from hpctune.slurm.checks import keys_for
 from hpctune.slurm.cluster import (
     JobStatus,
     default_time,
-    keys_for,
     parse_partitions,
     resolve_times,
     sbatch_flags,
@@ -28,9 +28,9 @@ from hpctune.slurm.environment import export_lines, job_environment
 from hpctune.slurm.options import JobOptions, SlurmSpec, parse_slurm, slurm_table
 from hpctune.slurm.settings import apply_assignments, differences, parse_assignments
 from hpctune.slurm.status import status_lines
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState
 from hpctune.wire.protocol import Heartbeat
-from hpctune.wire.states import StudyState
 from tests.conftest import WORKLOADS, run_hpctune, write_study
 from tests.test_slurm_options import SLURM
 
@@ -273,7 +273,7 @@ def test_resume_with_other_slurm_settings_journals_them(tmp_path: Path) -> None:
     assert "[slurm] worker.partition: 'gpu' -> 'a100'" in result.stdout
     study = open_study(study_dir)
     assert study.record.state is StudyState.FINISHED
-    (change,) = study.record.slurm_changes
+    (change,) = study.record.settings_changes
     assert change["changes"]["worker.partition"] == ["gpu", "a100"]
     assert change["changes"]["controller.time_min"] == [60, 30]
     assert "--spec" in change["source"]
@@ -288,7 +288,7 @@ def test_resume_with_other_slurm_settings_journals_them(tmp_path: Path) -> None:
     bad = run_hpctune("resume", str(study_dir), "--local", "--slurm", "time=soon")
     assert bad.returncode == 2
     assert "slurm.time" in bad.stderr
-    assert open_study(study_dir).record.slurm_changes == study.record.slurm_changes
+    assert open_study(study_dir).record.settings_changes == study.record.settings_changes
 
 
 def test_unchanged_settings_are_not_journaled() -> None:

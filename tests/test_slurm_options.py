@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.backends import WorkerState
 from hpctune.errors import StudySpecError
-from hpctune.executors import WorkerState
 from hpctune.slurm.controller_job import format_time, render_controller_script
 from hpctune.slurm.executor import worker_parameters
-from hpctune.slurm.options import SlurmSpec, parse_mem, parse_slurm, parse_time
+from hpctune.slurm.options import SlurmSpec, parse_mem, parse_slurm, parse_time, slurm_spec
 from hpctune.slurm.queue import classify
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
 from hpctune.wire.layout import StudyPaths
 from tests.conftest import write_study
 
@@ -117,8 +117,9 @@ def test_worker_parameters_of_a_sized_worker(tmp_path: Path) -> None:
 
 def test_slurm_spec_round_trips_and_defaults(tmp_path: Path) -> None:
     spec = load_spec(_spec(tmp_path))
-    assert SlurmSpec.from_dict(spec.slurm.to_dict()) == spec.slurm
-    assert spec.slurm.controller.time_min == 2 * 24 * 60
+    slurm = slurm_spec(spec)
+    assert SlurmSpec.from_dict(slurm.to_dict()) == slurm
+    assert slurm.controller.time_min == 2 * 24 * 60
     assert parse_slurm({}, tmp_path) == SlurmSpec()
 
 

@@ -1,4 +1,4 @@
-"""Tests of hpctune.study.spec: loading study.toml, defaults, errors (property-based), round
+"""Tests of hpctune.spec: loading study.toml, defaults, errors (property-based), round
 trips."""
 
 from __future__ import annotations
@@ -21,12 +21,7 @@ from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
 from hpctune.policies.generators import GENERATORS
-from hpctune.study.space import parse_space
-from hpctune.study.spec import (
-    RESOURCE_COUNTS,
-    RESOURCE_KEYS,
-    SECTIONS,
-    STUDY_KEYS,
+from hpctune.spec import (
     ComponentSpec,
     EntryPoint,
     ResourcesSpec,
@@ -34,6 +29,10 @@ from hpctune.study.spec import (
     load_spec,
     parse_spec,
 )
+from hpctune.spec.parse import SECTIONS
+from hpctune.spec.resources import RESOURCE_COUNTS, RESOURCE_KEYS
+from hpctune.spec.study_table import STUDY_KEYS
+from hpctune.study.space import parse_space
 
 NOW = datetime(2024, 5, 6, 7, 8, 9)
 TRAIN_PY = "def train(ctx):\n    return 42\n\nNOT_CALLABLE = 3\n"

@@ -19,14 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpctune.analysis.best import best_checkpoint_rows
-from hpctune.journal import open_study
-from hpctune.journal.reader import Study
+from hpctune.api import Study, open_study
+from hpctune.journal.best import best_checkpoint_rows
 from hpctune.stagetree.from_study import plan_from_study
 from hpctune.stagetree.pieces import trial_stages
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.preview import plan_configs
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import REPO, kill_workers, run_hpctune, start_hpctune, write_study
 
 TRAIN = REPO / "jobs" / "digits-stages" / "train.py"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hpctune.files import sha256_file
 from hpctune.stagetree.store import StageStore, link_or_copy, point_key
-from hpctune.wire.files import sha256_file
 
 PATH = [[0, [["lr", {"kind": "constant", "args": [0.1]}]]]]
 

@@ -65,7 +65,7 @@ def test_the_real_training_benchmark_writes_valid_studies(tmp_path: Path) -> Non
         import stagetree_run
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     for stages in (True, False):
         spec = load_spec(stagetree_run.pbt_variant(tmp_path, stages, 2, 1024))

@@ -8,7 +8,7 @@ import math
 
 from benchmarks.policies import STUDY_OPTIONS, policy_options
 from benchmarks.study_calibration import _coverage, measure
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 from tests.conftest import REPO
 
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from benchmarks.study_calibration import record_predictions
-from hpctune.analysis.traces import Trace
 from hpctune.curves.predict import CurvePrediction
 from hpctune.policies import make_policy
 from hpctune.simulator import (
@@ -21,6 +20,7 @@ from hpctune.simulator import (
     simulate,
     simulation_context,
 )
+from hpctune.simulator.traces import Trace
 from tests.conftest import REPO
 
 CONFIGS = list(range(16))

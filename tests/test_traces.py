@@ -10,10 +10,10 @@ import h5py
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import FORMAT_VERSION, Trace, TraceError
+from hpctune.api import open_study
 from hpctune.cli import main
-from hpctune.journal import open_study
-from hpctune.wire.states import TrialStatus
+from hpctune.simulator.traces import FORMAT_VERSION, Trace, TraceError
+from hpctune.study.states import TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
 
 

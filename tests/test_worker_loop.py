@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from hpctune.files import write_json_atomic
 from hpctune.simulator import SimClock
-from hpctune.wire.files import write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Heartbeat
 from hpctune.worker.loop import Worker, _batch_step_age, _process_age

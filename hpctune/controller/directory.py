@@ -7,24 +7,23 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hpctune.backends.base import Backend, Executor
 from hpctune.controller.wire import FileWire
 from hpctune.core.base import decision_wait_from_env
 from hpctune.core.loop import SchedulingCore
-from hpctune.executors._base import Executor
+from hpctune.curves.fitter import FitOptions
+from hpctune.curves.service import CurveService
+from hpctune.files import write_json_atomic
 from hpctune.journal.epochs import branch_journal, point_link, prune_journals
 from hpctune.journal.reader import load_state
 from hpctune.journal.store import JournalReader, JournalWriter
-from hpctune.study.spec import StudySpec
+from hpctune.spec import StudySpec
 from hpctune.wire.clock import Clock, RealClock
-from hpctune.wire.files import write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Lease, acquire
 from hpctune.wire.permissions import check_study_dir, use_umask_of
-
-if TYPE_CHECKING:
-    from hpctune.curves.fitter import FitOptions
 
 
 class Controller(SchedulingCore):
@@ -38,6 +37,8 @@ class Controller(SchedulingCore):
     Args:
         study_dir: The study directory (created by ``hpctune launch``).
         executor: Starts and watches the workers, or a function of the spec that returns one.
+        backend: The backend the workers run on: its curve-fit jobs (``[curves] backend``)
+            and whether this process runs in one of its jobs; ``None``: fits in this process.
         clock: The time source (the real clock by default).
         decision_wait: Seconds a worker waits at a boundary for its step's decision (default
             ``HPCTUNE_DECISION_WAIT`` or 2).
@@ -60,6 +61,7 @@ class Controller(SchedulingCore):
         study_dir: str | Path,
         executor: Executor | Callable[[StudySpec], Executor],
         *,
+        backend: Backend | None = None,
         clock: Clock | None = None,
         poll_interval: float = 0.1,
         worker_timeout: float = 60.0,
@@ -80,6 +82,7 @@ class Controller(SchedulingCore):
         writer.before_publish = lease.check
         self.journal_dir = journal_dir
         self._journal_source = journal_source
+        self.backend = backend
         super().__init__(
             paths=paths,
             wire=FileWire(paths),
@@ -95,6 +98,23 @@ class Controller(SchedulingCore):
             stop_grace=stop_grace,
             on_progress=on_progress,
             curve_options=curve_options,
+            curve_service=self._curve_service,
+        )
+
+    def _curve_service(self, options: FitOptions | None) -> CurveService:
+        """The study's fit service: result files in ``curves/``, job arrays of its backend."""
+        curves = self.spec.curves
+        options = options or FitOptions(model=curves.model, budget=curves.budget)
+        self.paths.curves.mkdir(exist_ok=True)
+        backend = self.backend
+        return CurveService(
+            self.paths.curves,
+            curves,
+            options,
+            in_job=backend is not None and backend.in_job(),
+            jobs_backend=None
+            if backend is None
+            else backend.fit_backend(self.paths, self.spec, options),
         )
 
     def start(self) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.core.wire import EventLines, Wire
+from hpctune.files import sha256_file, write_json_atomic
 from hpctune.wire.eventlog import read_events
-from hpctune.wire.files import sha256_file, write_json_atomic
 from hpctune.wire.inbox import read_command, reject_file
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Assignment, DecisionMessage, Heartbeat, write_assignment

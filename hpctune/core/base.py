@@ -12,15 +12,17 @@ import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from hpctune.core.curves import CurveFits
+from hpctune.backends.base import Executor
+from hpctune.core.curves import CurveFits, ServiceFactory
 from hpctune.core.ingest import Ingest
 from hpctune.core.wire import Wire
+from hpctune.curves.fitter import FitOptions
 from hpctune.errors import StorageError
-from hpctune.executors._base import Executor
+from hpctune.files import dumps
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
@@ -29,18 +31,14 @@ from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
 from hpctune.journal.store import JournalWriter
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
+from hpctune.spec import StudySpec, study_context
 from hpctune.study.seeding import component_seed
-from hpctune.study.spec import StudySpec, study_context
+from hpctune.study.states import Decision, StudyState, TrialStatus
 from hpctune.wire.clock import Clock
-from hpctune.wire.files import dumps
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Fenced, Lease
 from hpctune.wire.protocol import DecisionMessage
-from hpctune.wire.states import Decision, StudyState, TrialStatus
 from hpctune.wire.storage import describe, format_bytes, storage_error
-
-if TYPE_CHECKING:
-    from hpctune.curves.fitter import FitOptions
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +108,8 @@ class CoreBase:
             is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
         curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
+        curve_service: Builds the fit service when the policy wants predictions (the
+            controller's on the study directory, the simulator's answering from a trace).
         policy: Replaces the policy the spec names (e.g. one that is not registered).
         generator: Replaces the generator the spec names (e.g. one answered from a trace).
     """
@@ -131,6 +131,7 @@ class CoreBase:
         stop_grace: float | None,
         on_progress: Callable[[Any], None] | None,
         curve_options: FitOptions | None,
+        curve_service: ServiceFactory | None = None,
         policy: Policy | None = None,
         generator: Generator | None = None,
     ) -> None:
@@ -171,7 +172,8 @@ class CoreBase:
         self._stop_request = ""
         self._exit_ordered_at: float | None = None
         self.iterations = 0
-        self.curves = CurveFits(self, curve_options)  # learning-curve fits and predictions
+        # learning-curve fits and predictions
+        self.curves = CurveFits(self, curve_options, curve_service)
         self.ingest = Ingest(self)  # the workers' event lines into the journal
         self.storage_fault: StorageFault | None = None  # writes failing: no new assignments
         self.storage_patience = STORAGE_PATIENCE

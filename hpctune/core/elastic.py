@@ -23,7 +23,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.usage import study_usage
 from hpctune.core.base import env_setting
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
@@ -44,11 +43,13 @@ from hpctune.elastic.follow import (
     stage_workers,
 )
 from hpctune.elastic.planner import PlanResult
+from hpctune.elastic.profile import Profile
 from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
-from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
+from hpctune.journal.usage import study_usage
+from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import ElasticHost
@@ -87,6 +88,10 @@ class ElasticFollower:
             self._elastic_from = len(plans)
         return self._elastic_result
 
+    def _plan(self, profile: Profile) -> PlanResult:
+        """The study's plan from ``profile``, billed as its backend bills (its executor)."""
+        return plan_study(self.c.spec, profile=profile, billing=self.c.executor.billing_weight)
+
     def start(self) -> None:
         """Plan a study with a deadline once, at its first start (the journal keeps the plan
         for every later controller); a study that cannot be planned fails with the reason. A
@@ -107,7 +112,9 @@ class ElasticFollower:
             return
         try:
             profile = load_study_profile(self.c.spec)
-            result = plan_study(self.c.spec, profile=profile)
+            result = plan_study(
+                self.c.spec, profile=profile, billing=self.c.executor.billing_weight
+            )
         except PlanningError as exc:
             self.c.set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return
@@ -186,7 +193,7 @@ class ElasticFollower:
         reason); a study without a plan is planned now. A study that cannot follow a deadline
         (its policy, a stage tree) keeps its own (warned); one that cannot be planned to it
         keeps its plan (warned) or, without one, fails with the reason as at the start."""
-        from hpctune.study.spec import with_deadline
+        from hpctune.spec import with_deadline
 
         deadline = float(command["deadline"])
         source = str(command.get("source", "")) or "the inbox"
@@ -209,7 +216,13 @@ class ElasticFollower:
         try:
             if record is None or "profile_data" not in record:  # none yet: the start's first
                 profile = load_study_profile(self.c.spec)
-                record = plan_record(plan_study(self.c.spec, profile=profile), profile, reason)
+                record = plan_record(
+                    plan_study(
+                        self.c.spec, profile=profile, billing=self.c.executor.billing_weight
+                    ),
+                    profile,
+                    reason,
+                )
             old = PlanResult.from_dict(record["plan"])
             trials = {i: self._trial_progress(t) for i, t in self.c.state.trials.items()}
             known = self.c.state.elastic_stages

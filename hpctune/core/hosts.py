@@ -17,22 +17,22 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from hpctune.backends.base import Executor
     from hpctune.core.commands import TrialCommands
     from hpctune.core.elastic import ElasticFollower
     from hpctune.core.ingest import Ingest
     from hpctune.core.pool import WorkerPool
     from hpctune.core.wire import Wire
-    from hpctune.executors._base import Executor
     from hpctune.journal import records as rec
     from hpctune.journal.memory import MemoryJournal
     from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord, WorkerRecord
     from hpctune.journal.store import JournalWriter
     from hpctune.policies import Action, Event, Policy, StudyView
     from hpctune.policies.generators import Generator, Proposal
-    from hpctune.study.spec import StudySpec
+    from hpctune.spec import StudySpec
+    from hpctune.study.states import Decision, StudyState, TrialStatus
     from hpctune.wire.clock import Clock
     from hpctune.wire.layout import StudyPaths
-    from hpctune.wire.states import Decision, StudyState, TrialStatus
 
 
 class Journaling(Protocol):
@@ -151,9 +151,11 @@ class CommandsHost(Journaling, Protocol):
 
 
 class ElasticHost(Journaling, Protocol):
-    """What :class:`~hpctune.core.elastic.ElasticFollower` uses: the worker pool it sizes."""
+    """What :class:`~hpctune.core.elastic.ElasticFollower` uses: the worker pool it sizes and
+    the executor (how its backend bills devices)."""
 
     pool: WorkerPool
+    executor: Executor
 
     def live_workers(self) -> list[WorkerRecord]:
         """The workers not known to have ended."""

@@ -13,13 +13,13 @@ from hpctune.journal.checkpoints import CheckpointRef
 from hpctune.journal.state import SegmentRecord, TrialRecord
 from hpctune.policies import Event
 from hpctune.study.metric_names import metric_name_problem
+from hpctune.study.states import Decision, SegmentStatus, StudyState, TrialStatus
 from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
     EV_REPORT,
     EV_START,
 )
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import IngestHost

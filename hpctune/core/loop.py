@@ -31,10 +31,11 @@ import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from hpctune.backends.base import Executor, WorkerState
 from hpctune.core.base import EXIT_GRACE, CoreBase
 from hpctune.core.commands import TrialCommands
 from hpctune.core.elastic import ElasticFollower
@@ -42,7 +43,7 @@ from hpctune.core.pool import WorkerPool
 from hpctune.core.scheduling import Scheduling, TrialScheduling
 from hpctune.core.stages import StageTreeScheduling
 from hpctune.core.wire import Wire
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.curves.service import CurveService
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.memory import MemoryJournal
@@ -58,16 +59,13 @@ from hpctune.policies import (
 )
 from hpctune.policies.generators import Generator
 from hpctune.study.seeding import trial_seed
+from hpctune.study.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
 from hpctune.wire.asktell import VALIDATORS as TRIAL_COMMANDS
 from hpctune.wire.clock import Clock
 from hpctune.wire.inbox import RETRYABLE, VALIDATORS, check_command
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import Fenced
 from hpctune.wire.protocol import Assignment, DecisionMessage
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
-
-if TYPE_CHECKING:
-    from hpctune.curves.service import CurveService
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +137,10 @@ class SchedulingCore(CoreBase):
             stop_grace=math.inf,
             on_progress=None,
             curve_options=None,
+            curve_service=None if curve_service is None else lambda options: curve_service,
             policy=policy,
             generator=generator,
         )
-        core.curves.service = curve_service
         core.storage_patience = math.inf
         core.assignment_timeout = math.inf
         return core
@@ -329,8 +327,8 @@ class SchedulingCore(CoreBase):
                 trials = self.state.trials.values()
                 ids += [t.trial_id for t in trials if t.status is TrialStatus.FAILED]
             self._retry(sorted(set(ids)))
-        elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
-            self.pool.change_slurm(command)
+        elif kind == "settings":  # `hpctune resume --set`: settings for the next jobs
+            self.pool.change_settings(command)
         elif kind == "deadline":  # `hpctune resume --deadline`: re-plan to the new one
             self.elastic.change_deadline(command)
 
@@ -498,7 +496,7 @@ class SchedulingCore(CoreBase):
         pending = sum(
             not w.info or self.pool.states.get(w.worker_id) is WorkerState.PENDING for w in live
         )
-        can_submit = max(self.spec.slurm.max_pending - pending, 0)
+        can_submit = max(self.executor.max_pending - pending, 0)
         free_slots = min(self.elastic.pool_size() - len(busy), len(idle) + can_submit)
         return idle, free_slots
 

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from hpctune.backends.base import SUBMIT_TRIES, WorkerState
 from hpctune.core.base import (
     ASSIGNMENT_RESENDS,
     REQUEUE_SILENCE,
     STARTUP_FAILURES_LIMIT,
 )
 from hpctune.errors import SubmissionError
-from hpctune.executors._base import WorkerState
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import SegmentRecord
+from hpctune.study.states import Decision, SegmentStatus, StudyState, WorkerLife
 from hpctune.wire.protocol import Heartbeat
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, WorkerLife
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import PoolHost
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Worker submissions that fail this many times in a row stop the study (failed).
-SUBMIT_TRIES = 5
 #: Seconds between two reads of the heartbeat of a worker whose segment runs (its events say
 #: it is alive; an idle, stopping or queued worker is checked at every iteration).
 BUSY_CHECK_PERIOD = 1.0
@@ -426,26 +424,27 @@ class WorkerPool:
                 rec.WorkerEntry(worker=worker.worker_id, event="exited", reason="never started")
             )
 
-    def change_slurm(self, command: dict[str, Any]) -> None:
-        """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
-        from hpctune.slurm.settings import read_command
-
+    def change_settings(self, command: dict[str, Any]) -> None:
+        """Use the backend settings of an inbox ``settings`` command from now on (journaled);
+        settings the executor refuses are ignored with a warning."""
+        section, settings = str(command["section"]), dict(command["settings"])
+        spec = self.c.spec.with_backend_options(section, settings)
         try:
-            slurm = read_command(command)
-        except ValueError as exc:
-            logger.warning("%s; ignored", exc)
+            self.c.executor.use_spec(spec)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.warning("the [%s] settings of an inbox command: %s; ignored", section, exc)
             return
         self.c.log(
-            rec.SlurmChangedEntry(
-                slurm=slurm.to_dict(),
+            rec.SettingsChangedEntry(
+                section=section,
+                settings=settings,
                 changes=command.get("changes", {}),
                 source=str(command.get("source", "")),
             )
         )
-        self.c.spec = dataclasses.replace(self.c.spec, slurm=slurm)
-        self.c.executor.use_spec(self.c.spec)
+        self.c.spec = spec
         self._start_retry_at = 0.0
-        logger.info("[slurm] settings changed: %s", command.get("changes", {}))
+        logger.info("[%s] settings changed: %s", section, command.get("changes", {}))
 
     def new_worker(self, devices: int | None = None) -> str:
         """Journal a new worker (not yet started) and return its id; ``devices``: its size

@@ -14,9 +14,9 @@ import abc
 import logging
 from typing import TYPE_CHECKING
 
-from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
+from hpctune.journal.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.policies import ActionKind, Event
-from hpctune.wire.states import StudyState
+from hpctune.study.states import StudyState
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import SchedulingHost
@@ -68,7 +68,7 @@ class TrialScheduling(Scheduling):
         """Delete the checkpoints nothing needs any more.
 
         Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
-        ``[study] keep_checkpoints`` says (:mod:`hpctune.analysis.best`); the checkpoint behind
+        ``[study] keep_checkpoints`` says (:mod:`hpctune.journal.best`); the checkpoint behind
         the best value of every trial not ended and of the study's best trial (unless
         ``"last"``); any checkpoint a trial not yet ended was forked from. A policy that forks
         (``makes_configurations``) and names the ended trials it may still fork from

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.analysis.best import best_checkpoint_rows
 from hpctune.core.scheduling import Scheduling
 from hpctune.journal import records as rec
+from hpctune.journal.best import best_checkpoint_rows
 from hpctune.journal.state import TrialRecord
 from hpctune.policies import ActionKind, Event, StudyView
 from hpctune.stagetree.from_study import (
@@ -48,7 +48,7 @@ from hpctune.stagetree.schedulers import Scheduler, pick
 from hpctune.stagetree.store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.tree import StageTree, build_stage_tree, needed_checkpoints
 from hpctune.study.seeding import stage_seed, trial_seed
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import SchedulingHost

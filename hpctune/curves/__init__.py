@@ -11,7 +11,7 @@ Predict many curves at once with :func:`predict_curves` (or :func:`fit_many` wit
 :meth:`~CurvePrediction.prob_final_at_least`) and round-trips through JSON.
 
 The names below are imported on first use (PEP 562): importing a light submodule such as
-:mod:`hpctune.curves.options` (which ``hpctune.study.spec`` needs) does not pay for emcee and
+:mod:`hpctune.curves.options` (which ``hpctune.spec`` needs) does not pay for emcee and
 scipy.stats (about a second).
 """
 

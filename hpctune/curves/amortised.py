@@ -37,7 +37,7 @@ import numpy as np
 from hpctune.curves.families import FloatArray
 from hpctune.curves.fit import MAX_HORIZON, MIN_POINTS, check_scale, normalise
 from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 #: Bins of the horizon fraction t / x_max the observed curve is averaged into.
 BINS = 32

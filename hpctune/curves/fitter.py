@@ -27,7 +27,7 @@ from hpctune.curves.fit import Budget, fit_curve
 from hpctune.curves.model import InitWeights, Monotonicity
 from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,11 @@ from typing import Any, Literal
 
 from hpctune.errors import StudySpecError, check_table_keys
 
-Backend = Literal["auto", "pool", "slurm"]
-BACKENDS: tuple[Backend, ...] = ("auto", "pool", "slurm")
+Backend = Literal["auto", "pool", "jobs", "slurm"]
+BACKENDS: tuple[Backend, ...] = ("auto", "pool", "jobs", "slurm")
+#: The values of ``backend`` that send fits to the study's backend's jobs (``slurm``: the name
+#: from before backends were plug-ins).
+JOB_BACKENDS = ("jobs", "slurm")
 BUDGET_NAMES = ("hyperdrive", "domhan")
 CurveModelName = Literal["amortised", "domhan"]
 #: The curve models: the amortised network (default) and Domhan et al.'s MCMC (the paper's).
@@ -33,10 +36,11 @@ class CurvesSpec:
         model: The curve model: ``"amortised"`` (a network trained on curves from a prior, one
             pass per batch of curves; the default) or ``"domhan"`` (Domhan et al.'s model
             sampled by MCMC, as HyperDrive; ``budget`` applies to it only).
-        backend: ``"pool"``: a process pool in the controller's process; ``"slurm"``: Slurm job
-            arrays (submitit ``map_array``, several curves per task); ``"auto"``: Slurm arrays
-            when the controller runs in a Slurm job and the backlog of pending fits would keep
-            the pool busy longer than ``task_seconds``, the pool otherwise.
+        backend: ``"pool"``: a process pool in the controller's process; ``"jobs"`` (or
+            ``"slurm"``): job arrays of the study's backend (on Slurm: submitit ``map_array``,
+            several curves per task); ``"auto"``: job arrays when the controller runs in a job
+            of its backend and the backlog of pending fits would keep the pool busy longer than
+            ``task_seconds``, the pool otherwise.
         workers: Processes of the pool (spawned on first use).
         budget: MCMC budget of the ``domhan`` model: ``"hyperdrive"`` (100 walkers x 700
             steps) or ``"domhan"`` (100 x 3600).

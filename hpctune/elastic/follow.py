@@ -24,17 +24,18 @@ from typing import Any
 import numpy as np
 
 from hpctune.elastic.allocation import StageShape
-from hpctune.elastic.cost import CostModel, partition_billing
+from hpctune.elastic.cost import CostModel
 from hpctune.elastic.dag import finish_times, to_dag
 from hpctune.elastic.experiment import (
     ExperimentSpec,
     PlanningError,
     Progress,
+    bracket_trials,
     experiment_from_study,
 )
 from hpctune.elastic.planner import PlanOptions, PlanResult, plan_elastic
+from hpctune.elastic.predict import mean_latencies
 from hpctune.elastic.profile import PROFILE_FILE, Profile
-from hpctune.elastic.simulate import mean_latencies
 
 PLAN_REASON_LAUNCH = "planned at the study's start"
 
@@ -72,23 +73,35 @@ def load_study_profile(spec: Any) -> Profile:
         raise PlanningError(f"{spec.source}: [resources] deadline: {exc}") from None
 
 
-def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
+#: Billed units per device-hour of a study's workers on a partition (``None``: theirs), and
+#: where the figure came from: its backend's (:meth:`hpctune.backends.Backend.billing_weight`).
+Billing = Callable[[Any, str | None, bool], tuple[float, str]]
+
+
+def plan_study(
+    spec: Any,
+    *,
+    profile: Profile | None = None,
+    samples: int = 64,
+    billing: Billing | None = None,
+) -> PlanResult:
     """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
     profile, up to ``[resources] max_devices`` devices per trial (no more than the profile
     measured; above ``node_devices`` in whole nodes), at most ``slots`` devices held at once;
     the cost in device-hours held, billed and priced as ``[resources] billing_weight`` and
-    ``price`` say. ``profile``: default :func:`load_study_profile`.
+    ``price`` say. ``profile``: default :func:`load_study_profile`; ``billing``: the backend's
+    billing weights (``billing_weight = "partition"``).
 
     Raises:
         PlanningError: No deadline, a policy the planner does not know, no profile, or a
-            billing weight to read from a partition Slurm does not know.
+            billing weight to read from a partition the backend does not know.
     """
     deadline = spec.resources.deadline
     if deadline is None:
         raise PlanningError(f"{spec.source}: [resources] deadline is not set; nothing to plan")
     experiment = experiment_from_study(spec)
     profile = profile or load_study_profile(spec)
-    cost = study_cost_model(spec)
+    cost = study_cost_model(spec, billing)
     resources = spec.resources
     options = PlanOptions(
         samples=samples,
@@ -99,21 +112,26 @@ def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) 
     return plan_elastic(experiment, profile, deadline, cost, options=options)
 
 
-def study_cost_model(spec: Any) -> CostModel:
+def study_cost_model(spec: Any, billing: Billing | None = None) -> CostModel:
     """The cost model of a study's plan: device-hours held, times ``[resources]
-    billing_weight`` (a number, or ``"partition"``: the workers' partition's
-    ``TRESBillingWeights``, read with ``scontrol``), times ``price``.
+    billing_weight`` (a number, or ``"partition"``: the workers' partition's weight as its
+    backend's ``billing`` says, on Slurm its ``TRESBillingWeights``), times ``price``.
 
     Raises:
-        PlanningError: The partition is not known to Slurm (or Slurm cannot be asked).
+        PlanningError: The backend does not know the partition (or cannot be asked).
     """
-    from hpctune.study.spec import BILLING_FROM_PARTITION
+    from hpctune.spec import BILLING_FROM_PARTITION
 
     resources = spec.resources
     gpu = resources.gpus_per_worker > 0
     weight, source = resources.billing_weight, ""
     if weight == BILLING_FROM_PARTITION:
-        weight, source = partition_billing(spec, None, gpu=gpu)
+        if billing is None:
+            raise PlanningError(
+                f'{spec.source}: [resources] billing_weight = "partition" needs the backend '
+                "that bills the partition (Slurm); give a number instead"
+            )
+        weight, source = billing(spec, None, gpu)
     elif weight is not None:
         source = "[resources] billing_weight"
     return CostModel(
@@ -191,15 +209,15 @@ def measured_profile(profile: Profile, study: Any, spec: ExperimentSpec) -> Prof
     """``profile`` with the latencies the running study measured (a
     :class:`~hpctune.journal.state.StudyRecord` whose stages are ``spec``) in place of the
     profile's, where it has any: SCALE and INIT of its workers
-    (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as its workers started, together
+    (:func:`~hpctune.profiler.from_traces.study_latencies`; INIT as its workers started, together
     as they were, so the profile's start-ups with workers together are dropped), the gaps
     between two segments of one worker in one stage (the previous one's end to the next one's
     start: the controller seeing the end, the assignment; one across a rung also holds the
     wait for the rung's last trial and its decision, which the plan's DAG has apart), and
     SYNC: for each stage it finished, its last segment end to the next stage's first segment
-    start (:func:`~hpctune.elastic.profiling.study_decisions`). The seconds per step, the
+    start (:func:`~hpctune.profiler.from_traces.study_decisions`). The seconds per step, the
     warm-up and the crowding stay the profile's."""
-    from hpctune.elastic.profiling import segment_stages, study_decisions, study_latencies
+    from hpctune.elastic.measured import segment_stages, study_decisions, study_latencies
 
     queue, startup = study_latencies(study)
     stages = segment_stages(study, spec)
@@ -286,7 +304,7 @@ def replan(
 
 def deadline_reason(deadline: float) -> str:
     """The reason of the ``elastic_plan`` record made for ``hpctune resume --deadline``."""
-    from hpctune.analysis.formatting import format_duration
+    from hpctune.study.formatting import format_duration
 
     return f"deadline changed to {format_duration(deadline)} at resume"
 
@@ -308,18 +326,6 @@ def stage_steps_left(
         reverse=True,
     )[: stage.trials]
     return (stage.steps,) * (stage.trials - len(started)) + tuple(started)
-
-
-def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
-    """The trial ids of each bracket: brackets take trials in id order, each as many as its
-    first stage has (as the policies fill them: :func:`experiment_from_study`)."""
-    out: dict[int, range] = {}
-    first = 0
-    for stage in spec.stages:
-        if stage.bracket not in out:
-            out[stage.bracket] = range(first, first + stage.trials)
-            first += stage.trials
-    return out
 
 
 @dataclass(frozen=True)
@@ -606,7 +612,7 @@ def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | Non
     of ``now`` (default: the time; the end of a study that ended), or ``None`` without one."""
     import time
 
-    from hpctune.analysis.usage import study_usage
+    from hpctune.journal.usage import study_usage
 
     data = record.elastic_plan
     if data is None:
@@ -628,7 +634,7 @@ def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | Non
 
 def format_plan_status(status: PlanStatus) -> list[str]:
     """``hpctune status`` lines of a followed plan."""
-    from hpctune.analysis.formatting import format_duration
+    from hpctune.study.formatting import format_duration
 
     result = status.result
     cost = result.cost
@@ -675,7 +681,6 @@ __all__ = [
     "StageStatus",
     "StageTracker",
     "TrialProgress",
-    "bracket_trials",
     "current_stage",
     "deadline_reason",
     "drift_reason",

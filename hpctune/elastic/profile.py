@@ -372,7 +372,7 @@ class Profile:
 
     def save(self, path: Path) -> Path:
         """Write the profile as JSON (atomically); return the path."""
-        from hpctune.wire.files import write_json_atomic
+        from hpctune.files import write_json_atomic
 
         write_json_atomic(Path(path), self.to_dict())
         return Path(path)

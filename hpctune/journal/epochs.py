@@ -22,7 +22,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from hpctune.wire.files import fsync_dir
+from hpctune.files import fsync_dir
 
 JOURNAL_DIR = "journal.zarr"
 _DIR_RE = re.compile(r"journal-e(\d+)\.zarr$")

@@ -17,7 +17,7 @@ import numpy as np
 from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
 from hpctune.journal.delta import apply_delta
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 
 # Log record kinds (their record types: hpctune/journal/records.py).
 STUDY = rec.StudyEntry.kind
@@ -40,7 +40,8 @@ IMPORTED = rec.ImportedEntry.kind
 WARNING = rec.WarningEntry.kind
 CORRUPT_LINES = rec.CorruptLinesEntry.kind
 SUBMISSION = rec.SubmissionEntry.kind
-SLURM_CHANGED = rec.SlurmChangedEntry.kind
+SLURM_CHANGED = rec.SlurmChangedEntry.kind  # older journals' SETTINGS_CHANGED
+SETTINGS_CHANGED = rec.SettingsChangedEntry.kind
 ELASTIC_PLAN = rec.ElasticPlanEntry.kind  # the plan a study with a deadline follows
 ELASTIC_STAGE = rec.ElasticStageEntry.kind  # the controller moved to a stage of that plan
 
@@ -225,7 +226,7 @@ class StudyRecord:
     controller_starts: int = 0
     submit_failures: int = 0  # worker submissions failed in a row (this controller)
     submit_error: str = ""  # the last failure's message (Slurm's own)
-    slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
+    settings_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --set`
     # `resume --deadline`: each ``deadline_changed`` record's data and ``time``
     deadline_changes: list[dict[str, Any]] = field(default_factory=list)
     generated: int = 0  # trials created from the generator
@@ -250,7 +251,7 @@ class StudyRecord:
     forked: set[int] = field(default_factory=set, repr=False, compare=False)
     # trials changed since the controller last took this set (its views of them are stale)
     changed: set[int] = field(default_factory=set, repr=False, compare=False)
-    # completed trials' values under the study's ``best`` rule (hpctune.analysis.best.best_trial's
+    # completed trials' values under the study's ``best`` rule (hpctune.journal.best.best_trial's
     # memo)
     best_values: dict[int, tuple[Any, Any]] = field(
         default_factory=dict, repr=False, compare=False
@@ -537,13 +538,24 @@ class StudyRecord:
         self.submit_failures += 1
         self.submit_error = e.error
 
+    def _on_settings_changed(
+        self, trial: int, segment: int, time: float, e: rec.SettingsChangedEntry
+    ) -> None:
+        """New settings of the backend's section (``resume --set``) for the jobs started next."""
+        self.spec = {**self.spec, e.section: e.settings}
+        self.settings_changes.append(
+            {"time": time, "section": e.section, "changes": e.changes, "source": e.source}
+        )
+        self.submit_failures, self.submit_error = 0, ""
+
     def _on_slurm_changed(
         self, trial: int, segment: int, time: float, e: rec.SlurmChangedEntry
     ) -> None:
-        """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
-        self.spec = {**self.spec, "slurm": e.slurm}
-        self.slurm_changes.append({"time": time, "changes": e.changes, "source": e.source})
-        self.submit_failures, self.submit_error = 0, ""
+        """New ``[slurm]`` settings, as older journals record them."""
+        changed = rec.SettingsChangedEntry(
+            section="slurm", settings=e.slurm, changes=e.changes, source=e.source
+        )
+        self._on_settings_changed(trial, segment, time, changed)
 
     def _on_prediction(
         self, trial: int, segment: int, time: float, e: rec.PredictionEntry

@@ -31,7 +31,7 @@ FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines rec
 # Additions within a format (new record kinds) raise the minor version: a reader refuses a log
 # record of a kind it does not know (journal/records.py RECORD_TYPES) unless the journal's minor
 # version is newer than its own (then the record is from a newer hpctune and is skipped).
-FORMAT_MINOR = 2  # 1: every kind written is registered; 2: deadline_changed
+FORMAT_MINOR = 3  # 1: every kind written is registered; 2: deadline_changed; 3: settings_changed
 ATTR = "hpctune"
 NO_ID = -1
 

@@ -52,9 +52,19 @@ POLICIES: Mapping[str, type[Policy]] = {
 }
 
 
+def policy_names(**traits: bool) -> list[str]:
+    """The registered policies whose :class:`PolicyTraits` have the given values, e.g.
+    ``policy_names(rungs_known=True)``."""
+    return [
+        name
+        for name, cls in POLICIES.items()
+        if all(getattr(cls.traits, key) == value for key, value in traits.items())
+    ]
+
+
 def make_policy(name: str, options: Mapping[str, Any], context: StudyContext) -> Policy:
     """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``)
-    for the study ``context`` (:func:`hpctune.study.spec.study_context`).
+    for the study ``context`` (:func:`hpctune.spec.study_context`).
 
     Raises:
         OptionError: The name is unknown or an option is invalid (``key`` names which).
@@ -95,4 +105,5 @@ __all__ = [
     "TruncationPbtPolicy",
     "make_policy",
     "parse_options",
+    "policy_names",
 ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.wire.states import Mode, TrialStatus
+from hpctune.study.states import Mode, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.predict import CurvePrediction
@@ -363,7 +363,7 @@ class StudyContext:
     """What a policy knows of its study from the start: it is built with it and sets itself
     up in its constructor (rungs, brackets), never on its first decision.
 
-    Built from the study's spec by :func:`hpctune.study.spec.study_context` (the controller,
+    Built from the study's spec by :func:`hpctune.spec.study_context` (the controller,
     the spec's own checks), from the simulated study by the simulator and from each random
     study by the conformance kit. Every view the policy is given agrees with it.
 
@@ -420,6 +420,9 @@ class PolicyTraits:
         runs_on_stage_trees: The policy can run over a stage tree (``[stages] enabled``): it
             admits every trial, asks for trials trained to a step (``until_step``), judges
             trials at known steps (:meth:`Policy.stage_milestones`) or forks from checkpoints.
+        rungs_known: Its rungs are known before anything runs (how many trials each trains,
+            to which step: SHA, Hyperband, ASHA), so the elastic planner can plan a deadline
+            for it (``[resources] deadline``, :mod:`hpctune.elastic.experiment`).
     """
 
     boundary_decisions: bool = True
@@ -430,6 +433,7 @@ class PolicyTraits:
     tracks_state_changes: bool = False
     admits_every_trial: bool = False
     runs_on_stage_trees: bool = False
+    rungs_known: bool = False
 
 
 class Policy(abc.ABC):
@@ -482,6 +486,12 @@ class Policy(abc.ABC):
 
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027
         """Check the options against the study's search space (raise :class:`OptionError`)."""
+
+    def stage_tree_problem(self) -> tuple[str, str]:
+        """Why the policy, with its options, cannot run over a stage tree (``[stages]
+        enabled``) although its class can (:attr:`PolicyTraits.runs_on_stage_trees`): the
+        option at fault and the message; ``("", "")`` when it can."""
+        return "", ""
 
     def needed_checkpoints(self, view: StudyView) -> set[int] | None:
         """The ended trials whose latest checkpoint the policy may still fork from.

@@ -33,7 +33,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import value_at
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 _WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 _GONE = (TrialStatus.TERMINATED, TrialStatus.FAILED)
@@ -202,7 +202,7 @@ class SyncHalvingPolicy(Policy):
     """
 
     traits: ClassVar[PolicyTraits] = PolicyTraits(
-        boundary_decisions=False, runs_on_stage_trees=True
+        boundary_decisions=False, runs_on_stage_trees=True, rungs_known=True
     )
     eta: int = 3
 

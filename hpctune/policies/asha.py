@@ -31,7 +31,7 @@ from hpctune.policies._base import (
 from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
-from hpctune.wire.states import Decision
+from hpctune.study.states import Decision
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class AshaPolicy(Policy):
 
     name: ClassVar[str] = "asha"
     traits: ClassVar[PolicyTraits] = PolicyTraits(
-        tracks_state_changes=True, runs_on_stage_trees=True
+        tracks_state_changes=True, runs_on_stage_trees=True, rungs_known=True
     )
     Options = AshaOptions
 

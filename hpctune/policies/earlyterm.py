@@ -27,7 +27,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)

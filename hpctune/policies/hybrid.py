@@ -65,7 +65,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import best_until, best_value, geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import best_until, last_step, require
 from hpctune.policies._order import median_skipping
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -364,6 +364,16 @@ class MedianStoppingPolicy(Policy):
         self.paused_at: dict[int, int] = {}  # trial -> step of its last yield
         self.stopped_at: dict[int, int] = {}  # trial -> step it was stopped at (soft stop)
         self._index: _MedianIndex | None = None  # derived from the views, not journaled
+
+    def stage_tree_problem(self) -> tuple[str, str]:
+        """Over a stage tree a stopped trial holds no worker to yield: it is terminated."""
+        if self.options.hard_stop:
+            return "", ""
+        return "hard_stop", (
+            "over a stage tree (`stages.enabled = true`) the median rule terminates the trials "
+            "it stops (a trial holds no worker to yield); remove `policy.hard_stop = false` or "
+            "set stages.enabled = false"
+        )
 
     def _index_of(self, view: StudyView) -> _MedianIndex:
         """The running-mean index, brought up to ``view``."""

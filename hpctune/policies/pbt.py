@@ -64,7 +64,7 @@ from hpctune.policies._fitness import (
 )
 from hpctune.policies._mutation import FACTORS, is_mutable, mutate
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 

@@ -49,7 +49,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -30,7 +30,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies.pbt import WAITING
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)

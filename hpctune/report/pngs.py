@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.plotting import metric_scale, pyplot
+from hpctune.plotting import metric_scale, pyplot
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 STATE_COLOURS = {
     "completed": "tab:green",
@@ -29,7 +29,7 @@ def state_colour(state: str, states: list[str]) -> str:
     return SPARE[max(states.index(state), 0) % len(SPARE) if state in states else 0]
 
 
-def write_pngs(study: Study, data: dict[str, Any], out: Path) -> dict[str, str]:
+def write_pngs(study: StudyReader, data: dict[str, Any], out: Path) -> dict[str, str]:
     """Write the PNGs into ``out``; return ``{section: file name}``."""
     plt = pyplot()
     from matplotlib.collections import LineCollection

@@ -1,7 +1,7 @@
 """The trace-driven simulator: policies replayed on recorded curves in simulated time.
 
 HyperDrive's simulator (§7.1 of the paper) in hpctune's terms: a
-:class:`~hpctune.analysis.traces.Trace`
+:class:`~hpctune.simulator.traces.Trace`
 is the workload, the policy is any of :data:`hpctune.policies.POLICIES`, and the engine plays
 the controller and the workers with their rules, so that what is measured here is what runs on
 the cluster. See ``docs/traces.md``.

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.nearest import trace_space
-from hpctune.analysis.traces import Trace
 from hpctune.policies import OptionError, Policy, StudyContext, make_policy
 from hpctune.policies.generators import Generator, make_generator
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator, simulation_context
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
+from hpctune.simulator.nearest import trace_space
+from hpctune.simulator.traces import Trace
 from hpctune.study.seeding import component_seed
 
 PolicySpec = str | tuple[str, Mapping[str, Any]]

@@ -6,9 +6,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves.options import RECALIBRATIONS
 from hpctune.errors import HpctuneError
+from hpctune.simulator.traces import Trace
 from hpctune.stagetree.options import SCHEDULERS
 
 

@@ -17,7 +17,6 @@ trace's seconds can tell), and the clock moves to the next event.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import json
 import math
@@ -25,10 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpctune.analysis.nearest import NearestConfigurations, trace_space
-from hpctune.analysis.traces import Trace
 from hpctune.core import SchedulingCore
 from hpctune.curves.service import FitJob, FitResult
+from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
@@ -45,11 +43,12 @@ from hpctune.simulator._results import (
     WorkerSpan,
 )
 from hpctune.simulator._workers import TraceRows, Workers
+from hpctune.simulator.nearest import NearestConfigurations, trace_space
+from hpctune.simulator.traces import Trace
+from hpctune.spec import StudySpec, study_context
 from hpctune.stagetree.options import stage_policies
 from hpctune.study.seeding import component_seed, index_rng
-from hpctune.study.spec import StudySpec, study_context
-from hpctune.wire.files import dumps
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.fitter import FitOptions
@@ -79,7 +78,7 @@ class TraceOrder(Generator):
 
 class NearestInTrace(Generator):
     """A generator's proposals answered with the nearest configuration of the trace not used
-    yet (:mod:`hpctune.analysis.nearest`)."""
+    yet (:mod:`hpctune.simulator.nearest`)."""
 
     name: ClassVar[str] = "nearest-in-trace"
     predictable: ClassVar[bool] = False
@@ -187,13 +186,12 @@ def simulation_spec(
         "keep_checkpoints": "last",
         "curves": {"recalibrate": config.recalibrate},
     }
-    spec = StudySpec.from_dict(data)
-    return dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, max_pending=slots))
+    return StudySpec.from_dict(data)
 
 
 def simulation_context(trace: Trace, config: SimulatorConfig | None = None) -> StudyContext:
     """The study context a policy simulated on ``trace`` with ``config`` is built with (that
-    of :func:`simulation_spec`'s study: :func:`~hpctune.study.spec.study_context`)."""
+    of :func:`simulation_spec`'s study: :func:`~hpctune.spec.study_context`)."""
     config = config or SimulatorConfig()
     return StudyContext(
         max_steps=config.max_steps or trace.num_epochs, mode=trace.mode, boundary=config.boundary
@@ -216,7 +214,7 @@ class Simulator:
             ``None``: fitted on demand, in this process.
         generator: A generator that proposes each new trial's configuration from the view (TPE,
             GP, ...; built on the trace's search space); each proposal is answered with the
-            nearest configuration of the trace not used yet (:mod:`hpctune.analysis.nearest`).
+            nearest configuration of the trace not used yet (:mod:`hpctune.simulator.nearest`).
             ``None``:
             the configuration order ``order``.
     """

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves import CurveFitter, CurvePrediction, CurveRequest, FitOptions
 from hpctune.policies import Policy
+from hpctune.simulator.traces import Trace
 from hpctune.study.seeding import component_seed
 
 

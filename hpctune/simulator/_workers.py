@@ -43,12 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.nearest import NearestConfigurations
-from hpctune.analysis.traces import Trace
+from hpctune.backends.base import Executor, WorkerState
 from hpctune.core.wire import EventLines, Wire
-from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal.state import StudyRecord
 from hpctune.simulator._config import SimClock, SimulatorConfig
+from hpctune.simulator.nearest import NearestConfigurations
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import Decision, SegmentStatus
 from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
@@ -58,7 +59,6 @@ from hpctune.wire.protocol import (
     DecisionMessage,
     Heartbeat,
 )
-from hpctune.wire.states import Decision, SegmentStatus
 
 
 class TraceRows:
@@ -66,7 +66,7 @@ class TraceRows:
 
     A trial the generator proposed carries its row in ``info["trace_row"]``. Any other trial (a
     PBT child, a trial added with given parameters, a replayed one) takes the row nearest to its
-    parameters (:class:`~hpctune.analysis.nearest.NearestConfigurations`' distance, used rows
+    parameters (:class:`~hpctune.simulator.nearest.NearestConfigurations`' distance, used rows
     included)
     among the rows that recorded the first step it trains (a child forked at step s: step s + 1),
     else the nearest row: a forked child therefore continues, from its parent's checkpoint step,
@@ -523,6 +523,7 @@ class SimExecutor(Executor):
 
     def __init__(self, workers: Workers) -> None:
         self.workers = workers
+        self.max_pending = workers.slots  # every slot's worker may start at once
 
     def start(
         self, worker_ids: list[str], devices: int | None = None

@@ -18,7 +18,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.from_study import path_ranges, plan_from_study
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.tree import StageTree, build_stage_tree
-from hpctune.wire.states import StudyState
+from hpctune.study.states import StudyState
 
 STATUSES = ("done", "running", "pending", "released")
 

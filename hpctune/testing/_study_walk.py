@@ -24,6 +24,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
+from hpctune.files import dumps
 from hpctune.policies._base import (
     Action,
     ActionKind,
@@ -34,8 +35,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.study.space import SearchSpace, parse_space
-from hpctune.wire.files import dumps
-from hpctune.wire.states import Mode, TrialStatus
+from hpctune.study.states import Mode, TrialStatus
 
 PLACING = (ActionKind.START, ActionKind.RESUME, ActionKind.FORK)
 WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.backends.base import Executor, WorkerState
+from hpctune.files import write_json_atomic
+from hpctune.study.states import SegmentStatus
 from hpctune.wire.eventlog import EventWriter
-from hpctune.wire.files import write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import highest_epoch
 from hpctune.wire.protocol import (
@@ -35,7 +36,6 @@ from hpctune.wire.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.wire.states import SegmentStatus
 from hpctune.worker.loop import HEARTBEAT_INTERVAL
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from hpctune.curves.predict import CurvePrediction
 from hpctune.errors import UsageError
+from hpctune.files import dumps
 from hpctune.journal.delta import apply_delta
 from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
@@ -59,10 +60,9 @@ from hpctune.policies._base import (
     parse_options,
 )
 from hpctune.study.space import SearchSpace
+from hpctune.study.states import TrialStatus
 from hpctune.testing._io_guard import Violation, forbid_io
 from hpctune.testing._study_walk import PLACING, WAITING, StudyWalk, default_space
-from hpctune.wire.files import dumps
-from hpctune.wire.states import TrialStatus
 
 #: The checks, in the order they are made for each decision.
 CHECKS: tuple[str, ...] = (

@@ -33,10 +33,10 @@ from typing import IO, Any, NoReturn
 
 from hpctune.errors import CheckpointError, HpctuneError
 from hpctune.study.metric_names import MAX_METRIC_NAME, metric_name_problem
+from hpctune.study.states import Decision
 from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter
 from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
-from hpctune.wire.states import Decision
 from hpctune.wire.storage import describe, storage_error
 
 DEVICES_VARIABLE = "HPCTUNE_DEVICES"
@@ -406,7 +406,7 @@ class TrialContext:
             raise CheckpointError(f"checkpoint {path} of trial {self.trial_id} is missing")
         check_loadable(path, "the checkpoint")
         if verify and self._a.checkpoint_sha256:
-            from hpctune.wire.files import sha256_file
+            from hpctune.files import sha256_file
 
             digest = sha256_file(path)
             if digest != self._a.checkpoint_sha256:

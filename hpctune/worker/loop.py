@@ -3,7 +3,7 @@
 The loop: read ``workers/<W>/assignment.json``; when it names a segment not run yet, look the
 segment up in the journal and run the user's function on it (events to the segment's own file,
 stdout/stderr to the trial's log files); when it is an exit order, exit. What runs comes from the
-journal, never from the file (:mod:`hpctune.journal.assignments`), and files of a controller
+journal, never from the file (:mod:`hpctune.worker.assignments`), and files of a controller
 epoch below the highest one are ignored (:mod:`hpctune.wire.lease`). A background thread keeps
 ``heartbeat.json`` fresh. A worker never waits on the controller for long: decisions are read at
 boundaries with a bounded wait, and a worker whose controller has been silent for
@@ -28,10 +28,10 @@ from types import FrameType
 from typing import Any
 
 from hpctune.errors import HpctuneError
-from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
+from hpctune.files import read_json, write_json_atomic
+from hpctune.study.states import Decision, SegmentStatus
 from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter, read_events
-from hpctune.wire.files import read_json, write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import highest_epoch
 from hpctune.wire.permissions import check_loadable, check_study_dir, use_umask_of
@@ -43,8 +43,8 @@ from hpctune.wire.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.wire.states import Decision, SegmentStatus
 from hpctune.wire.storage import describe, storage_error
+from hpctune.worker.assignments import AssignmentRefused, trusted_assignment
 from hpctune.worker.context import TrialContext, TrialStop, devices_from_environment
 
 logger = logging.getLogger("hpctune.worker.loop")  # also when run as __main__
@@ -324,7 +324,7 @@ class Worker:
         return self.clock.now() - last > self.controller_timeout
 
     def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
-        from hpctune.study.spec import EntryPoint
+        from hpctune.spec import EntryPoint
 
         point = EntryPoint(
             file=Path(entry["file"]) if entry.get("file") else None,

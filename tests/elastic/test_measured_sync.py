@@ -16,9 +16,9 @@ from hpctune.elastic.follow import (
     plan_status,
     replan,
 )
-from hpctune.elastic.profiling import study_decisions, study_stages
+from hpctune.elastic.measured import study_decisions, study_stages
 from hpctune.journal.state import SegmentRecord, StudyRecord
-from hpctune.wire.states import SegmentStatus
+from hpctune.study.states import SegmentStatus
 
 # bracket 0: trials 0-3 to steps 1, 2, 4; bracket 1: trials 4-5 to steps 1, 2
 SPEC = ExperimentSpec(

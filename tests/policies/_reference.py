@@ -33,7 +33,7 @@ from hpctune.policies.asha import AshaBracket
 from hpctune.policies.median import median_of_running_means
 from hpctune.policies.pbt import _Round, generation
 from hpctune.policies.pop import Assessment, Split
-from hpctune.wire.states import Decision, TrialStatus
+from hpctune.study.states import Decision, TrialStatus
 
 
 class ReferenceAshaBracket(AshaBracket):

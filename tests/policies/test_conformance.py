@@ -35,6 +35,7 @@ from hpctune.policies import (
     TruncationPbtPolicy,
     make_policy,
 )
+from hpctune.study.states import TrialStatus
 from hpctune.testing import (
     CHECKS,
     ConformanceError,
@@ -45,7 +46,6 @@ from hpctune.testing import (
     forbid_io,
     view_problems,
 )
-from hpctune.wire.states import TrialStatus
 from tests.policies._views import context
 
 PLAN = [

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.analysis.traces import Trace
 from hpctune.errors import StudySpecError
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
@@ -37,9 +36,10 @@ from hpctune.policies import (
     make_policy,
 )
 from hpctune.simulator import Simulator, SimulatorConfig, simulation_context
+from hpctune.simulator.traces import Trace
+from hpctune.spec import load_spec
 from hpctune.study.space import parse_space
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.conftest import write_study
 from tests.policies._views import context
 

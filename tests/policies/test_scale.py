@@ -28,8 +28,8 @@ from hpctune.policies._order import median_skipping, percentile_of_sorted
 from hpctune.policies.asha import AshaBracket
 from hpctune.policies.median import MedianOptions, MedianStoppingPolicy
 from hpctune.policies.pbt import PbtOptions, PbtPolicy
+from hpctune.study.states import TrialStatus
 from hpctune.testing._study_walk import StudyWalk, default_space
-from hpctune.wire.states import TrialStatus
 from tests.policies._reference import (
     REFERENCES,
     ReferenceAshaBracket,

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.backends.local import local_executor
 from hpctune.controller import Controller
-from hpctune.controller.launch import create_study, local_executor
+from hpctune.controller.launch import create_study
 from hpctune.policies import POLICIES, Action, ActionKind, Event, StudyContext, make_policy
 from hpctune.simulator import Simulator, SimulatorError, simulation_context
-from hpctune.study.spec import load_spec, study_context
+from hpctune.simulator.traces import Trace
+from hpctune.spec import load_spec, study_context
 from tests.conftest import write_study
 from tests.policies._views import RNG, trial, view
 

@@ -8,9 +8,9 @@ import os
 import sys
 
 from hpctune.controller.launch import run_local
+from hpctune.study.states import StudyState
 from hpctune.testing.fake_workers import FakeExecutor
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState
 
 
 class DiesSubmitting(FakeExecutor):

@@ -18,7 +18,7 @@ from hpctune.policies.generators._base import Generator, Proposal
 from hpctune.policies.generators.grid import GridGenerator, GridOptions
 from hpctune.policies.generators.optuna_sampler import NAMED, OptunaGenerator, OptunaOptions
 from hpctune.policies.generators.random import RandomGenerator, RandomOptions
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 if TYPE_CHECKING:
     from hpctune.study.space import SearchSpace
@@ -69,7 +69,7 @@ def first_proposals(
     filling ``count`` slots at once does); the others draw by index.
     """
     from hpctune.policies._base import StudyView, TrialView
-    from hpctune.wire.states import TrialStatus
+    from hpctune.study.states import TrialStatus
 
     trials: dict[int, TrialView] = {}
     out = []

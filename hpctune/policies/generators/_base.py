@@ -65,6 +65,10 @@ class Generator(abc.ABC):
 
         return parse_options(cls.Options, options)  # type: ignore[attr-defined]
 
+    def objectives_problem(self, count: int) -> str:
+        """Why the generator cannot serve a study of ``count`` objectives ("" if it can)."""
+        return ""
+
     def size(self) -> int | None:
         """Return how many distinct configurations there are, ``None`` if unbounded."""
         return None

@@ -47,7 +47,7 @@ import numpy as np
 
 from hpctune.policies._base import OptionError
 from hpctune.policies.generators._base import Generator, Proposal
-from hpctune.wire.states import Mode, TrialStatus, as_mode
+from hpctune.study.states import Mode, TrialStatus, as_mode
 
 if TYPE_CHECKING:
     import optuna
@@ -294,6 +294,16 @@ class OptunaGenerator(Generator):
         """Parse the ``[generator]`` table (without ``name``)."""
         return parse_optuna_options(options, cls.sampler_name, cls.sampler_name or cls.name)
 
+    def objectives_problem(self, count: int) -> str:
+        """CMA-ES optimises one metric."""
+        sampler = self.options.sampler
+        if count > 1 and sampler in SINGLE_OBJECTIVE:
+            return (
+                f"the {sampler!r} generator optimises one metric, but [study] objectives "
+                f"names {count}; use tpe or nsga2 (or random, qmc, gp)"
+            )
+        return ""
+
     @property
     def min_points(self) -> int:
         """BOHB's minimum number of observations at a budget."""
@@ -481,6 +491,9 @@ def _named(sampler: str) -> type[OptunaGenerator]:
         {"name": sampler, "sampler_name": sampler, "__doc__": f"Optuna's {sampler} sampler."},
     )
 
+
+#: Samplers of one objective only.
+SINGLE_OBJECTIVE = ("cmaes",)
 
 NAMED: Mapping[str, type[OptunaGenerator]] = {
     name: _named(name) for name in ("tpe", "cmaes", "gp", "qmc", "nsga2")

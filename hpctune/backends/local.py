@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpctune.backends.base import Backend, Executor, WorkerState
 from hpctune.errors import SubmissionError
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.spec import StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.worker.context import DEVICES_VARIABLE
 
@@ -177,3 +178,24 @@ def _is_worker_process(pid: int, worker_id: str) -> bool:
     except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
         return False
     return state != "Z" and b"hpctune.worker.loop" in cmdline and worker_id.encode() in cmdline
+
+
+def local_executor(paths: StudyPaths, spec: StudySpec) -> LocalExecutor:
+    """The local executor for a study's resources (``ctx.devices``: the workers' GPUs if the
+    spec gives them any, else their CPUs)."""
+    resources = spec.resources
+    return LocalExecutor(
+        paths.root,
+        cpus_per_worker=resources.cpus_per_worker,
+        devices=resources.gpus_per_worker or resources.cpus_per_worker,
+    )
+
+
+class LocalBackend(Backend):
+    """Workers as processes on this machine, the controller in the foreground (``--local``)."""
+
+    name = "local"
+
+    def executor(self, paths: StudyPaths, spec: StudySpec) -> Executor:
+        """A :class:`LocalExecutor` for the study's ``[resources]``."""
+        return local_executor(paths, spec)

@@ -24,7 +24,7 @@ from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 #: Quantile levels reported per curve, with their JSON keys.
 REPORTED = (("q05", 0.05), ("q25", 0.25), ("median", 0.5), ("q75", 0.75), ("q95", 0.95))
@@ -79,17 +79,17 @@ def load_curves(
         UsageError: ``path`` is neither, or ``bounds`` are invalid.
         TraceError: A malformed trace file.
     """
-    from hpctune.analysis.traces import Trace
+    from hpctune.simulator.traces import Trace
 
     path = Path(path)
     if path.is_dir():
-        from hpctune.journal.reader import open_study
+        from hpctune.journal.reader import read_study
 
         if not (path / "journal.zarr").exists():
             raise UsageError(
                 f"{path} is not a study directory (no journal.zarr in it) nor a trace file"
             )
-        study = open_study(path)
+        study = read_study(path)
         ids, curves = [], []
         for trial in study.trials:
             values = np.asarray(study.curve(trial.trial_id).values, dtype=float)
@@ -264,7 +264,7 @@ def plot_curves(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.analysis.plotting import pyplot
+    from hpctune.plotting import pyplot
 
     plt = pyplot()
     full = dict(zip(curves.ids, curves.curves, strict=True))

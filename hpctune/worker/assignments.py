@@ -20,8 +20,8 @@ from hpctune.journal import state as st
 from hpctune.journal.epochs import current_journal
 from hpctune.journal.state import decode_data
 from hpctune.journal.store import JournalReader
+from hpctune.study.states import as_mode
 from hpctune.wire.protocol import Assignment
-from hpctune.wire.states import as_mode
 
 _TAIL = 4096  # log rows searched first (a new segment is near the end)
 

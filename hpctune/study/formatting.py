@@ -10,10 +10,12 @@ significant digits, nested schedules in the same form).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from hpctune.errors import PlanningError
 from hpctune.study.schedules import SHAPES, is_schedule_dict, schedule_from_dict
 
 NUMBER_DIGITS = 4
@@ -140,3 +142,29 @@ __all__ = [
     "format_value",
     "toml_value",
 ]
+
+
+_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str, what: str = "--deadline") -> float:
+    """Seconds of ``"2h"``, ``"1h30m"``, ``"90m"``, ``"45s"`` or a plain number of seconds.
+
+    Raises:
+        PlanningError: Not a positive duration (the message names ``what``).
+    """
+    value = text.strip().lower()
+    seconds: float | None = None
+    try:
+        seconds = float(value)
+    except ValueError:
+        match = _DURATION_RE.fullmatch(value)
+        if match is not None and any(match.groups()):
+            h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = h * 3600 + m * 60 + s
+    if seconds is None or not seconds > 0:
+        raise PlanningError(
+            f"{what} must be a positive duration such as 2h, 1h30m, 90m, 45s or seconds, "
+            f"not {text!r}"
+        )
+    return seconds

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 from hpctune.study.space import (
     CategoricalParam,
     FixedParam,

@@ -9,7 +9,7 @@ spec's CPUs per GPU) when the spec gives workers GPUs, else ``g`` CPUs. The shor
 ordinary study directories under ``<study dir>/profile/size-<g>/``; from their journals and
 event files come:
 
-* TRAIN: steady seconds per step (:func:`hpctune.elastic.profiling.read_steps`, as for a
+* TRAIN: steady seconds per step (:func:`hpctune.profiler.from_traces.read_steps`, as for a
   finished study: a segment's first step gets the median of the others); the segment start:
   the seconds from a segment's start to its first report less one step (model and data
   set-up), from the worker's later segments, plus the checkpoint load; and the gap between two
@@ -24,7 +24,7 @@ event files come:
 * checkpoint save: the seconds ``ctx.save_checkpoint`` took (its event lines' ``seconds``);
 * checkpoint load: ``torch.load`` of each kept checkpoint, as ``ctx.load_checkpoint`` does it,
   timed in this process (a short study runs one segment per trial and never loads one);
-* SCALE and INIT: :func:`hpctune.elastic.profiling.study_latencies`, SCALE per worker size.
+* SCALE and INIT: :func:`hpctune.profiler.from_traces.study_latencies`, SCALE per worker size.
 
 For each ``N`` of ``together`` (``hpctune profile --together 2,4``; default: the spec's
 ``slots``) one more short study, ``<study dir>/profile/together-N/``, starts ``N`` workers of
@@ -36,7 +36,7 @@ SYNC (the rung decision): the ``default`` policy decides nothing, so one more sh
 ``<study dir>/profile/sync/``, runs the ``sha`` policy on one worker of the smallest size:
 :data:`SYNC_TRIALS` trials in brackets of two, η = 2, rungs at 1 and 2 steps (six steps in
 all; a study of ``max_steps`` 1 has no rung to decide and skips it). Its SYNC samples, one per
-bracket, are :func:`hpctune.elastic.profiling.study_decisions` of its journal, as a running
+bracket, are :func:`hpctune.profiler.from_traces.study_decisions` of its journal, as a running
 study measures them: a rung's last segment end to the next rung's first segment start (the
 controller deciding, the promoted trial assigned and started). Its worker's SCALE and INIT
 are samples too. ``hpctune profile --decision S`` skips it and takes ``S``.
@@ -50,24 +50,26 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hpctune.backends import Backend
+from hpctune.controller.launch import create_study, run_local
 from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.measured import study_latencies
 from hpctune.elastic.profile import Profile
-from hpctune.elastic.profiling import read_steps, study_latencies
 from hpctune.errors import HpctuneError, Interrupted
-from hpctune.executors import Executor
 from hpctune.journal.state import SegmentRecord, StudyRecord
-from hpctune.study.spec import ComponentSpec, ResourcesSpec, StudySpec
+from hpctune.profiler.from_traces import read_steps
+from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
+from hpctune.study.states import TrialStatus
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import TrialStatus
+from hpctune.wire.lease import LeaseHeld, rival
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 DEFAULT_SIZES = (1, 2, 4)
 DEFAULT_STEPS = 5
@@ -163,14 +165,14 @@ def profile_root(spec: StudySpec) -> Path:
 
 
 def size_spec(
-    spec: StudySpec, devices: int, steps: int, *, slurm: bool = False, together: int = 0
+    spec: StudySpec, devices: int, steps: int, *, cluster: bool = False, together: int = 0
 ) -> StudySpec:
     """The short study that measures ``spec``'s workload at ``devices`` devices per trial: three
     trials one after the other on one worker; with ``together = N``, ``N`` trials on ``N``
     workers at once."""
     res = spec.resources
     slots = max(together, 1)
-    if slurm and res.gpus_per_worker:
+    if cluster and res.gpus_per_worker:
         per_gpu = max(1, res.cpus_per_worker // res.gpus_per_worker)
         resources = ResourcesSpec(
             slots=slots, cpus_per_worker=per_gpu * devices, gpus_per_worker=devices
@@ -200,7 +202,7 @@ def size_spec(
     )
 
 
-def sync_spec(spec: StudySpec, devices: int, *, slurm: bool = False) -> StudySpec | None:
+def sync_spec(spec: StudySpec, devices: int, *, cluster: bool = False) -> StudySpec | None:
     """The short study that measures ``spec``'s rung decisions (SYNC): :data:`SYNC_TRIALS`
     trials (fewer for a smaller grid; a bracket of one trial decides its rung too) of
     :data:`SYNC_POLICY` (rungs at 1 and 2 steps) on one worker of ``devices`` devices;
@@ -208,7 +210,7 @@ def sync_spec(spec: StudySpec, devices: int, *, slurm: bool = False) -> StudySpe
     if spec.max_steps < 2:
         return None
     return dataclasses.replace(
-        size_spec(spec, devices, 2, slurm=slurm),
+        size_spec(spec, devices, 2, cluster=cluster),
         name=f"{spec.name}-profile-sync",
         directory=profile_root(spec) / "sync",
         boundary=1,
@@ -228,9 +230,9 @@ def generator_trials(spec: StudySpec, wanted: int) -> int:
     return wanted if size is None else max(1, min(wanted, size))
 
 
-def device_kind(spec: StudySpec, *, slurm: bool) -> str:
+def device_kind(spec: StudySpec, *, cluster: bool) -> str:
     """``"gpu"`` when the sizes are GPUs (Slurm, a spec with GPUs), else ``"cpu"``."""
-    return "gpu" if slurm and spec.resources.gpus_per_worker else "cpu"
+    return "gpu" if cluster and spec.resources.gpus_per_worker else "cpu"
 
 
 def measure_profile(
@@ -238,7 +240,7 @@ def measure_profile(
     sizes: Sequence[int] = DEFAULT_SIZES,
     steps: int = DEFAULT_STEPS,
     *,
-    slurm: bool = False,
+    backend: Backend | None = None,
     decision: float | None = None,
     together: Sequence[int] = (),
     say: Callable[[str], None] = lambda line: None,
@@ -254,6 +256,7 @@ def measure_profile(
         ShortStudyFailed: A short study's trial failed (naming its error and its log).
         LeaseHeld: A previous short study's controller is still running.
     """
+    cluster = backend is not None and backend.cluster
     if steps < 1:
         raise PlanningError(
             f"--steps {steps}: the steps to time per size must be >= 1 (e.g. --steps 5)"
@@ -263,8 +266,8 @@ def measure_profile(
     runs = []
     for devices in sizes:
         say(f"measuring {devices} device(s) per trial ...")
-        short = size_spec(spec, devices, steps, slurm=slurm)
-        runs.append(run_size(short, devices, slurm=slurm))
+        short = size_spec(spec, devices, steps, cluster=cluster)
+        runs.append(run_size(short, devices, backend=backend))
         say(
             f"  {devices}: {np.mean(runs[-1].steps):.4g} s/step over "
             f"{len(runs[-1].steps)} steps ({short.directory})"
@@ -278,8 +281,8 @@ def measure_profile(
     }
     for n in sorted({n for n in together if n >= 2}):
         say(f"measuring {n} workers starting and training at once ...")
-        short = size_spec(spec, alone.devices, steps, slurm=slurm, together=n)
-        crowd = run_size(short, alone.devices, slurm=slurm)
+        short = size_spec(spec, alone.devices, steps, cluster=cluster, together=n)
+        crowd = run_size(short, alone.devices, backend=backend)
         for name, table in together_fields(crowd, alone, n).items():
             extra[name].update(table)
         queue[crowd.devices] = queue[crowd.devices] + crowd.queue_wait
@@ -292,13 +295,13 @@ def measure_profile(
     sync = None
     decisions: tuple[float, ...] = (decision or 0.0,)
     startup = _pooled(run.startup for run in runs[: len(sizes)])
-    short_sync = None if decision is not None else sync_spec(spec, alone.devices, slurm=slurm)
+    short_sync = None if decision is not None else sync_spec(spec, alone.devices, cluster=cluster)
     if short_sync is not None:
         say(
             f"measuring SYNC: rung decisions of the sha policy, {short_sync.num_trials} trials "
             "in brackets of two ..."
         )
-        sync = run_sync(short_sync, slurm=slurm)
+        sync = run_sync(short_sync, backend=backend)
         decisions = sync.decision
         queue[alone.devices] = queue[alone.devices] + sync.queue_wait
         startup = startup + sync.startup
@@ -316,8 +319,8 @@ def measure_profile(
         decision=decisions,
         checkpoint_save=_pooled(run.checkpoint_save for run in runs),
         checkpoint_load=_pooled(run.checkpoint_load for run in runs),
-        device=device_kind(spec, slurm=slurm),
-        source=f"hpctune profile {spec.source} ({'slurm' if slurm else 'local'}, "
+        device=device_kind(spec, cluster=cluster),
+        source=f"hpctune profile {spec.source} ({backend.name if backend else 'local'}, "
         f"{steps} steps per size"
         + (f", {', '.join(map(str, counts))} workers together" if counts else "")
         + (", SYNC measured" if sync is not None else "")
@@ -350,30 +353,28 @@ def together_fields(
     }
 
 
-def run_size(spec: StudySpec, devices: int, *, slurm: bool = False) -> SizeRun:
+def run_size(spec: StudySpec, devices: int, *, backend: Backend | None = None) -> SizeRun:
     """Run one short study (replacing an earlier one at the same place) and read it."""
-    run_short(spec, f"at {devices} device(s) per trial", slurm=slurm)
+    run_short(spec, f"at {devices} device(s) per trial", backend=backend)
     return read_size(spec.directory, devices)
 
 
-def run_sync(spec: StudySpec, *, slurm: bool = False) -> SyncRun:
+def run_sync(spec: StudySpec, *, backend: Backend | None = None) -> SyncRun:
     """Run the short study of rung decisions (:func:`sync_spec`; replacing an earlier one)
     and read it."""
-    run_short(spec, "of rung decisions (SYNC)", slurm=slurm)
+    run_short(spec, "of rung decisions (SYNC)", backend=backend)
     return read_sync(spec)
 
 
-def run_short(spec: StudySpec, what: str, *, slurm: bool = False) -> None:
+def run_short(spec: StudySpec, what: str, *, backend: Backend | None = None) -> None:
     """Run one short study in the foreground, replacing an earlier one at the same place
-    (``what``: which one, for the message when it is interrupted).
+    (``what``: which one, for the message when it is interrupted): the controller here, its
+    workers on ``backend`` (default: local processes; on a cluster, its jobs).
 
     Raises:
         LeaseHeld: A previous short study's controller is still running there.
         Interrupted: The profile was interrupted (naming the short study).
     """
-    from hpctune.controller.launch import create_study, run_local
-    from hpctune.wire.lease import LeaseHeld, rival
-
     target = spec.directory
     if target.exists():
         held = rival(target)
@@ -381,13 +382,9 @@ def run_short(spec: StudySpec, what: str, *, slurm: bool = False) -> None:
             raise LeaseHeld(target, held)
         shutil.rmtree(target)
     paths = create_study(spec)
-    executor: Callable[[StudySpec], Executor] | None = None  # None: local workers
-    if slurm:  # the controller here, in the foreground; the worker a Slurm job
-        from hpctune.slurm.executor import SlurmExecutor
-
-        executor = partial(SlurmExecutor, paths.root)
+    poll = 0.5 if backend is not None and backend.cluster else 0.1
     try:
-        run_local(paths, out=io.StringIO(), poll_interval=0.5 if slurm else 0.1, executor=executor)
+        run_local(paths, backend=backend, out=io.StringIO(), poll_interval=poll)
     except Interrupted as exc:  # its resume hint does not apply: a profile starts again
         raise Interrupted(
             f"profile interrupted {what}; its short study is {paths.root}; run "
@@ -402,11 +399,11 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     Raises:
         ShortStudyFailed: Its trial did not complete (naming the reason and the trial's log).
     """
-    from hpctune.journal.reader import open_study
+    from hpctune.journal.reader import read_study
     from hpctune.wire.eventlog import read_events
     from hpctune.wire.protocol import EV_CHECKPOINT
 
-    study = open_study(directory)
+    study = read_study(directory)
     paths = StudyPaths.of(directory)
     _refuse_unfinished(
         study,
@@ -463,7 +460,7 @@ def read_size(directory: Path, devices: int) -> SizeRun:
 
 def read_sync(spec: StudySpec) -> SyncRun:
     """What the finished short study of rung decisions (``spec``: :func:`sync_spec`)
-    measured: SYNC per rung decided (:func:`~hpctune.elastic.profiling.study_decisions`), and
+    measured: SYNC per rung decided (:func:`~hpctune.profiler.from_traces.study_decisions`), and
     its worker's SCALE and INIT.
 
     Raises:
@@ -471,11 +468,11 @@ def read_sync(spec: StudySpec) -> SyncRun:
             reason and the trial's log), or no rung was decided.
     """
     from hpctune.elastic.experiment import experiment_from_study
-    from hpctune.elastic.profiling import study_decisions
-    from hpctune.journal.reader import open_study
+    from hpctune.elastic.measured import study_decisions
+    from hpctune.journal.reader import read_study
 
     directory = spec.directory
-    study = open_study(directory)
+    study = read_study(directory)
     _refuse_unfinished(
         study,
         directory,
@@ -496,7 +493,7 @@ def read_sync(spec: StudySpec) -> SyncRun:
 
 
 def _refuse_unfinished(
-    study: Study, directory: Path, ended: tuple[TrialStatus, ...], what: str, fix: str
+    study: StudyReader, directory: Path, ended: tuple[TrialStatus, ...], what: str, fix: str
 ) -> None:
     """Raise :class:`ShortStudyFailed` for a trial of the short study ``study`` (in
     ``directory``) that did not end as ``ended`` allows (a failed one first), naming ``what``

@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 FORMAT_VERSION = 1
 DATASETS = ("curves", "epoch_seconds", "hparams")
@@ -276,9 +276,9 @@ class Trace:
             JournalError: ``study_dir`` is not a study directory.
             TraceError: The study has no trials.
         """
-        from hpctune.journal.reader import open_study
+        from hpctune.journal.reader import read_study
 
-        study = open_study(study_dir)
+        study = read_study(study_dir)
         max_steps = int(study.spec["max_steps"])
         trials = study.trials
         if not trials:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 BEST_MODES = ("peak", "last")
 KEEP_MODES = ("last", "best", "best_and_last")
