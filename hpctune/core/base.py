@@ -26,8 +26,9 @@ from hpctune.files import dumps
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
+from hpctune.journal.entities import SegmentRecord, TrialRecord
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.journal.store import JournalWriter
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator

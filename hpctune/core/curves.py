@@ -36,7 +36,7 @@ from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import CurveService, FitJob, FitResult, read_result
 from hpctune.files import finite_or_none
 from hpctune.journal import records as rec
-from hpctune.journal.state import PredictionRef, TrialRecord
+from hpctune.journal.entities import PredictionRef, TrialRecord
 from hpctune.policies import Event, EventKind
 
 if TYPE_CHECKING:

@@ -47,7 +47,7 @@ from hpctune.elastic.profile import Profile
 from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.usage import study_usage
 from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 

@@ -46,8 +46,9 @@ from hpctune.core.wire import Wire
 from hpctune.curves.service import CurveService
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
+from hpctune.journal.entities import SegmentRecord, TrialRecord
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.policies import (
     Action,
     ActionKind,

@@ -17,7 +17,7 @@ from hpctune.core.base import (
 from hpctune.errors import SubmissionError
 from hpctune.journal import records as rec
 from hpctune.journal import state as st
-from hpctune.journal.state import SegmentRecord
+from hpctune.journal.entities import SegmentRecord
 from hpctune.study.states import Decision, SegmentStatus, StudyState, WorkerLife
 from hpctune.wire.protocol import Heartbeat
 
