@@ -24,9 +24,8 @@ from hpctune.curves.fitter import FitOptions
 from hpctune.errors import StorageError
 from hpctune.files import dumps
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
-from hpctune.journal.entities import SegmentRecord, TrialRecord
+from hpctune.journal.entities import SegmentRecord, TrialRecord, WorkerRecord
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.state import StudyRecord
 from hpctune.journal.store import JournalWriter
@@ -453,7 +452,7 @@ class CoreBase:
         """A function that writes the assignment file of ``seg`` (the controller's)."""
         raise NotImplementedError
 
-    def live_workers(self) -> list[st.WorkerRecord]:
+    def live_workers(self) -> list[WorkerRecord]:
         """The workers not known to have ended."""
         return [w for w in self.state.workers.values() if w.state.is_alive]
 
