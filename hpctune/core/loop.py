@@ -137,7 +137,7 @@ class SchedulingCore(CoreBase):
             stop_grace=math.inf,
             on_progress=None,
             curve_options=None,
-            curve_service=None if curve_service is None else lambda options: curve_service,
+            curve_service=curve_service,
             policy=policy,
             generator=generator,
         )
