@@ -186,18 +186,31 @@ def test_curves_model_in_study_toml_is_checked_at_spec_load(plugins: None) -> No
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "message"),
     [
-        ["fit-curves", str(DIGITS), "--model", "amortized"],
-        ["simulate", "--trace", str(DIGITS), "--policy", "pop", "--curve-model", "amortized"],
+        (["fit-curves", str(DIGITS), "--model", "amortized"], "curve model 'amortized'"),
+        (
+            ["simulate", "--trace", str(DIGITS), "--policy", "pop", "--curve-model", "amortized"],
+            "unknown curve model 'amortized'; did you mean 'amortised'? known curve models: "
+            "amortised, domhan",
+        ),
+        (
+            ["simulate", "--trace", str(DIGITS), "--policy", "ahsa"],
+            "unknown policy 'ahsa'; did you mean 'asha'? known policies: default, bandit",
+        ),
+        (
+            ["simulate", "--trace", str(DIGITS), "--policy", "asha", "--generator", "tep"],
+            "unknown generator 'tep'; did you mean 'tpe'? known generators: random, grid",
+        ),
+        (["check-policy", "ahsa"], "unknown policy 'ahsa'; did you mean 'asha'?"),
     ],
 )
-def test_an_unknown_curve_model_on_the_command_line_exits_2(
-    args: list[str], capsys: pytest.CaptureFixture[str]
+def test_an_unknown_name_on_the_command_line_exits_2_with_a_close_match(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, text = _run(capsys, *args)
     assert code == 2
-    assert "unknown curve model 'amortized'; did you mean 'amortised'?" in text
+    assert message in text
 
 
 def test_fit_curves_takes_a_curve_model_by_module_class(
