@@ -722,7 +722,7 @@ def status(
         click.echo(line)
     plan = study.elastic_plan()
     if plan is not None:
-        from hpctune.elastic.follow import format_plan_status
+        from hpctune.elastic.status import format_plan_status
 
         for line in format_plan_status(plan):
             click.echo(line)

@@ -27,7 +27,8 @@ from typing import Any, TextIO
 
 from hpctune.analysis.summary import best_phrase, done_count, study_line, total_trials
 from hpctune.journal.best import peak_value
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.plugins import PluginError
 from hpctune.study.formatting import format_duration, format_params, format_value
 from hpctune.study.states import StudyState, TrialStatus

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpctune.analysis.lineage import schedule
 from hpctune.analysis.pareto import pareto_front
-from hpctune.elastic.follow import study_plan_status
+from hpctune.elastic.status import study_plan_status
 from hpctune.journal.best import best_trial, describe_best, leading_trial, peak_value, trial_value
 from hpctune.journal.state import StudyRecord
 from hpctune.journal.usage import study_usage, trial_training_s, trial_wall_s

@@ -131,13 +131,6 @@ class AshaBracket:
             return decision
         return Decision.CONTINUE
 
-    def rung_of(self, trial_id: int) -> int | None:
-        """The highest milestone ``trial_id`` was recorded at, ``None`` if none."""
-        for milestone, recorded in self.rungs:
-            if trial_id in recorded:
-                return milestone
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The recorded values (lists, JSON-able) and the stopped trials."""
         return {

@@ -62,7 +62,7 @@ from hpctune.policies._fitness import (
     fitness,
     parse_objectives,
 )
-from hpctune.policies._mutation import FACTORS, is_mutable, mutate
+from hpctune.policies._mutation import FACTORS, mutate
 from hpctune.study.space import SearchSpace
 from hpctune.study.states import TrialStatus
 
@@ -480,7 +480,3 @@ class PbtPolicy(Policy):
         if best is not None:
             needed.add(best.trial_id)
         return needed
-
-    def mutable_parameters(self, space: SearchSpace) -> list[str]:
-        """The parameters mutation changes (for docs and checks)."""
-        return [n for n, p in space.params.items() if n not in self.exclude and is_mutable(p)]
