@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from hpctune.curves.registry import check_curve_model
 from hpctune.errors import AccessError, HpctuneError, Interrupted, UsageError
 from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.layout import StudyPaths
@@ -1087,10 +1088,12 @@ def _fmt_q(q: dict[str, float | None], digits: int = 3) -> str:
 )
 @click.option(
     "--curve-model",
-    type=click.Choice(["amortised", "domhan"]),
     default="amortised",
     show_default=True,
-    help="Learning-curve model for POP and EarlyTerm (as [curves] model).",
+    metavar="NAME",
+    callback=lambda _ctx, _param, name: check_curve_model(name),
+    help="Learning-curve model for POP and EarlyTerm (as [curves] model): amortised, domhan, "
+    "another package's, or MODULE:CLASS.",
 )
 @click.option(
     "--recalibrate",
@@ -1488,10 +1491,12 @@ def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_jso
 )
 @click.option(
     "--model",
-    type=click.Choice(["amortised", "domhan"]),
     default="amortised",
     show_default=True,
-    help="Curve model: the amortised network, or Domhan et al.'s MCMC (--budget).",
+    metavar="NAME",
+    callback=lambda _ctx, _param, name: check_curve_model(name),
+    help="Curve model: the amortised network, Domhan et al.'s MCMC (--budget), another "
+    "package's, or MODULE:CLASS.",
 )
 @click.option(
     "--bounds",

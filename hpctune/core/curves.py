@@ -171,7 +171,7 @@ class CurveFits:
         values = [
             v for s, v in zip(trial.curve_steps, trial.curve_values, strict=True) if s <= step
         ]
-        if len(values) < service.options.min_points or len(values) >= self.c.spec.max_steps:
+        if len(values) < service.options.fewest_points or len(values) >= self.c.spec.max_steps:
             return None
         return FitJob.build(
             service.folder,

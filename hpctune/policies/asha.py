@@ -24,11 +24,11 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
 )
-from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.study.states import Decision
