@@ -30,7 +30,7 @@ from hpctune.policies import (
     StudyContext,
     StudyView,
 )
-from hpctune.spec import load_spec, study_context
+from hpctune.spec import StudySpec, load_spec, study_context
 from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.layout import StudyPaths
 from tests.conftest import write_study
@@ -105,9 +105,12 @@ def _study(
 
 
 def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
-    controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
-    controller.policy = PredictingPolicy(study_context(controller.spec))
-    return controller
+    policy = PredictingPolicy(
+        study_context(StudySpec.from_dict(open_study(paths.root).record.spec))
+    )
+    return Controller(
+        paths.root, lambda spec: local_executor(paths, spec), policy=policy, **kwargs
+    )
 
 
 def _key(record: tuple[int, dict[str, Any]]) -> tuple[int, int]:
@@ -148,7 +151,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     try:
         assert controller.run() is StudyState.FINISHED
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
     study = open_study(paths.root)
     assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
     constant = next(t.trial_id for t in study.trials if t.params["a"] == 0.0)
@@ -174,11 +177,11 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
             assert 0.0 < ref.median < 1.0
             assert ref.median == pytest.approx(float(prediction.median[-1]))
         # the controller's view holds the same prediction
-        assert controller.curves.predictions[trial_id].to_dict() == prediction.to_dict()
+        assert controller.core.curves.predictions[trial_id].to_dict() == prediction.to_dict()
 
     # the policy got PREDICTION events with the prediction already in its view, also while
     # the trial still ran (fits run beside training)
-    policy = controller.policy
+    policy = controller.core.policy
     assert isinstance(policy, PredictingPolicy)
     assert all(step == n for _, step, n, _, _ in policy.seen)
     assert any(status is TrialStatus.RUNNING for _, _, _, status, _ in policy.seen)
@@ -214,7 +217,7 @@ def _drive(controller: Controller, until: Callable[[], bool], timeout: float) ->
         assert time.monotonic() < deadline, "timed out"
         if controller.step():
             return
-        time.sleep(controller.poll_interval)
+        time.sleep(controller.core.settings.poll_interval)
 
 
 def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight(
@@ -294,7 +297,7 @@ def test_the_amortised_model_is_the_default_and_its_predictions_reach_the_journa
     try:
         assert controller.run() is StudyState.FINISHED
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
     study = open_study(paths.root)
     assert study.spec["curves"]["model"] == "amortised"
     records = _prediction_records(paths)

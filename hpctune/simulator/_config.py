@@ -29,6 +29,9 @@ class Faults:
         crashes: Trial id -> the step whose training raises (the user's code fails there, in
             every segment of the trial that trains it): the segment ends ``failed`` with the
             error, as a real worker's end line tells a traceback.
+        ends_early: Trial id -> the step after whose report its function returns without
+            being told to (a training loop that stops short): the segment ends ``ended_early``
+            (each segment of the trial that reports that step, before its last).
         lost: Worker number -> the time its process dies (a lost node, an OOM kill): no end
             line, no more heartbeats, and the executor finds it gone.
         hung: Worker number -> the time it stops (a stuck collective, a frozen file system):
@@ -43,6 +46,7 @@ class Faults:
     """
 
     crashes: Mapping[int, int] = field(default_factory=dict)
+    ends_early: Mapping[int, int] = field(default_factory=dict)
     lost: Mapping[int, float] = field(default_factory=dict)
     hung: Mapping[int, float] = field(default_factory=dict)
     worker_timeout: float = math.inf
@@ -50,11 +54,13 @@ class Faults:
 
     def check(self) -> None:
         """Raise :class:`SimulatorError` naming the first fault that cannot happen."""
-        for trial, step in self.crashes.items():
-            if trial < 0 or step < 1:
-                raise SimulatorError(
-                    f"faults.crashes: trial {trial} at step {step}: trials are >= 0 and steps >= 1"
-                )
+        for name in ("crashes", "ends_early"):
+            for trial, step in getattr(self, name).items():
+                if trial < 0 or step < 1:
+                    raise SimulatorError(
+                        f"faults.{name}: trial {trial} at step {step}: trials are >= 0 and "
+                        "steps >= 1"
+                    )
         for name in ("lost", "hung"):
             for number, t in getattr(self, name).items():
                 if number < 1 or not (t >= 0 and math.isfinite(t)):
