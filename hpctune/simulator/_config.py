@@ -88,6 +88,11 @@ class SimulatorConfig:
         checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
         fit_seconds: Seconds from the controller asking for a learning-curve fit (POP, EarlyTerm,
             hybrid) to its answer (the fit runs beside the study: nothing waits for it).
+        poll_interval: Seconds between two iterations of the controller; 0 (the default): an
+            iteration at every instant something happens, again while it changes something (a
+            controller that answers at once). Above 0, the workers' events in between are
+            carried out at their times and a worker waiting at a boundary may go on before the
+            decision comes (a busy controller).
         boundary: The study's evaluation boundary in steps (``[study].boundary``).
         max_steps: The last step of a trial; ``None``: the trace's epochs.
         num_trials: How many configurations the generator offers; ``None``: all.
@@ -114,6 +119,7 @@ class SimulatorConfig:
     segment_start: float = 0.0
     checkpoint_cost: float = 0.0
     fit_seconds: float = 0.0
+    poll_interval: float = 0.0
     boundary: int = 1
     max_steps: int | None = None
     num_trials: int | None = None
@@ -134,7 +140,7 @@ class SimulatorConfig:
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""
         costs = ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost")
-        for name in (*costs, "fit_seconds", "segment_start"):
+        for name in (*costs, "fit_seconds", "segment_start", "poll_interval"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")

@@ -438,31 +438,45 @@ class Simulator:
                 break
             now = self.clock.now()
             due = self._next_time()
-            if due is not None and due <= now:  # the workers act at this instant
+            poll = self.config.poll_interval
+            if not poll and due is not None and due <= now:  # the workers act at this instant
                 self.workers.run_until(now)
                 continue
             changed = writes != self.workers.writes or any(
                 row["kind"] not in _BOOKKEEPING for row in self.journal.rows["log"][logged:]
             )
-            if changed and quiet < MAX_ITERATIONS_PER_INSTANT:
+            if not poll and changed and quiet < MAX_ITERATIONS_PER_INSTANT:
                 quiet += 1
                 continue  # the controller goes on at this instant (e.g. workers exiting)
             quiet = 0
             if due is None and self.workers.tick():
                 due = self._next_time()
+            if due is None and poll and changed:
+                due = now  # nothing is due, but the controller polls again (workers exiting)
             if due is None:
                 raise SimulatorError(
                     "the simulated study does not end: nothing runs and the controller keeps "
                     f"waiting (study {controller.state.state.value}: {controller.state.reason})"
                 )
-            if due > self.config.max_time:
+            if max(due, now + poll) > self.config.max_time:
                 self.clock.advance_to(self.config.max_time)
                 break
-            self.clock.advance_to(due)
-            self.workers.run_until(due)
+            if poll:
+                self._advance(max(due, now + poll))
+            else:
+                self.clock.advance_to(due)
+                self.workers.run_until(due)
         self._end_time = self.clock.now()
         self.controller.curves.close()
         return self._result()
+
+    def _advance(self, until: float) -> None:
+        """Carry out every worker event up to ``until``, each at its own time, then move the
+        clock there (the controller's next iteration, ``poll_interval`` after its last)."""
+        while (due := self.workers.next_time()) is not None and due <= until:
+            self.clock.advance_to(due)
+            self.workers.run_until(due)
+        self.clock.advance_to(until)
 
     def _next_time(self) -> float | None:
         """When the next worker event or curve fit is due, ``None`` when none is."""

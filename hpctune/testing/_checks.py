@@ -3,7 +3,6 @@ studies, and on the liveness study (:func:`hpctune.testing.check_policy` runs th
 
 from __future__ import annotations
 
-import copy
 import json
 import numbers
 import traceback
@@ -16,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 from hpctune.files import dumps
-from hpctune.journal.delta import apply_delta, state_delta
+from hpctune.journal.delta import apply_delta
 from hpctune.policies import (
     Action,
     Decision,
@@ -26,6 +25,7 @@ from hpctune.policies import (
     PolicyTraits,
     StudyContext,
     StudyView,
+    TrialView,
 )
 from hpctune.simulator import SimulatorError
 from hpctune.study.space import SearchSpace
@@ -114,16 +114,15 @@ class Run:
     event: Event | None = None
     view: StudyView | None = None
     patched: str = "{}"  # the policy's state (JSON) as of its last patch (state-changes)
-    journaled: str = "{}"  # its state as the core journaled it (the patches the core gets)
-    instants: int = 0  # instants of the study at which the policy decided
-    now: float = -1.0  # the last of them
+    rounds_done: int = 0  # rounds of the study under way (SLOT_FREE decisions)
+    valid: dict[int, TrialView] = field(default_factory=dict)  # its trial views found valid
     context: StudyContext = PROBE_CONTEXT  # the study's, which every policy is built with
 
     def study(self, seed: int, space: SearchSpace) -> None:
-        """Run one random study until it ends, ``rounds`` instants have passed or ``n_views``
-        decisions in all were checked."""
+        """Run one random study until it ends, ``rounds`` rounds have passed (each ends with
+        the policy offered free slots) or ``n_views`` decisions in all were checked."""
         self.seed, self.index, self.event, self.view = seed, 0, None, None
-        self.instants, self.now = 0, -1.0
+        self.rounds_done, self.valid = 0, {}
         study = RandomStudy.draw(seed, space)
         self.context = study.context
         policy = self.make(self.context)
@@ -184,9 +183,9 @@ class Run:
         """The core asks ``policy`` to decide: check the decision and return it."""
         if self.decisions >= self.n_views:
             raise _StudyOver
-        if view.now != self.now:
-            self.instants, self.now = self.instants + 1, view.now
-            if self.instants > self.rounds:
+        if event.kind is EventKind.SLOT_FREE:  # a round of the study ends with free slots
+            self.rounds_done += 1
+            if self.rounds_done > self.rounds:
                 raise _StudyOver
         decision = self._decide(policy, view, event, rng)
         if event.kind is EventKind.SLOT_FREE:
@@ -200,7 +199,7 @@ class Run:
         self.index += 1
         self.decisions += 1
         self.event, self.view = event, view
-        problems = view_problems(view)
+        problems = view_problems(view, known=self.valid)
         if problems:  # a bug of hpctune's core, not of the policy
             raise RuntimeError(f"the scheduling core made an invalid view: {'; '.join(problems)}")
         self.events[event.kind.value] += 1
@@ -210,7 +209,7 @@ class Run:
         restored = self._restore(raw, before)
         twin = self._restore(raw, before)
         fingerprint = _fingerprint(view)
-        rngs = [copy.deepcopy(rng), copy.deepcopy(rng)]
+        rngs = [_same_rng(rng), _same_rng(rng)]
         ours = self._call(lambda: policy.decide(view, event, rng))
         if isinstance(ours, BaseException):
             if _is_mutation(ours):
@@ -272,18 +271,15 @@ class Run:
                 f"{_exception_text(loaded)}",
             )
         self.patched = self._state(policy)[0]  # the state its next patch starts from
-        self.journaled = dumps(dict(state))
 
     def core_state(self, policy: Policy) -> dict[str, Any]:
         """The core journals the policy's whole state."""
-        state = self.hook(policy.state_dict)
-        self.journaled = self._state(policy)[0]
-        return state
+        return self.hook(policy.state_dict)
 
     def core_changes(self, policy: Policy) -> dict[str, Any]:
         """A policy that tracks its changes gives the core its patch: it must turn the state as
-        of its previous patch into its state now. The core gets the patch of the state it
-        journaled last (the kit's own calls take nothing from it)."""
+        of its previous patch into its state now (the kit takes no patch itself: the core's
+        are the ones checked)."""
         self.event, self.view = None, None
         changes = self.hook(policy.state_changes)
         raw, canonical = self._state(policy)
@@ -299,8 +295,7 @@ class Run:
                 f"{patched}, but the state is {canonical}",
             )
         self.patched = raw
-        journaled, self.journaled = self.journaled, raw
-        return state_delta(json.loads(journaled), json.loads(raw))
+        return changes
 
     def needed(self, policy: Policy, view: StudyView) -> set[int] | None:
         """The core asks which ended trials' checkpoints the policy may still fork from."""
@@ -405,6 +400,14 @@ class Run:
             else None,
             views=views,
         )
+
+
+def _same_rng(rng: np.random.Generator) -> np.random.Generator:
+    """A generator that draws what ``rng`` will draw next."""
+    bits = rng.bit_generator
+    same = type(bits)(0)
+    same.state = bits.state
+    return np.random.Generator(same)
 
 
 def _within(steps: list[int], max_steps: int) -> bool:

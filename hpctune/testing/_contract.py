@@ -13,7 +13,7 @@ import numpy as np
 
 from hpctune.curves.predict import CurvePrediction
 from hpctune.files import dumps
-from hpctune.policies import Action, ActionKind, Event, EventKind, StudyView
+from hpctune.policies import Action, ActionKind, Event, EventKind, StudyView, TrialView
 from hpctune.study.states import TrialStatus
 
 PLACING = (ActionKind.START, ActionKind.RESUME, ActionKind.FORK)
@@ -48,10 +48,12 @@ def describe_action(action: Any) -> str:
 # -- valid views ---------------------------------------------------------------------------------
 
 
-def view_problems(view: StudyView) -> list[str]:
+def view_problems(view: StudyView, *, known: dict[int, TrialView] | None = None) -> list[str]:
     """What makes ``view`` impossible for the controller to give (empty if nothing).
 
-    The kit checks every view it makes with this; use it for views built by hand too.
+    The kit checks every view the core gives with this; use it for views built by hand too.
+    ``known``: trial views found valid before, by ``id`` (the core keeps an unchanged trial's
+    view object), not checked again; the valid ones of ``view`` are added.
     """
     problems: list[str] = []
     if view.mode not in ("max", "min"):
@@ -69,7 +71,12 @@ def view_problems(view: StudyView) -> list[str]:
     running = 0
     for tid, trial in view.trials.items():
         running += trial.status is TrialStatus.RUNNING
-        problems += [f"trial {tid}: {p}" for p in _trial_problems(view, tid)]
+        if known is not None and known.get(id(trial)) is trial:
+            continue
+        found = [f"trial {tid}: {p}" for p in _trial_problems(view, tid)]
+        if not found and known is not None:
+            known[id(trial)] = trial
+        problems += found
     if not 0 <= view.free_slots <= view.total_slots - running:
         problems.append(
             f"{view.free_slots} free slots with {running} running of {view.total_slots}"

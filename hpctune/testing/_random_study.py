@@ -353,7 +353,7 @@ class RandomStudy:
             trace=trace,
             config=config,
             slots=slots,
-            switch_at=float(rng.uniform(0.05, 0.6)) * duration if mid else 0.0,
+            switch_at=float(rng.uniform(0.02, 0.3)) * duration if mid else 0.0,
             users=0.0 if fresh else 0.03,
             predictions=SyntheticPredictions(trace, bounds, seed),
             space=space,
@@ -399,9 +399,10 @@ class _Curve:
     rate: float
     noise: float
 
-    def at(self, step: int, rng: np.random.Generator) -> float:
-        u = self.limit - (self.limit - self.start) * math.exp(-self.rate * step)
-        return float(np.clip(u + self.noise * rng.standard_normal(), 0.0, 1.0))
+    def at(self, steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The values at ``steps`` (with noise)."""
+        u = self.limit - (self.limit - self.start) * np.exp(-self.rate * steps)
+        return np.clip(u + self.noise * rng.standard_normal(len(steps)), 0.0, 1.0)
 
 
 def _new_curve(rng: np.random.Generator) -> _Curve:
@@ -429,16 +430,14 @@ def _trace(
     """Made-up curves (5 % of the reports without the metric) and step times of ``configs``
     configurations drawn from ``space``."""
     low, high = bounds
+    steps = np.arange(1, max_steps + 1)
     curves = np.empty((configs, max_steps))
-    seconds = np.empty((configs, max_steps))
     for row in range(configs):
-        curve = _new_curve(rng)
-        per_step = float(rng.uniform(0.5, 5.0))
-        for step in range(1, max_steps + 1):
-            u = curve.at(step, rng)
-            value = low + u * (high - low) if mode == "max" else high - u * (high - low)
-            curves[row, step - 1] = math.nan if rng.random() < 0.05 else value
-            seconds[row, step - 1] = per_step * float(rng.uniform(0.9, 1.1))
+        u = _new_curve(rng).at(steps, rng)
+        curves[row] = low + u * (high - low) if mode == "max" else high - u * (high - low)
+    curves[rng.random(curves.shape) < 0.05] = math.nan
+    per_step = rng.uniform(0.5, 5.0, size=(configs, 1))
+    seconds = per_step * rng.uniform(0.9, 1.1, size=(configs, max_steps))
     hparams = tuple(json_data(space.sample(rng)) for _ in range(configs))
     return Trace(
         curves,
@@ -459,8 +458,11 @@ def _with_costs(config: SimulatorConfig, rng: np.random.Generator) -> SimulatorC
     def pick(values: list[float]) -> float:
         return float(rng.choice(values))
 
+    # the controller answers at once now and then; mostly it is busy for a few steps' time
+    poll = float(rng.choice([0.0, 1.0, 5.0, 10.0, 20.0], p=[0.1, 0.2, 0.3, 0.2, 0.2]))
     return dataclasses.replace(
         config,
+        poll_interval=poll,
         queue_wait=pick([0.0, 0.0, 1.0, 5.0]),
         startup=pick([0.0, 1.0, 3.0]),
         suspend_cost=pick([0.0, 0.5]),

@@ -52,6 +52,7 @@ from hpctune.testing._contract import (
     describe_event,
     view_problems,
 )
+from hpctune.testing._io_guard import patched_clocks
 from hpctune.testing._random_study import default_space
 from hpctune.testing._results import CHECKS, ConformanceError, ConformanceReport
 
@@ -72,7 +73,8 @@ def check_policy(
             for every random study, with its context, and for every restart).
         seed: The first study's seed (the next ones: ``seed + 1``, ...).
         n_views: Decisions to check (a view and an event each), over as many studies as needed.
-        rounds: Instants of each study at which the policy decides (a study may end sooner).
+        rounds: Rounds of each study (a round: the events of a stretch of the study, then
+            free slots offered to the policy; a study may end sooner).
         space: The search space of the studies (default: floats, ints, categoricals, a fixed
             value and a schedule).
 
@@ -92,7 +94,7 @@ def check_policy(
     first.check_space(space)
     run = Run(make, type(first).name or type(first).__name__, first.traits, n_views, rounds)
     studies = 0
-    with _quiet_core():
+    with _quiet_core(), patched_clocks():
         while run.decisions < n_views and studies < 10 * n_views:
             run.study(seed + studies, space)
             studies += 1

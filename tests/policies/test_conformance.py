@@ -510,10 +510,10 @@ def _recorded(seed: int) -> tuple[Recording, StudyState]:
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_the_kits_studies_give_valid_views(seed: int) -> None:
-    """The real core's views of the kit's random studies are valid, and the studies end."""
+    """The real core's views of the kit's random studies are valid, and the studies end (the
+    policy may see none: a prelude that ends its study before taking it over)."""
     policy, state = _recorded(seed)
     assert state in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
-    assert policy.seen
     for view, event in policy.seen:
         assert view_problems(view) == []
         assert event.trial_id is None or event.trial_id in view.trials
