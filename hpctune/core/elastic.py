@@ -47,6 +47,7 @@ from hpctune.journal import records as rec
 from hpctune.journal import state as st
 from hpctune.journal.state import TrialRecord
 from hpctune.journal.usage import study_usage
+from hpctune.spec import with_deadline
 from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 
 if TYPE_CHECKING:
@@ -185,8 +186,6 @@ class ElasticFollower:
         reason); a study without a plan is planned now. A study that cannot follow a deadline
         (its policy, a stage tree) keeps its own (warned); one that cannot be planned to it
         keeps its plan (warned) or, without one, fails with the reason as at the start."""
-        from hpctune.spec import with_deadline
-
         deadline = float(command["deadline"])
         source = str(command.get("source", "")) or "the inbox"
         try:
