@@ -156,10 +156,10 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
     controller = Controller(paths.root, lambda s: local_executor(paths, s))
     controller.start()
     for i in range(writers):
-        controller.log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
+        controller.core.log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
         assigned = rec.SegmentAssignedEntry(worker=f"w{i:04d}", start_step=0, until_step=reports)
-        controller.log(assigned, trial=i, segment=i)
-    controller.commit()
+        controller.core.log(assigned, trial=i, segment=i)
+    controller.core.commit()
 
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
@@ -184,9 +184,9 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         start_wall = time.time()
         cpu_start = time.process_time()
         while controller.state.active_segments():
-            controller.ingest.ingest()
-            controller.pending_events.clear()  # policy work is not part of this measurement
-            controller.commit()
+            controller.core.ingest.ingest()
+            controller.core.pending_events.clear()  # policy work is not part of this measurement
+            controller.core.commit()
             iterations += 1
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
@@ -198,11 +198,11 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
                 proc.kill()
     if any(proc.exitcode != 0 for proc in procs):
         raise RuntimeError("a writer process failed")
-    rows = int(controller.writer.lengths["metrics"])
+    rows = int(controller.core.writer.lengths["metrics"])
     if rows != writers * reports:
         raise RuntimeError(f"ingested {rows} reports, expected {writers * reports}")
     records = writers * (reports + 2)
-    controller.executor.close()
+    controller.core.executor.close()
     return {
         "writers": writers,
         "records": records,
@@ -211,7 +211,7 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         "writers_seconds": max(max(ends[:]) - start_wall, 1e-9),
         "records_per_cpu_s": records / max(cpu, 1e-9),
         "iterations": iterations,
-        "commits": int(controller.writer.state["commit"]),
+        "commits": int(controller.core.writer.state["commit"]),
     }
 
 

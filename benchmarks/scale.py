@@ -235,13 +235,13 @@ def passes(controller: Controller, rounds: int, reporting: int | None) -> dict[s
     times: list[float] = []
     commits: list[float] = []
     reported = 0
-    original = controller.writer.commit
+    original = controller.core.writer.commit
 
     def commit(*a: Any, **k: Any) -> None:
         _, seconds = timed(lambda: original(*a, **k))
         commits.append(seconds)
 
-    controller.writer.commit = commit  # type: ignore[method-assign]
+    controller.core.writer.commit = commit  # type: ignore[method-assign]
     counts = Counts()
     for _ in range(rounds):
         reported += workers.report(reporting)
@@ -249,7 +249,7 @@ def passes(controller: Controller, rounds: int, reporting: int | None) -> dict[s
         with counts:  # the controller's own file operations only
             _, seconds = timed(controller.step)
         times.append(seconds)
-    controller.writer.commit = original  # type: ignore[method-assign]
+    controller.core.writer.commit = original  # type: ignore[method-assign]
     steps = max(reported, 1)
     return {
         "pass_p50_s": round(float(np.percentile(times, 50)), 4),

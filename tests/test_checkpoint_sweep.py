@@ -39,7 +39,7 @@ def test_a_starting_controller_sweeps_ended_trials_checkpoint_folders(tmp_path: 
             if controller.step():
                 break
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
     assert not stray.exists()
     assert sorted(paths.checkpoints.rglob("*.pt")) == kept
     assert (paths.checkpoints / "notes").is_dir()

@@ -157,6 +157,61 @@ def test_a_crashing_trial_fails_with_its_error_and_the_study_goes_on() -> None:
     assert record.state is StudyState.FINISHED
 
 
+def test_a_function_that_returns_early_ends_its_trial_ended_early_and_a_retry_runs_it() -> None:
+    """A training loop that stops short (``Faults.ends_early``) ends its segment and trial
+    ``ended_early``, with a warning naming ``hpctune retry``; a user's ``retry`` (an inbox
+    command) queues it again from its checkpoint, and it ends early at the same step again."""
+    trace, config = _trace(2), SimulatorConfig(faults=Faults(ends_early={0: 3}))
+    inbox: list[dict[str, Any]] = []
+    sim = Simulator(
+        trace,
+        make_policy("default", {}, simulation_context(trace, config)),
+        slots=1,
+        order=[0, 1],
+        config=config,
+        inbox=inbox,
+    )
+    inbox.append({"command": "retry", "trials": [0]})  # refused: trial 0 does not exist yet
+    sim.run()
+    record = sim.record
+    assert record.trials[0].status is TrialStatus.ENDED_EARLY
+    assert _segments(record, 0) == [(0, 3, "ended_early")]
+    assert "the function returned at step 3 (step 3 of 6)" in record.trials[0].reason
+    assert any("hpctune retry" in w.message for w in record.warnings)
+    (rejected,) = record.rejected_commands
+    assert "0" in rejected.reason
+    inbox.append({"command": "retry", "trials": [0]})
+    sim.restart_controller()  # `hpctune retry` of the ended study, then `hpctune resume`
+    sim.run()
+    # from its checkpoint at step 2 (the function returned before saving step 3's)
+    assert _segments(sim.record, 0) == [(0, 3, "ended_early"), (2, 3, "ended_early")]
+
+
+def test_a_controller_that_polls_carries_out_the_same_study_in_fewer_iterations() -> None:
+    """``poll_interval``: the controller iterates every few seconds instead of at every event;
+    the workers' events in between happen at their own times, so a study that waits for no
+    decision ends the same."""
+    runs = {}
+    for poll in (0.0, 2.5):
+        trace, config = _trace(3), SimulatorConfig(poll_interval=poll)
+        sim = Simulator(
+            trace,
+            make_policy("default", {}, simulation_context(trace, config)),
+            slots=2,
+            order=[0, 1, 2],
+            config=config,
+        )
+        runs[poll] = (sim, sim.run())
+    (fast, at_once), (slow, polled) = runs[0.0], runs[2.5]
+    assert polled.trials_completed == at_once.trials_completed == 3
+    for trial in range(3):
+        assert slow.record.trials[trial].curve_values == fast.record.trials[trial].curve_values
+    # each report at its own second, not at the controller's iteration
+    assert slow.record.trials[0].curve_times == fast.record.trials[0].curve_times
+    assert slow.controller.iterations < fast.controller.iterations / 2
+    assert polled.end_time >= at_once.end_time  # a free slot is seen at the next iteration
+
+
 def test_trials_that_all_fail_the_same_way_at_once_stop_the_study_as_failed() -> None:
     sim = _run(Faults(crashes={0: 1, 1: 1, 2: 1}), configs=5)
     record = sim.record

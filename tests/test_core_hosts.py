@@ -1,15 +1,18 @@
-"""The scheduling core's parts reach the core only through their narrow interfaces
-(hpctune/core/hosts.py), and the core package does not reach the controller's files."""
+"""The scheduling core is one class composed of parts that reach it only through their narrow
+interfaces (hpctune/core/hosts.py); the controller and the simulator hold a core instead of
+being one, and the core package reaches no file, no environment variable and no controller."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 
 import hpctune.core as core_package
+from hpctune.controller import Controller
 from hpctune.core import hosts
 from hpctune.core.loop import SchedulingCore
 from hpctune.journal.memory import MemoryJournal
@@ -22,13 +25,18 @@ CORE = Path(core_package.__file__).parent
 
 #: Each part's module, and the protocol its constructor is typed with.
 PARTS = {
-    "ingest": hosts.IngestHost,
-    "pool": hosts.PoolHost,
-    "curves": hosts.CurvesHost,
+    "actions": hosts.ActionsHost,
     "commands": hosts.CommandsHost,
+    "curves": hosts.CurvesHost,
     "elastic": hosts.ElasticHost,
+    "inbox": hosts.InboxHost,
+    "ingest": hosts.IngestHost,
+    "policy_state": hosts.PolicyStateHost,
+    "pool": hosts.PoolHost,
     "scheduling": hosts.SchedulingHost,
     "stages": hosts.SchedulingHost,
+    "storage": hosts.StorageHost,
+    "views": hosts.ViewsHost,
 }
 
 
@@ -98,7 +106,7 @@ def test_a_part_does_not_import_the_core_class(module: str) -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert not imported & {"SchedulingCore", "CoreBase", "Controller"}
+    assert not imported & {"SchedulingCore", "Controller"}
 
 
 def test_the_core_package_does_not_import_the_controller_side() -> None:
@@ -111,6 +119,76 @@ def test_the_core_package_does_not_import_the_controller_side() -> None:
                 assert not node.module.startswith("hpctune.controller"), path.name
             if isinstance(node, ast.Import):
                 assert all(not a.name.startswith("hpctune.controller") for a in node.names)
+
+
+def test_every_part_is_checked() -> None:
+    """A new part of the core (a module whose class takes the core as ``controller``) is in
+    PARTS, so the checks above see it."""
+    init = re.compile(r"def __init__\(\s*self,\s*controller: ")
+    parts = {path.stem for path in CORE.glob("*.py") if init.search(path.read_text())}
+    assert parts == set(PARTS)
+
+
+def test_the_core_is_composed_not_inherited() -> None:
+    """The core is one class; the controller and the simulator hold one (``core``,
+    ``controller``) rather than extend it."""
+    assert SchedulingCore.__bases__ == (object,)
+    assert not issubclass(Controller, SchedulingCore)
+    assert not issubclass(Simulator, SchedulingCore)
+
+
+HOLDERS = ["controller/directory.py", "simulator/_engine.py", "testing"]
+
+
+def held_core_assignments(source: str) -> list[str]:
+    """Attributes set on a held core after it was built: ``X.core.attr = ...`` or
+    ``X.controller.attr = ...`` (the controller's and the simulator's names for it)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Attribute)
+                and target.value.attr in ("core", "controller")
+            ):
+                found.append(f"{target.value.attr}.{target.attr}")
+    return found
+
+
+def test_the_check_finds_an_attribute_set_on_a_held_core() -> None:
+    source = "def f(sim):\n    sim.controller.storage_patience = 1.0\n    sim.clock = 2\n"
+    assert held_core_assignments(source) == ["controller.storage_patience"]
+
+
+@pytest.mark.parametrize("where", HOLDERS)
+def test_nothing_sets_attributes_on_a_core_after_it_is_built(where: str) -> None:
+    """What a core needs (its settings included) is given to its constructor."""
+    root = CORE.parent / where
+    paths = [root] if root.is_file() else sorted(root.glob("*.py"))
+    assert paths
+    for path in paths:
+        assert held_core_assignments(path.read_text()) == [], path.name
+
+
+FORBIDDEN_IN_CORE = re.compile(
+    r"os\.environ|\bgetenv\b|\.mkdir\(|\bmakedirs\b|shutil\.which|(?<![\w.])open\("
+)
+
+
+def test_the_core_reads_no_environment_and_makes_no_directory() -> None:
+    """Environment variables are read by the controller (its settings), directories made by
+    the wire and the controller's curve service."""
+    for path in sorted(CORE.glob("*.py")):
+        found = FORBIDDEN_IN_CORE.findall(path.read_text())
+        assert found == [], f"{path.name} uses {found}"
+
+
+def test_the_check_finds_environment_and_files() -> None:
+    source = "x = os.environ['A']; p.mkdir(); open(f); shutil.which('sbatch'); self._reopen()"
+    assert FORBIDDEN_IN_CORE.findall(source) == ["os.environ", ".mkdir(", "open(", "shutil.which"]
 
 
 def test_a_core_in_memory_has_every_member_its_parts_are_promised() -> None:

@@ -30,7 +30,7 @@ from hpctune.policies import (
     StudyContext,
     StudyView,
 )
-from hpctune.spec import load_spec, study_context
+from hpctune.spec import StudySpec, load_spec, study_context
 from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.layout import StudyPaths
 from tests.conftest import write_study
@@ -105,9 +105,12 @@ def _study(
 
 
 def _controller(paths: StudyPaths, **kwargs: Any) -> Controller:
-    controller = Controller(paths.root, lambda spec: local_executor(paths, spec), **kwargs)
-    controller.policy = PredictingPolicy(study_context(controller.spec))
-    return controller
+    policy = PredictingPolicy(
+        study_context(StudySpec.from_dict(open_study(paths.root).record.spec))
+    )
+    return Controller(
+        paths.root, lambda spec: local_executor(paths, spec), policy=policy, **kwargs
+    )
 
 
 def _key(record: tuple[int, dict[str, Any]]) -> tuple[int, int]:
@@ -148,7 +151,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
     try:
         assert controller.run() is StudyState.FINISHED
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
     study = open_study(paths.root)
     assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
     constant = next(t.trial_id for t in study.trials if t.params["a"] == 0.0)
@@ -174,11 +177,11 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
             assert 0.0 < ref.median < 1.0
             assert ref.median == pytest.approx(float(prediction.median[-1]))
         # the controller's view holds the same prediction
-        assert controller.curves.predictions[trial_id].to_dict() == prediction.to_dict()
+        assert controller.core.curves.predictions[trial_id].to_dict() == prediction.to_dict()
 
     # the policy got PREDICTION events with the prediction already in its view, also while
     # the trial still ran (fits run beside training)
-    policy = controller.policy
+    policy = controller.core.policy
     assert isinstance(policy, PredictingPolicy)
     assert all(step == n for _, step, n, _, _ in policy.seen)
     assert any(status is TrialStatus.RUNNING for _, _, _, status, _ in policy.seen)
@@ -214,7 +217,7 @@ def _drive(controller: Controller, until: Callable[[], bool], timeout: float) ->
         assert time.monotonic() < deadline, "timed out"
         if controller.step():
             return
-        time.sleep(controller.poll_interval)
+        time.sleep(controller.core.settings.poll_interval)
 
 
 def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight(
@@ -231,7 +234,7 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
         path.touch()
     first = _controller(paths, curve_options=options)
     first.start()
-    service = first.curves.service
+    service = first.core.curves.service
     assert service is not None
     gate = tmp_path / "gate"
     try:
@@ -239,7 +242,7 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
         gate.touch()  # the trials wait until the fits asked again are journaled, however slow
     finally:  # "kill" it: its fits in flight never reach the journal
         service.close()
-        first.executor.close()
+        first.core.executor.close()
     journaled = {(t, d["n"]) for t, d in _prediction_records(paths)}
     for path in (paths.root / "curves").glob("*.json"):
         meta = read_result(path)
@@ -252,9 +255,9 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
     second.start()
     try:
         # the latest journaled predictions are back in the view
-        assert second.curves.predictions.keys() == record.predictions.keys()
+        assert second.core.curves.predictions.keys() == record.predictions.keys()
         for trial_id, ref in record.predictions.items():
-            assert second.curves.predictions[trial_id].n == ref.n
+            assert second.core.curves.predictions[trial_id].n == ref.n
         # and each running trial's last boundary without a prediction is asked for again
         expected = {}
         for trial in record.trials.values():
@@ -262,8 +265,8 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
             ref = record.predictions.get(trial.trial_id)
             if not trial.status.is_final and n >= 3 and (ref is None or ref.n != n):
                 expected[trial.trial_id] = n
-        assert second.curves.service is not None
-        asked = {**second.curves.service.pending, **second.curves.service.running}
+        assert second.core.curves.service is not None
+        asked = {**second.core.curves.service.pending, **second.core.curves.service.running}
         assert {t: job.n for t, job in asked.items()} == expected
         assert expected  # the first controller was stopped with a fit in flight
 
@@ -278,9 +281,9 @@ def test_a_restarted_controller_reloads_predictions_and_resubmits_fits_in_flight
             path.unlink()
         _drive(second, lambda: False, 90)
     finally:
-        second.curves.close()
-        second.executor.close()
-    assert second.state.state is StudyState.FINISHED
+        second.core.curves.close()
+        second.core.executor.close()
+    assert second.core.state.state is StudyState.FINISHED
     records = [(t, d["n"]) for t, d in _prediction_records(paths)]
     assert len(records) == len(set(records))  # no fit journaled twice across the restart
     assert set(records) > journaled
@@ -294,7 +297,7 @@ def test_the_amortised_model_is_the_default_and_its_predictions_reach_the_journa
     try:
         assert controller.run() is StudyState.FINISHED
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
     study = open_study(paths.root)
     assert study.spec["curves"]["model"] == "amortised"
     records = _prediction_records(paths)
@@ -334,9 +337,9 @@ def test_recalibrated_predictions_reach_the_policy_and_a_new_controller_rebuilds
     try:
         assert first.run() is StudyState.FINISHED
     finally:
-        first.curves.close()
-        first.executor.close()
-    calibration = first.curves.calibration
+        first.core.curves.close()
+        first.core.executor.close()
+    calibration = first.core.curves.calibration
     assert calibration is not None
     assert calibration.open_trials == []  # every trial ended at max_steps
     # each trial's predictions from 3 to 7 points lent a PIT at its value at step 8
@@ -350,16 +353,16 @@ def test_recalibrated_predictions_reach_the_policy_and_a_new_controller_rebuilds
     for trial_id, ref in record.predictions.items():
         loaded = read_result(paths.root / ref.path)
         assert loaded is not None
-        given = first.curves.predictions[trial_id]
+        given = first.core.curves.predictions[trial_id]
         differ.append(not np.array_equal(given.u_quantiles, loaded[0].u_quantiles))
     assert any(differ)
 
     second = _controller(paths)
     try:
-        second.curves.start()  # reads every journaled prediction's result file
-        rebuilt = second.curves.calibration
+        second.core.curves.start()  # reads every journaled prediction's result file
+        rebuilt = second.core.curves.calibration
         assert rebuilt is not None
         assert {n: rebuilt.mapping(n).pits for n in range(3, 8)} == pits
     finally:
-        second.curves.close()
-        second.executor.close()
+        second.core.curves.close()
+        second.core.executor.close()

@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from hpctune.api import open_study
+from hpctune.controller.settings import (
+    decision_wait_from_env,
+    replan_drift,
+    settings_from_environment,
+)
 from hpctune.core.pool import SUBMIT_TRIES, _run_end, submit_retry_delay
 from hpctune.errors import StudySpecError
 from hpctune.journal.entities import WorkerRecord, WorkerRun
@@ -211,10 +216,11 @@ def test_a_run_the_controller_did_not_see_end_ends_at_its_last_heartbeat() -> No
 
 def test_submission_tries_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HPCTUNE_SUBMIT_RETRY_S", raising=False)
-    delays = [submit_retry_delay(n) for n in range(1, SUBMIT_TRIES)]
+    first = settings_from_environment().submit_retry
+    delays = [submit_retry_delay(n, first) for n in range(1, SUBMIT_TRIES)]
     assert delays == [10.0, 20.0, 40.0, 80.0]
     monkeypatch.setenv("HPCTUNE_SUBMIT_RETRY_S", "0.5")
-    assert submit_retry_delay(2) == 1.0
+    assert submit_retry_delay(2, settings_from_environment().submit_retry) == 1.0
 
 
 def test_status_explains_a_pending_controller_and_failing_submissions() -> None:
@@ -303,8 +309,6 @@ def test_the_decision_wait_comes_from_the_environment(
     value: str | None, wait: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``HPCTUNE_DECISION_WAIT``: seconds a worker waits at a boundary (bad values: 2)."""
-    from hpctune.core.base import decision_wait_from_env
-
     if value is None:
         monkeypatch.delenv("HPCTUNE_DECISION_WAIT", raising=False)
     else:
@@ -320,8 +324,6 @@ def test_the_replan_drift_comes_from_the_environment(
     value: str | None, drift: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``HPCTUNE_REPLAN_DRIFT``: the same reading as the decision wait's, ``inf`` allowed."""
-    from hpctune.core.elastic import replan_drift
-
     if value is None:
         monkeypatch.delenv("HPCTUNE_REPLAN_DRIFT", raising=False)
     else:

@@ -28,23 +28,47 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hpctune.curves.calibration import StudyCalibration
 from hpctune.curves.fitter import FitOptions
 from hpctune.curves.predict import CurvePrediction
-from hpctune.curves.service import CurveService, FitJob, FitResult, read_result
+from hpctune.curves.service import FitJob, FitResult
 from hpctune.files import finite_or_none
 from hpctune.journal import records as rec
 from hpctune.journal.entities import PredictionRef, TrialRecord
 from hpctune.policies import Event, EventKind
+from hpctune.study.boundaries import at_boundary
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import CurvesHost
 
+
+class FitService(Protocol):
+    """What the core uses of a fit service: :class:`~hpctune.curves.service.CurveService` on a
+    study directory, the simulator's answering from a trace."""
+
+    folder: Path
+    """Where the fits' result files are written."""
+    options: FitOptions
+
+    def request(self, job: FitJob) -> None:
+        """Ask for the fit of ``job`` (never waits)."""
+
+    def load(self, trial_id: int, n: int) -> CurvePrediction | None:
+        """The prediction of a fit that finished (under an earlier controller: its result
+        file), ``None`` if it cannot be read."""
+
+    def poll(self) -> list[FitResult]:
+        """The fits that finished since the last poll."""
+
+    def close(self) -> None:
+        """Stop; fits in flight are dropped."""
+
+
 #: Builds the study's fit service (the controller's on its directory, the simulator's on a
 #: trace) with the fit options (``None``: the spec's ``[curves]``).
-ServiceFactory = Callable[[FitOptions | None], CurveService]
+ServiceFactory = Callable[[FitOptions | None], FitService]
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +96,12 @@ class CurveFits:
         self,
         controller: CurvesHost,
         options: FitOptions | None,
-        service: CurveService | ServiceFactory | None = None,
+        make_service: ServiceFactory | None = None,
     ) -> None:
         self.c = controller
         self.options = options
-        ready = service is not None and not callable(service)
-        self.service: CurveService | None = service if ready else None  # type: ignore[assignment]
-        self.make_service: ServiceFactory | None = None if ready else service  # type: ignore[assignment]
+        self.make_service = make_service
+        self.service: FitService | None = None
         self.predictions: dict[int, CurvePrediction] = {}
         self.calibration: StudyCalibration | None = StudyCalibration.named(
             controller.spec.curves.recalibrate
@@ -90,16 +113,16 @@ class CurveFits:
         wants = self.c.policy.traits.wants_predictions
         if not wants or self.service is not None or self.make_service is None:
             return
-        self.service = self.make_service(self.options)
+        service = self.service = self.make_service(self.options)
         for trial_id, refs in self.restore_refs().items():
             for ref in refs:
-                loaded = read_result(self.c.paths.root / ref.path)
+                loaded = service.load(trial_id, ref.n)
                 if loaded is None:
                     logger.warning(
                         "trial %d: prediction file %s is unreadable", trial_id, ref.path
                     )
                     continue
-                self.restore(trial_id, loaded[0])
+                self.restore(trial_id, loaded)
         self.settle()
         self.resubmit()
 
@@ -185,7 +208,7 @@ class CurveFits:
 
     def _last_boundary_job(self, trial: TrialRecord) -> FitJob | None:
         for step in reversed(trial.curve_steps):
-            if step % self.c.spec.boundary == 0 and self.c.policy.wants_fit(step):
+            if at_boundary(step, self.c.spec.boundary) and self.c.policy.wants_fit(step):
                 return self._fit_job(trial, step)
         return None
 

@@ -9,7 +9,7 @@ those not seen past its end before), journals each stage it enters
 (``elastic_stage``), and keeps as many workers busy as the plan gives that stage: more slots are
 offered to the policy when the stage's pool is larger, and idle workers above it are told to
 exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
-When a stage ended later than the plan predicted by more than ``HPCTUNE_REPLAN_DRIFT``, the
+When a stage ended later than the plan predicted by more than ``replan_drift``, the
 stages after it are planned again from the measured time and cost (a new ``elastic_plan`` with
 its reason, in the same commit as the stage record). ``hpctune resume --deadline`` leaves a
 ``deadline`` command in the inbox: the controller journals the new deadline
@@ -23,11 +23,9 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hpctune.core.base import env_setting
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
-    REPLAN_DRIFT,
     StageTracker,
     TrialProgress,
     current_stage,
@@ -48,18 +46,13 @@ from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
 from hpctune.journal.entities import TrialRecord, WorkerRecord
 from hpctune.journal.usage import study_usage
+from hpctune.spec import with_deadline
 from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import ElasticHost
 
 logger = logging.getLogger(__name__)
-
-
-def replan_drift() -> float:
-    """The drift that makes the controller re-plan: ``HPCTUNE_REPLAN_DRIFT`` (a share of the
-    predicted time, ``inf`` for never), else :data:`REPLAN_DRIFT`."""
-    return env_setting("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT, allow_inf=True)
 
 
 class ElasticFollower:
@@ -158,14 +151,14 @@ class ElasticFollower:
 
     def _check_drift(self, ended: int) -> None:
         """Re-plan the stages after ``ended`` (journaled with the reason) when it ended later
-        than the plan in force predicted by more than ``HPCTUNE_REPLAN_DRIFT`` (default
-        :data:`~hpctune.elastic.follow.REPLAN_DRIFT`)."""
+        than the plan in force predicted by more than the setting ``replan_drift``
+        (:attr:`~hpctune.core.settings.CoreSettings.replan_drift`)."""
         record = self.c.state.elastic_plan
         started = self.c.state.started_time or self.c.state.created_time
         if record is None or "profile_data" not in record:
             return
         now = self.c.clock.now()
-        reason = drift_reason(record, ended, now - started, replan_drift())
+        reason = drift_reason(record, ended, now - started, self.c.settings.replan_drift)
         if not reason:
             return
         usage = study_usage(self.c.state, now)
@@ -192,8 +185,6 @@ class ElasticFollower:
         reason); a study without a plan is planned now. A study that cannot follow a deadline
         (its policy, a stage tree) keeps its own (warned); one that cannot be planned to it
         keeps its plan (warned) or, without one, fails with the reason as at the start."""
-        from hpctune.spec import with_deadline
-
         deadline = float(command["deadline"])
         source = str(command.get("source", "")) or "the inbox"
         try:

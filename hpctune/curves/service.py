@@ -392,6 +392,12 @@ class CurveService:
             return
         self._pending[job.trial_id] = job
 
+    def load(self, trial_id: int, n: int) -> CurvePrediction | None:
+        """The prediction of a finished fit of trial ``trial_id`` on ``n`` points, read back
+        from its result file (``None``: missing or malformed)."""
+        loaded = read_result(result_path(self.folder, trial_id, n))
+        return None if loaded is None else loaded[0]
+
     @property
     def pending(self) -> dict[int, FitJob]:
         """Waiting requests by trial (a copy)."""

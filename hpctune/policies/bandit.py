@@ -25,6 +25,7 @@ from hpctune.policies._base import (
     StudyView,
 )
 from hpctune.policies._common import best_until, require
+from hpctune.study.boundaries import at_boundary
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class BanditPolicy(Policy):
             return PolicyDecision()
         step = int(event.step if event.step is not None else trial.step)
         tid = trial.trial_id
-        if step % self.options.boundary != 0 or step >= view.max_steps:
+        if not at_boundary(step, self.options.boundary) or step >= view.max_steps:
             return PolicyDecision.of([Action.continue_(tid)])
         sign = view.sign
         job_best = sign * best_until(trial, step, sign)

@@ -27,6 +27,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
+from hpctune.study.boundaries import at_boundary
 from hpctune.study.states import TrialStatus
 
 
@@ -57,7 +58,7 @@ class EarlyTermPolicy(Policy):
 
     def wants_fit(self, step: int) -> bool:
         """Fit at evaluation boundaries only."""
-        return step % self.options.boundary == 0
+        return at_boundary(step, self.options.boundary)
 
     def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots as Default; at boundaries and on predictions apply the criterion."""
@@ -68,12 +69,12 @@ class EarlyTermPolicy(Policy):
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
             return PolicyDecision()
-        at_boundary = (
+        judged = (
             event.kind is EventKind.BOUNDARY
             and event.step is not None
-            and (event.step % self.options.boundary == 0)
+            and at_boundary(event.step, self.options.boundary)
         )
-        if not (at_boundary or event.kind is EventKind.PREDICTION):
+        if not (judged or event.kind is EventKind.PREDICTION):
             return PolicyDecision()
         prediction = view.predictions.get(trial.trial_id)
         if self._best_memo is None or self._best_memo[0] is not view:

@@ -49,6 +49,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
+from hpctune.study.boundaries import at_boundary
 from hpctune.study.states import TrialStatus
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class PopPolicy(Policy):
 
     def wants_fit(self, step: int) -> bool:
         """Fit at evaluation boundaries only."""
-        return step % self.options.boundary == 0
+        return at_boundary(step, self.options.boundary)
 
     # -- decisions -----------------------------------------------------------------------------
 
@@ -211,7 +212,10 @@ class PopPolicy(Policy):
             return PolicyDecision.of(self._prune_on_prediction(view, trial))
         if event.kind is not EventKind.BOUNDARY or event.step is None:
             return PolicyDecision()
-        if event.step % self.options.boundary != 0 or trial.status is not TrialStatus.RUNNING:
+        if (
+            not at_boundary(event.step, self.options.boundary)
+            or trial.status is not TrialStatus.RUNNING
+        ):
             return PolicyDecision()
         return PolicyDecision.of(self._at_boundary(view, trial))
 

@@ -29,6 +29,9 @@ class Faults:
         crashes: Trial id -> the step whose training raises (the user's code fails there, in
             every segment of the trial that trains it): the segment ends ``failed`` with the
             error, as a real worker's end line tells a traceback.
+        ends_early: Trial id -> the step after whose report its function returns without
+            being told to (a training loop that stops short): the segment ends ``ended_early``
+            (each segment of the trial that reports that step, before its last).
         lost: Worker number -> the time its process dies (a lost node, an OOM kill): no end
             line, no more heartbeats, and the executor finds it gone.
         hung: Worker number -> the time it stops (a stuck collective, a frozen file system):
@@ -43,6 +46,7 @@ class Faults:
     """
 
     crashes: Mapping[int, int] = field(default_factory=dict)
+    ends_early: Mapping[int, int] = field(default_factory=dict)
     lost: Mapping[int, float] = field(default_factory=dict)
     hung: Mapping[int, float] = field(default_factory=dict)
     worker_timeout: float = math.inf
@@ -50,11 +54,13 @@ class Faults:
 
     def check(self) -> None:
         """Raise :class:`SimulatorError` naming the first fault that cannot happen."""
-        for trial, step in self.crashes.items():
-            if trial < 0 or step < 1:
-                raise SimulatorError(
-                    f"faults.crashes: trial {trial} at step {step}: trials are >= 0 and steps >= 1"
-                )
+        for name in ("crashes", "ends_early"):
+            for trial, step in getattr(self, name).items():
+                if trial < 0 or step < 1:
+                    raise SimulatorError(
+                        f"faults.{name}: trial {trial} at step {step}: trials are >= 0 and "
+                        "steps >= 1"
+                    )
         for name in ("lost", "hung"):
             for number, t in getattr(self, name).items():
                 if number < 1 or not (t >= 0 and math.isfinite(t)):
@@ -82,6 +88,11 @@ class SimulatorConfig:
         checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
         fit_seconds: Seconds from the controller asking for a learning-curve fit (POP, EarlyTerm,
             hybrid) to its answer (the fit runs beside the study: nothing waits for it).
+        poll_interval: Seconds between two iterations of the controller; 0 (the default): an
+            iteration at every instant something happens, again while it changes something (a
+            controller that answers at once). Above 0, the workers' events in between are
+            carried out at their times and a worker waiting at a boundary may go on before the
+            decision comes (a busy controller).
         boundary: The study's evaluation boundary in steps (``[study].boundary``).
         max_steps: The last step of a trial; ``None``: the trace's epochs.
         num_trials: How many configurations the generator offers; ``None``: all.
@@ -108,6 +119,7 @@ class SimulatorConfig:
     segment_start: float = 0.0
     checkpoint_cost: float = 0.0
     fit_seconds: float = 0.0
+    poll_interval: float = 0.0
     boundary: int = 1
     max_steps: int | None = None
     num_trials: int | None = None
@@ -128,7 +140,7 @@ class SimulatorConfig:
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""
         costs = ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost")
-        for name in (*costs, "fit_seconds", "segment_start"):
+        for name in (*costs, "fit_seconds", "segment_start", "poll_interval"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")

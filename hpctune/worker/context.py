@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.study.boundaries import at_boundary, checkpoint_due
 from hpctune.study.metric_names import MAX_METRIC_NAME, metric_name_problem
 from hpctune.study.states import Decision
 from hpctune.wire.clock import Clock, RealClock
@@ -200,11 +201,7 @@ class TrialContext:
         """True when a checkpoint must be saved after ``step``: at a boundary, at the end of
         this segment, and (stage trees) at the end of every stage, where other trials branch
         off. Saving at every step is always allowed."""
-        return (
-            step % self._a.boundary == 0
-            or step >= self.until_step
-            or step in self._a.checkpoint_steps
-        )
+        return checkpoint_due(step, self._a.boundary, self.until_step, self._a.checkpoint_steps)
 
     def value(self, name: str, step: float | None = None) -> Any:
         """One hyperparameter at ``step`` (default :attr:`step`)."""
@@ -255,7 +252,7 @@ class TrialContext:
                     f"{MAX_METRIC_NAME} characters works)"
                 )
         values = {name: _to_float(name, value) for name, value in metrics.items()}
-        boundary = step % self._a.boundary == 0 or step >= self.until_step
+        boundary = at_boundary(step, self._a.boundary, self.until_step)
         try:
             self._events.write(
                 {"kind": EV_REPORT, "t": self._clock.now(), "step": step, "metrics": values},

@@ -36,10 +36,10 @@ def test_the_controller_builds_its_policy_with_the_studys_context(tmp_path: Path
     paths = create_study(load_spec(path))
     controller = Controller(paths.root, lambda spec: local_executor(paths, spec))
     try:
-        assert controller.policy.context == StudyContext(max_steps=16, mode="max", boundary=2)
-        assert controller.policy.state_dict()["max_t"] == 16
+        assert controller.core.policy.context == StudyContext(max_steps=16, mode="max", boundary=2)
+        assert controller.core.policy.state_dict()["max_t"] == 16
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
