@@ -25,7 +25,7 @@ from hpctune.slurm.cluster import (
     sbatch_flags,
 )
 from hpctune.slurm.environment import export_lines, job_environment
-from hpctune.slurm.options import JobOptions, SlurmSpec, parse_slurm, slurm_table
+from hpctune.slurm.options import JobOptions, SlurmSpec, parse_slurm, slurm_spec, slurm_table
 from hpctune.slurm.settings import apply_assignments, differences, parse_assignments
 from hpctune.slurm.status import status_lines
 from hpctune.spec import load_spec
@@ -127,11 +127,11 @@ def test_unset_times_resolve_against_the_partitions(tmp_path: Path) -> None:
             slurm={"controller": {"partition": "urgent"}},
         )
     )
-    assert spec.slurm.controller.time_min is None
-    resolved = resolve_times(spec, parse_partitions(SCONTROL))
-    assert resolved.slurm.controller.time_min == 120
-    assert resolved.slurm.worker.time_min == 60  # scavenger (default) allows 4 h
-    assert resolve_times(spec, []).slurm.controller.time_min == 24 * 60  # no scontrol
+    assert slurm_spec(spec).controller.time_min is None
+    resolved = slurm_spec(resolve_times(spec, parse_partitions(SCONTROL)))
+    assert resolved.controller.time_min == 120
+    assert resolved.worker.time_min == 60  # scavenger (default) allows 4 h
+    assert slurm_spec(resolve_times(spec, [])).controller.time_min == 24 * 60  # no scontrol
 
 
 @pytest.mark.parametrize(

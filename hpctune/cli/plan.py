@@ -5,7 +5,9 @@ allocation that meets a deadline)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +21,10 @@ from hpctune.cli.common import (
     plot_option,
 )
 from hpctune.errors import UsageError
+
+if TYPE_CHECKING:
+    from hpctune.elastic import CostModel, Profile
+    from hpctune.spec import StudySpec
 
 
 @click.command("plan")
@@ -185,11 +191,9 @@ def profile_command(
 
     Prints the mean seconds per step and the speed-up at each size.
     """
-    speedups = {
-        size: _number("--speedup", size, text)
-        for size, text in _size_pairs(speedup_texts, "--speedup")
-    }
-    measured = {
+    pairs = _size_pairs(speedup_texts, "--speedup")
+    speedups = {size: _speedup(size, text) for size, text in pairs}
+    given = {
         "--queue-wait": queue_wait,
         "--startup": startup,
         "--latencies-from": latencies_from,
@@ -197,31 +201,36 @@ def profile_command(
         "--device": device,
     }
     if study_toml is not None:
-        given = [name for name, value in measured.items() if value is not None]
-        if given:
-            raise UsageError(
-                f"{', '.join(given)}: measured by `hpctune profile STUDY_TOML`; leave "
-                f"{'them' if len(given) > 1 else 'it'} out, or give the step times with "
-                "--steps DEVICES=SOURCE and no STUDY_TOML"
-            )
+        _refuse_measured(given)
         return _profile_study(
             study_toml, sizes, step_texts, local, speedups, decision, together, out, as_json,
             backend_name,
         )  # fmt: skip
-    needs_study = {
-        "--sizes": sizes is not None,
-        "--local": local,
-        "--together": together is not None,
-    }
-    first = next((name for name, given in needs_study.items() if given), None)
-    if first is not None:
-        raise UsageError(
-            f"{first} needs a STUDY_TOML to run: `hpctune profile study.toml --sizes 1,2,4`"
-        )
+    _refuse_without_study({"--sizes": sizes, "--local": local or None, "--together": together})
     return _profile_steps(
         step_texts, speedups, queue_wait, startup, latencies_from, decision, segment_start,
         device, out, as_json,
     )  # fmt: skip
+
+
+def _refuse_measured(options: Mapping[str, object]) -> None:
+    """Refuse the options given (not ``None``) that ``profile STUDY_TOML`` measures."""
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: measured by `hpctune profile STUDY_TOML`; leave "
+            f"{'them' if len(given) > 1 else 'it'} out, or give the step times with "
+            "--steps DEVICES=SOURCE and no STUDY_TOML"
+        )
+
+
+def _refuse_without_study(options: Mapping[str, object]) -> None:
+    """Refuse the first option given (not ``None``) that needs a STUDY_TOML."""
+    first = next((name for name, value in options.items() if value is not None), None)
+    if first is not None:
+        raise UsageError(
+            f"{first} needs a STUDY_TOML to run: `hpctune profile study.toml --sizes 1,2,4`"
+        )
 
 
 def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
@@ -235,11 +244,12 @@ def _size_pairs(texts: tuple[str, ...], option: str) -> list[tuple[int, str]]:
     return pairs
 
 
-def _number(option: str, size: int, text: str) -> float:
+def _speedup(size: int, text: str) -> float:
+    """``--speedup SIZE=X``: the speed-up X (exit 2 when it is not a number)."""
     try:
         return float(text)
     except ValueError:
-        raise UsageError(f"{option} {size}={text}: the speed-up must be a number") from None
+        raise UsageError(f"--speedup {size}={text}: the speed-up must be a number") from None
 
 
 def _profile_steps(
@@ -413,7 +423,7 @@ def plan_elastic_command(
     plan and of the best static plan, with their predicted completion time and cost. Exit 1
     when no plan is predicted to meet the deadline. Creates nothing.
     """
-    from hpctune.elastic import CostModel, PlanOptions, Profile, experiment_from_study
+    from hpctune.elastic import PlanOptions, Profile, experiment_from_study
     from hpctune.elastic import plan_elastic as plan
     from hpctune.elastic.profile import PROFILE_FILE
     from hpctune.elastic.report import format_plan, plot_plan
@@ -424,21 +434,7 @@ def plan_elastic_command(
     spec = load_spec(study_toml)
     experiment = experiment_from_study(spec)
     profile = Profile.load(profile_path or spec.directory / PROFILE_FILE)
-    billing_source = "--billing-weight" if billing_weight is not None else ""
-    if billing_weight is None and partition is not None:
-        from hpctune.backends import choose_backend
-
-        gpu = profile.device == "gpu"
-        billing_weight, billing_source = choose_backend()[0].billing_weight(spec, partition, gpu)
-    device = "CPU" if profile.device == "cpu" else "GPU"
-    weight = 1.0 if billing_weight is None else billing_weight
-    cost = CostModel(
-        basis=basis,
-        billing_weight=weight,
-        price=price,
-        device=device,
-        billing_source=billing_source,
-    )
+    cost = _cost_model(spec, profile, basis, price, billing_weight, partition)
     options = PlanOptions(
         samples=samples, seed=seed, quantile=quantile, max_pool=max_pool, node_devices=node_devices
     )
@@ -452,6 +448,33 @@ def plan_elastic_command(
         if plot_path is not None:
             click.echo(f"plot: {plot_path}")
     return EXIT_OK if result.feasible else EXIT_FAILURE
+
+
+def _cost_model(
+    spec: StudySpec,
+    profile: Profile,
+    basis: str,
+    price: float | None,
+    billing_weight: float | None,
+    partition: str | None,
+) -> CostModel:
+    """``plan-elastic``'s cost model: ``--billing-weight``, else the weight of a device of
+    ``--partition`` (the backend's billing), else 1."""
+    from hpctune.elastic import CostModel
+
+    source = "--billing-weight" if billing_weight is not None else ""
+    if billing_weight is None and partition is not None:
+        from hpctune.backends import choose_backend
+
+        gpu = profile.device == "gpu"
+        billing_weight, source = choose_backend()[0].billing_weight(spec, partition, gpu)
+    return CostModel(
+        basis=basis,
+        billing_weight=1.0 if billing_weight is None else billing_weight,
+        price=price,
+        device="CPU" if profile.device == "cpu" else "GPU",
+        billing_source=source,
+    )
 
 
 COMMANDS = [plan_command, profile_command, plan_elastic_command]
