@@ -23,12 +23,12 @@ from hpctune.export import BUILTIN_FORMATS, find_format
 def report_command(study_dir: Path, out: Path | None, no_png: bool) -> int:
     """Write a study report: one folder with index.html (open it from disk; no server, no
     network), its plotting library and a PNG per plot. Works on a running study."""
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
     from hpctune.report.html import write_report
 
     paths = study_paths(study_dir)
     target = out if out is not None else paths.root / "report"
-    page = write_report(open_study(paths.root), target, pngs=not no_png)
+    page = write_report(read_study(paths.root), target, pngs=not no_png)
     click.echo(f"wrote {page}")
     click.echo(f"open it with a browser (file://{page.resolve()}); copy the folder to share it")
     return EXIT_OK
@@ -55,10 +55,10 @@ _FORMATS_HELP = ", ".join(f"{name} ({fmt.description})" for name, fmt in BUILTIN
 def export_command(study_dir: Path, fmt: str, out: Path | None) -> int:
     """Export a study for the tools you already use (read from the journal; also while it
     runs). Each export is written under a temporary name and renamed: nothing half-written."""
-    from hpctune.api import open_study
     from hpctune.export import export_study
+    from hpctune.journal.reader import read_study
 
-    echo_lines(export_study(open_study(study_paths(study_dir).root), fmt, out))
+    echo_lines(export_study(read_study(study_paths(study_dir).root), fmt, out))
     return EXIT_OK
 
 

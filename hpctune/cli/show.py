@@ -58,7 +58,7 @@ def status(
 ) -> int:
     """Show a study's state and trials, from its journal (also while it runs)."""
     from hpctune.analysis.status import StudyStatus
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
 
     paths = study_paths(study_dir)
     if watch:
@@ -70,7 +70,7 @@ def status(
             raise UsageError(f"--interval must be > 0, but got {interval}")
         every = interval if interval is not None else (2.0 if sys.stdout.isatty() else 10.0)
         follow(paths.root, interval=every)
-    shown = StudyStatus.read(paths, open_study(paths.root).record)
+    shown = StudyStatus.read(paths, read_study(paths.root).record)
     if as_json:
         click.echo(json.dumps(shown.to_dict(sacct=sacct), indent=2, default=str))
     else:
@@ -89,11 +89,11 @@ def best(study_dir: Path, as_json: bool) -> int:
     lineage's schedule is printed too. Exit 1 when no trial has completed yet.
     """
     from hpctune.analysis.summary import best_json, best_toml_lines
-    from hpctune.api import open_study
     from hpctune.journal.best import describe_best
+    from hpctune.journal.reader import read_study
 
     paths = study_paths(study_dir)
-    record = open_study(paths.root).record
+    record = read_study(paths.root).record
     found = describe_best(record, paths.root)
     if found is None:
         click.echo(
@@ -120,9 +120,9 @@ def lineage(study_dir: Path, trials: tuple[int, ...], plot_path: Path | None, pa
     """Print the population tree of STUDY_DIR (PBT): each trial under its parent, with its
     generation, steps, last metric value and hyperparameters."""
     from hpctune.analysis.lineage import plot_lineage, tree_text
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
 
-    record = open_study(study_paths(study_dir).root).record
+    record = read_study(study_paths(study_dir).root).record
     click.echo(tree_text(record, list(trials) or None))
     if plot_path is not None:
         highlight = trials[0] if trials else None
@@ -143,11 +143,11 @@ def stagetree_command(
 ) -> int:
     """Show the stage tree of STUDY_DIR (running or finished) with each stage's status: done,
     running, pending or released (every trial through it ended first). Reads the journal only."""
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
     from hpctune.stagetree.preview import format_stage_tree
     from hpctune.stagetree.status import stage_tree_json, status_counts, study_stage_tree
 
-    record = open_study(study_paths(study_dir).root).record
+    record = read_study(study_paths(study_dir).root).record
     try:
         tree, statuses = study_stage_tree(record, int(record.spec.get("max_steps", 0)))
     except ValueError as exc:  # pragma: no cover - the spec checked the schedules
@@ -178,9 +178,9 @@ def stagetree_command(
 def compare_command(study_dirs: tuple[Path, ...], plot_path: Path | None, as_json: bool) -> int:
     """Compare studies side by side: best value, when it was reached, trials, GPU-hours."""
     from hpctune.analysis.compare import compare_rows, compare_table, plot_compare
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
 
-    studies = [open_study(study_paths(d).root) for d in study_dirs]
+    studies = [read_study(study_paths(d).root) for d in study_dirs]
     rows = compare_rows(studies)
     if plot_path is not None:
         plot_compare(studies, plot_path)

@@ -250,13 +250,13 @@ def export_trace(study_dir: Path, out: Path, random_level: float | None, force: 
     """
     import math
 
-    from hpctune.api import open_study
+    from hpctune.journal.reader import read_study
     from hpctune.simulator.traces import Trace
 
     paths = study_paths(study_dir)
     forked = [
         t.trial_id
-        for t in open_study(paths.root).trials
+        for t in read_study(paths.root).trials
         if t.parent_trial is not None and not t.shares_prefix
     ]
     if forked and not force:
