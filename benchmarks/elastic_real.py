@@ -275,7 +275,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Profile, plan and run repetition ``rep``; what was predicted and measured."""
     from hpctune.api import open_study
     from hpctune.elastic import Profile
-    from hpctune.elastic.follow import study_plan_status
+    from hpctune.elastic.status import study_plan_status
     from hpctune.spec import load_spec
 
     folder = root / f"rep-{rep}"

@@ -27,7 +27,7 @@ from hpctune.analysis.summary import summary_lines
 from hpctune.backends import Backend, choose_backend
 from hpctune.controller import Controller
 from hpctune.controller.launch import check_entry_point, create_study, prepare_study_dir, run_local
-from hpctune.elastic.follow import PlanStatus, study_plan_status
+from hpctune.elastic.status import PlanStatus, study_plan_status
 from hpctune.errors import JournalError
 from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
 from hpctune.journal.reader import StudyReader

@@ -107,9 +107,40 @@ def find(kind: str, name: str, builtin: Mapping[str, Any]) -> Any:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise PluginError(
-        f"unknown {kind} {name!r}; {hint}known: {', '.join(known)} (or an importable "
-        f"MODULE:CLASS, or a package registering the entry point group {GROUPS[kind]})"
+        f"unknown {kind} {name!r}; {hint}known {plural(kind)}: {', '.join(known)} (or an "
+        f"importable MODULE:CLASS, or a package registering the entry point group "
+        f"{GROUPS[kind]})"
     )
+
+
+def find_class(kind: str, name: str, builtin: Mapping[str, Any], base: type) -> type:
+    """:func:`find`, for plug-ins that are classes deriving from ``base`` (a
+    :class:`hpctune.policies.Policy`, a :class:`hpctune.policies.generators.Generator`).
+
+    Raises:
+        PluginError: Unknown, it fails to load, or it is not a subclass of ``base``.
+    """
+    found = find(kind, name, builtin)
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise PluginError(
+            f"the {kind} {name!r} is {describe(found)}, not a {base.__name__} subclass; a "
+            f"{kind} is a class deriving from {base.__module__}.{base.__qualname__}"
+        )
+    return found
+
+
+def describe(obj: Any) -> str:
+    """What ``obj`` is, for an error message: ``the class X``, ``the function f``, ``a dict``."""
+    if isinstance(obj, type):
+        return f"the class {obj.__module__}.{obj.__qualname__}"
+    if callable(obj) and hasattr(obj, "__qualname__"):
+        return f"the function {obj.__qualname__}"
+    return f"a {type(obj).__name__}"
+
+
+def plural(kind: str) -> str:
+    """The plural of a kind of plug-in (``policies``, ``curve models``)."""
+    return f"{kind[:-1]}ies" if kind.endswith("y") else f"{kind}s"
 
 
 def backend(name: str) -> Any:

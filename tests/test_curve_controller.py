@@ -23,10 +23,10 @@ from hpctune.curves.service import read_result
 from hpctune.journal.store import JournalReader
 from hpctune.policies import (
     Action,
-    Decision,
     DefaultPolicy,
     Event,
     EventKind,
+    PolicyDecision,
     StudyContext,
     StudyView,
 )
@@ -66,7 +66,7 @@ class PredictingPolicy(DefaultPolicy):
         super().__init__(context)
         self.seen: list[tuple[int, int, int, TrialStatus, bool]] = []
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.PREDICTION:
             assert event.trial_id is not None
             assert event.step is not None
@@ -75,9 +75,9 @@ class PredictingPolicy(DefaultPolicy):
             self.seen.append(
                 (event.trial_id, event.step, prediction.n, trial.status, prediction.unknown)
             )
-            return Decision()
+            return PolicyDecision()
         if event.kind is EventKind.BOUNDARY:
-            return Decision.of([Action.continue_(event.trial_id)])  # type: ignore[arg-type]
+            return PolicyDecision.of([Action.continue_(event.trial_id)])  # type: ignore[arg-type]
         return super().decide(view, event, rng)
 
 

@@ -60,7 +60,7 @@ REQUIRED = [
 
 def test_every_registered_kind_has_its_record_type() -> None:
     assert set(LOG_KINDS) == set(rec.RECORD_TYPES)
-    assert len(LOG_KINDS) == len(set(LOG_KINDS)) == 24
+    assert len(LOG_KINDS) == len(set(LOG_KINDS)) == 25
     for kind, cls in rec.RECORD_TYPES.items():
         assert cls.kind == kind
         assert dataclasses.is_dataclass(cls)
@@ -161,6 +161,11 @@ WRITTEN = [
     ("corrupt_lines", '{"file":"segment-000001.jsonl","line_kind":"report","rows":1,"step":3}'),
     ("submission", '{"error":"sbatch: error","workers":["w0","w1"]}'),
     ("slurm_changed", '{"slurm":{"partition":"gpu"},"changes":{"partition":"gpu"},"source":""}'),
+    (
+        "settings_changed",
+        '{"section":"slurm","settings":{"partition":"gpu"},"changes":{"partition":["a","gpu"]},'
+        '"source":"--set slurm.partition=gpu"}',
+    ),
     (
         "elastic_plan",
         '{"reason":"launch","plan":{"kind":"static"},"stage_ends":[1.5,3.0],"profile":"p.json",'

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpctune.errors import JournalError
-from hpctune.journal.state import SegmentRecord, valid_rows
+from hpctune.journal.curve_rows import valid_rows
+from hpctune.journal.entities import SegmentRecord
 from hpctune.journal.store import ATTR, CHUNKS, TABLES, JournalReader, JournalWriter
 
 # -- deterministic content: the rows of commit number c ----------------------------------------

@@ -18,11 +18,11 @@ from hpctune.policies import (
     POLICIES,
     Action,
     ActionKind,
-    Decision,
     DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -157,13 +157,13 @@ class _SuspendFirstAtReport(Policy):
         super().__init__(context)
         self.done = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.REPORT and event.trial_id == 0 and not self.done:
             self.done = True
-            return Decision.of([Action.suspend(0)])
-        return Decision()
+            return PolicyDecision.of([Action.suspend(0)])
+        return PolicyDecision()
 
 
 class _StopAtBoundaryWithoutWaiting(Policy):
@@ -172,12 +172,12 @@ class _StopAtBoundaryWithoutWaiting(Policy):
     name: ClassVar[str] = "no-wait"
     traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.kind is EventKind.BOUNDARY and event.trial_id == 0:
-            return Decision.of([Action.terminate(0)])
-        return Decision()
+            return PolicyDecision.of([Action.terminate(0)])
+        return PolicyDecision()
 
 
 def test_decisions_off_a_waiting_boundary_are_read_at_the_next_report() -> None:
@@ -266,7 +266,7 @@ class _Restarting(Policy):
         )
         self.wants_fit = inner.wants_fit  # type: ignore[method-assign]
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         policy = make_policy(self.inner_name, self.inner_options, self.context)
         policy.load_state_dict(json.loads(json.dumps(self.state, allow_nan=False)))
         self.restarts += 1
@@ -591,7 +591,7 @@ class _CountingDefault(DefaultPolicy):
         super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -625,12 +625,14 @@ class _Rounds(Policy):
     name: ClassVar[str] = "rounds"
     hold: ClassVar[bool] = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         if view.with_status(TrialStatus.RUNNING):
-            return Decision(hold_idle_workers=self.hold)
-        return Decision.of(self.fill_slots(view, event.free_slots), hold_idle_workers=self.hold)
+            return PolicyDecision(hold_idle_workers=self.hold)
+        return PolicyDecision.of(
+            self.fill_slots(view, event.free_slots), hold_idle_workers=self.hold
+        )
 
 
 @pytest.mark.parametrize(("hold", "workers"), [(True, 2), (False, 3)])
@@ -659,12 +661,12 @@ class _BoundsRecorder(Policy):
         super().__init__(context)
         self.bounds: set[tuple[float, float]] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         self.bounds.add(view.bounds)
         if event.kind is EventKind.SLOT_FREE:
             n = min(event.free_slots, view.trials_remaining or 0)
-            return Decision.of([Action.start() for _ in range(n)])
-        return Decision()
+            return PolicyDecision.of([Action.start() for _ in range(n)])
+        return PolicyDecision()
 
 
 def test_the_metric_range_comes_from_the_trace_unless_given() -> None:

@@ -15,7 +15,7 @@ import pytest
 from hpctune.api import open_study
 from hpctune.core.pool import SUBMIT_TRIES, _run_end, submit_retry_delay
 from hpctune.errors import StudySpecError
-from hpctune.journal.state import WorkerRecord, WorkerRun
+from hpctune.journal.entities import WorkerRecord, WorkerRun
 from hpctune.slurm.checks import keys_for
 from hpctune.slurm.cluster import (
     JobStatus,
@@ -128,9 +128,9 @@ def test_unset_times_resolve_against_the_partitions(tmp_path: Path) -> None:
         )
     )
     assert slurm_spec(spec).controller.time_min is None
-    resolved = slurm_spec(resolve_times(spec, parse_partitions(SCONTROL)))
-    assert resolved.controller.time_min == 120
-    assert resolved.worker.time_min == 60  # scavenger (default) allows 4 h
+    resolved = resolve_times(spec, parse_partitions(SCONTROL))
+    assert slurm_spec(resolved).controller.time_min == 120
+    assert slurm_spec(resolved).worker.time_min == 60  # scavenger (default) allows 4 h
     assert slurm_spec(resolve_times(spec, [])).controller.time_min == 24 * 60  # no scontrol
 
 
@@ -184,7 +184,7 @@ def test_the_job_environment_is_explicit() -> None:
 
 
 def test_a_worker_requeues_exactly_its_array_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpctune.worker.loop import own_job_id
+    from hpctune.worker.process import own_job_id
 
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(name, raising=False)

@@ -14,7 +14,8 @@ from hpctune.files import write_json_atomic
 from hpctune.simulator import SimClock
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Heartbeat
-from hpctune.worker.loop import Worker, _batch_step_age, _process_age
+from hpctune.worker.loop import Worker
+from hpctune.worker.process import _batch_step_age, _process_age
 
 
 def _worker(tmp_path: Path, clock: SimClock) -> tuple[Worker, StudyPaths]:
@@ -80,7 +81,7 @@ def _titled_process(
 # start of the process itself
 OFFSETS = """
 import time
-from hpctune.worker.loop import _batch_step_age, _process_age, process_start_time
+from hpctune.worker.process import _batch_step_age, _process_age, process_start_time
 now, started = time.time(), process_start_time()
 print(started - (now - _batch_step_age("987")), started - (now - _process_age("self")))
 """

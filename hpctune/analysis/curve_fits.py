@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions
-from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
@@ -137,7 +136,7 @@ def fit_curves(
     threshold: float | None = None,
     workers: int = 0,
     budget: str = "hyperdrive",
-    model: CurveModelName = "amortised",
+    model: str = "amortised",
     on_fitted: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[int, CurvePrediction]]:
     """Fit the selected curves; return the report rows and the predictions by id.

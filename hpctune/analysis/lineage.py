@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import UsageError
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.reader import read_study
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.policies import make_policy
 from hpctune.spec import ComponentSpec, StudySpec, study_context
 from hpctune.study.formatting import format_params, format_value

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpctune.analysis.params import Dimension, dimensions
 from hpctune.journal.best import trial_value
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.reader import StudyReader
-from hpctune.journal.state import TrialRecord
 from hpctune.study.space import FixedParam, SearchSpace
 from hpctune.study.states import TrialStatus
 

@@ -27,7 +27,9 @@ from typing import Any, TextIO
 
 from hpctune.analysis.summary import best_phrase, done_count, study_line, total_trials
 from hpctune.journal.best import peak_value
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.state import StudyRecord
+from hpctune.plugins import PluginError
 from hpctune.study.formatting import format_duration, format_params, format_value
 from hpctune.study.states import StudyState, TrialStatus
 
@@ -99,10 +101,10 @@ def work_left(record: StudyRecord) -> tuple[int, int]:
 def _forking(record: StudyRecord) -> bool:
     name = str(record.spec.get("policy", {}).get("name", ""))
     try:
-        from hpctune.policies import POLICIES
+        from hpctune.policies import policy_class
 
-        return POLICIES[name].traits.makes_configurations
-    except KeyError:  # an unknown policy (newer version): not forking, as far as we know
+        return policy_class(name).traits.makes_configurations
+    except PluginError:  # an unknown policy (newer version, gone): not forking, as far as we know
         return False
 
 

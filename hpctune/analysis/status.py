@@ -137,7 +137,7 @@ class StudyStatus:
         """The elastic plan a study with a deadline follows (none without one)."""
         if self.record.elastic_plan is None:
             return []
-        from hpctune.elastic.follow import format_plan_status, study_plan_status
+        from hpctune.elastic.status import format_plan_status, study_plan_status
 
         plan = study_plan_status(self.record)
         return [] if plan is None else format_plan_status(plan)

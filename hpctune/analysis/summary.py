@@ -13,7 +13,7 @@ from typing import Any
 
 from hpctune.analysis.lineage import schedule
 from hpctune.analysis.pareto import pareto_front
-from hpctune.elastic.follow import study_plan_status
+from hpctune.elastic.status import study_plan_status
 from hpctune.journal.best import (
     BestTrial,
     best_trial,

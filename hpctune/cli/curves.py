@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from hpctune.cli.common import EXIT_OK
+from hpctune.curves.registry import check_curve_model
 from hpctune.errors import UsageError
 
 
@@ -38,10 +39,12 @@ from hpctune.errors import UsageError
 )
 @click.option(
     "--model",
-    type=click.Choice(["amortised", "domhan"]),
     default="amortised",
     show_default=True,
-    help="Curve model: the amortised network, or Domhan et al.'s MCMC (--budget).",
+    metavar="NAME",
+    callback=lambda _ctx, _param, name: check_curve_model(name),
+    help="Curve model: the amortised network, Domhan et al.'s MCMC (--budget), another "
+    "package's, or MODULE:CLASS.",
 )
 @click.option(
     "--bounds",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpctune.cli.common import EXIT_OK, echo_lines, study_dir_argument, study_paths
+from hpctune.curves.registry import check_curve_model
 from hpctune.errors import UsageError
 
 if TYPE_CHECKING:
@@ -125,10 +126,12 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option(
     "--curve-model",
-    type=click.Choice(["amortised", "domhan"]),
     default="amortised",
     show_default=True,
-    help="Learning-curve model for POP and EarlyTerm (as [curves] model).",
+    metavar="NAME",
+    callback=lambda _ctx, _param, name: check_curve_model(name),
+    help="Learning-curve model for POP and EarlyTerm (as [curves] model): amortised, domhan, "
+    "another package's, or MODULE:CLASS.",
 )
 @click.option(
     "--fit-workers",

@@ -21,13 +21,14 @@ from hpctune.core.curves import CurveFits, ServiceFactory
 from hpctune.core.ingest import Ingest
 from hpctune.core.wire import Wire
 from hpctune.curves.fitter import FitOptions
+from hpctune.curves.service import CurveService
 from hpctune.errors import StorageError
 from hpctune.files import dumps
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
 from hpctune.journal.delta import state_delta
+from hpctune.journal.entities import SegmentRecord, TrialRecord, WorkerRecord
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.journal.store import JournalWriter
 from hpctune.policies import Event, Policy, StudyView, TrialView, make_policy
 from hpctune.policies.generators import Generator, Proposal, make_generator
@@ -108,8 +109,9 @@ class CoreBase:
             is cancelled (default ``HPCTUNE_STOP_GRACE`` or 300).
         on_progress: Called after every iteration with the controller.
         curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
-        curve_service: Builds the fit service when the policy wants predictions (the
-            controller's on the study directory, the simulator's answering from a trace).
+        curve_service: The fit service, or what builds it when the policy wants predictions
+            (:class:`~hpctune.core.curves.CurveFits`: the controller's on the study directory,
+            the simulator's answering from a trace).
         policy: Replaces the policy the spec names (e.g. one that is not registered).
         generator: Replaces the generator the spec names (e.g. one answered from a trace).
     """
@@ -131,7 +133,7 @@ class CoreBase:
         stop_grace: float | None,
         on_progress: Callable[[Any], None] | None,
         curve_options: FitOptions | None,
-        curve_service: ServiceFactory | None = None,
+        curve_service: CurveService | ServiceFactory | None = None,
         policy: Policy | None = None,
         generator: Generator | None = None,
     ) -> None:
@@ -452,7 +454,7 @@ class CoreBase:
         """A function that writes the assignment file of ``seg`` (the controller's)."""
         raise NotImplementedError
 
-    def live_workers(self) -> list[st.WorkerRecord]:
+    def live_workers(self) -> list[WorkerRecord]:
         """The workers not known to have ended."""
         return [w for w in self.state.workers.values() if w.state.is_alive]
 

@@ -36,7 +36,7 @@ from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import CurveService, FitJob, FitResult, read_result
 from hpctune.files import finite_or_none
 from hpctune.journal import records as rec
-from hpctune.journal.state import PredictionRef, TrialRecord
+from hpctune.journal.entities import PredictionRef, TrialRecord
 from hpctune.policies import Event, EventKind
 
 if TYPE_CHECKING:
@@ -56,8 +56,10 @@ class CurveFits:
     Args:
         controller: The controller whose trials are fitted (its spec, state, policy, journal).
         options: The fit options (``None``: the spec's ``[curves]``).
-        make_service: Builds the fit service when the policy wants predictions
-            (:meth:`start`); ``None``: the policy gets none.
+        service: The fit service: a function that builds it when the policy wants predictions
+            (:meth:`start`, the controller's, which reloads the journaled predictions from their
+            result files), or a service ready to use (the simulator's, which restores them
+            itself); ``None``: the policy gets none.
 
     Attributes:
         service: The fit service, once started.
@@ -70,12 +72,13 @@ class CurveFits:
         self,
         controller: CurvesHost,
         options: FitOptions | None,
-        make_service: ServiceFactory | None = None,
+        service: CurveService | ServiceFactory | None = None,
     ) -> None:
         self.c = controller
         self.options = options
-        self.make_service = make_service
-        self.service: CurveService | None = None
+        ready = service is not None and not callable(service)
+        self.service: CurveService | None = service if ready else None  # type: ignore[assignment]
+        self.make_service: ServiceFactory | None = None if ready else service  # type: ignore[assignment]
         self.predictions: dict[int, CurvePrediction] = {}
         self.calibration: StudyCalibration | None = StudyCalibration.named(
             controller.spec.curves.recalibrate
@@ -168,7 +171,7 @@ class CurveFits:
         values = [
             v for s, v in zip(trial.curve_steps, trial.curve_values, strict=True) if s <= step
         ]
-        if len(values) < service.options.min_points or len(values) >= self.c.spec.max_steps:
+        if len(values) < service.options.fewest_points or len(values) >= self.c.spec.max_steps:
             return None
         return FitJob.build(
             service.folder,

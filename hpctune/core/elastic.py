@@ -46,8 +46,7 @@ from hpctune.elastic.planner import PlanResult
 from hpctune.elastic.profile import Profile
 from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.entities import TrialRecord, WorkerRecord
 from hpctune.journal.usage import study_usage
 from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 
@@ -279,7 +278,7 @@ class ElasticFollower:
         """The devices of each worker the current stage runs on (``None``: the spec's)."""
         return self._size
 
-    def fits(self, worker: st.WorkerRecord, size: int | None = None) -> bool:
+    def fits(self, worker: WorkerRecord, size: int | None = None) -> bool:
         """True if ``worker`` has the size of the current stage (or ``size``); every worker
         fits a study whose workers are not sized."""
         size = self._size if size is None else size
@@ -305,7 +304,7 @@ class ElasticFollower:
             return self.c.spec.resources.slots
         return self._pool_target
 
-    def idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
+    def idle_to_release(self, idle: list[WorkerRecord]) -> list[WorkerRecord]:
         """The idle workers the policy has no work for that may go: all of them without a plan;
         with one, those beyond the next stage's workers less the workers still busy (the last
         to finish a stage wait for the next, as the plan's DAG holds them to the rung's SYNC)."""

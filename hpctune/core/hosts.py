@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from hpctune.core.pool import WorkerPool
     from hpctune.core.wire import Wire
     from hpctune.journal import records as rec
+    from hpctune.journal.entities import SegmentRecord, TrialRecord, WorkerRecord
     from hpctune.journal.memory import MemoryJournal
-    from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord, WorkerRecord
+    from hpctune.journal.state import StudyRecord
     from hpctune.journal.store import JournalWriter
     from hpctune.policies import Action, Event, Policy, StudyView
     from hpctune.policies.generators import Generator, Proposal

@@ -10,7 +10,7 @@ import numpy as np
 
 from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef
-from hpctune.journal.state import SegmentRecord, TrialRecord
+from hpctune.journal.entities import SegmentRecord, TrialRecord
 from hpctune.policies import Event
 from hpctune.study.metric_names import metric_name_problem
 from hpctune.study.states import Decision, SegmentStatus, StudyState, TrialStatus

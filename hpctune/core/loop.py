@@ -45,9 +45,9 @@ from hpctune.core.stages import StageTreeScheduling
 from hpctune.core.wire import Wire
 from hpctune.curves.service import CurveService
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
+from hpctune.journal.entities import SegmentRecord, TrialRecord, WorkerRecord
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.policies import (
     Action,
     ActionKind,
@@ -137,7 +137,7 @@ class SchedulingCore(CoreBase):
             stop_grace=math.inf,
             on_progress=None,
             curve_options=None,
-            curve_service=None if curve_service is None else lambda options: curve_service,
+            curve_service=curve_service,
             policy=policy,
             generator=generator,
         )
@@ -477,7 +477,7 @@ class SchedulingCore(CoreBase):
         message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
         self.after_commit(partial(self.wire.write_decision, message))
 
-    def idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
+    def idle_workers(self) -> tuple[list[WorkerRecord], int]:
         """The started workers without a segment (running ones first) and the free slots."""
         active = self.state.active_segments()
         busy = {s.worker_id for s in active}

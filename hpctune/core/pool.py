@@ -16,8 +16,7 @@ from hpctune.core.base import (
 )
 from hpctune.errors import SubmissionError
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
-from hpctune.journal.state import SegmentRecord
+from hpctune.journal.entities import SegmentRecord, WorkerRecord
 from hpctune.study.states import Decision, SegmentStatus, StudyState, WorkerLife
 from hpctune.wire.protocol import Heartbeat
 
@@ -134,7 +133,7 @@ class WorkerPool:
                 self.worker_gone(worker, WorkerLife.LOST, f"no {what} for {age:.0f} s", beat)
 
     def _track_runs(
-        self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
+        self, worker: WorkerRecord, beat: Heartbeat | None, state: WorkerState
     ) -> None:
         """Journal when each process of a worker ran (``running``/``down``), for accounting."""
         wid = worker.worker_id
@@ -228,7 +227,7 @@ class WorkerPool:
             if seg.decision:
                 self.c.decision_sent.setdefault(seg.segment_id, now)
 
-    def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
+    def _idle_worker(self, seg: SegmentRecord, worker: WorkerRecord) -> None:
         """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
         wid = worker.worker_id
         if seg.status is SegmentStatus.ASSIGNED:
@@ -254,9 +253,7 @@ class WorkerPool:
             )
             self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
 
-    def _check_report_timeout(
-        self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
-    ) -> None:
+    def _check_report_timeout(self, seg: SegmentRecord, worker: WorkerRecord, now: float) -> None:
         """End a running segment whose function has not reported for ``report_timeout`` s."""
         limit = self.c.spec.report_timeout
         last = self.c.last_event.setdefault(seg.segment_id, now)
@@ -301,7 +298,7 @@ class WorkerPool:
 
     def worker_gone(
         self,
-        worker: st.WorkerRecord,
+        worker: WorkerRecord,
         event: WorkerLife,
         reason: str,
         beat: Heartbeat | None,
@@ -389,7 +386,7 @@ class WorkerPool:
         for worker_id, info in infos.items():
             self.c.log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
 
-    def order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+    def order_exit(self, worker: WorkerRecord, reason: str) -> None:
         """Journal that ``worker`` is told to exit; the order is written after the commit."""
         self.c.log(rec.WorkerEntry(worker=worker.worker_id, event="stopping", reason=reason))
         order = partial(self.c.wire.write_assignment, worker.worker_id, None, reason)
@@ -454,7 +451,7 @@ class WorkerPool:
         return worker_id
 
 
-def _run_end(worker: st.WorkerRecord, beat: Heartbeat) -> float:
+def _run_end(worker: WorkerRecord, beat: Heartbeat) -> float:
     """When the worker's open run ended, as told by the heartbeat of a later process: the last
     beat of the process before it (the journal's run, or one it never saw), else its start."""
     since = worker.open_run

@@ -20,7 +20,7 @@ from hpctune.study.states import StudyState
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import SchedulingHost
-    from hpctune.journal.state import TrialRecord
+    from hpctune.journal.entities import TrialRecord
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import numpy as np
 from hpctune.core.scheduling import Scheduling
 from hpctune.journal import records as rec
 from hpctune.journal.best import best_checkpoint_rows
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.entities import TrialRecord
 from hpctune.policies import ActionKind, Event, StudyView
 from hpctune.stagetree.from_study import (
     answered_trials,

@@ -15,11 +15,12 @@ Rules:
 * **Failures are unknown predictions.** A failed fit is resubmitted once; after that (or for an
   unreadable file) the result is an unknown prediction. Nothing raises into the controller.
 
-Backends: for the amortised model :class:`InlineBackend` (fits at once in the controller's
-process, a batch per call: a prediction is there in the iteration that asked for it); for
-Domhan's model :class:`PoolBackend` (spawned processes of the controller) and the study's
-backend's jobs (:meth:`hpctune.backends.Backend.fit_backend`: on Slurm, submitit ``map_array``
-with several curves per task), which run :func:`run_fit_task`. All call
+Backends: for a batched curve model (:attr:`~hpctune.curves.curve_model.CurveModel.batched`:
+the amortised one) :class:`InlineBackend` (fits at once in the controller's process, a batch
+per call: a prediction is there in the iteration that asked for it); for the others (Domhan's)
+:class:`PoolBackend` (spawned processes of the controller) and the study's backend's jobs
+(:meth:`hpctune.backends.Backend.fit_backend`: on Slurm, submitit ``map_array`` with several
+curves per task), which run :func:`run_fit_task`. All call
 :func:`~hpctune.curves.fitter.fit_many`.
 """
 
@@ -42,9 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.curves.curve_model import CurveModel
 from hpctune.curves.fitter import CurveRequest, FitOptions, fit_many
 from hpctune.curves.options import JOB_BACKENDS, CurvesSpec
 from hpctune.curves.predict import CurvePrediction
+from hpctune.curves.registry import make_curve_model
 from hpctune.files import read_json, write_json_atomic
 from hpctune.study.seeding import component_seed
 from hpctune.study.states import Mode
@@ -294,8 +297,9 @@ class PoolBackend(FitBackend):
 
 
 class InlineBackend(FitBackend):
-    """Fits run at once in the controller's process, a whole batch in one call (the amortised
-    model: about a millisecond per curve, so a pool would only add start-up and lag)."""
+    """Fits run at once in the controller's process, a whole batch in one call (a batched curve
+    model, the amortised one: about a millisecond per curve, so a pool would only add start-up
+    and lag)."""
 
     name = "inline"
 
@@ -361,12 +365,13 @@ class CurveService:
         self.folder = Path(folder)
         self.spec = spec
         self.options = options or FitOptions(model=spec.model, budget=spec.budget)
+        self.model: CurveModel = make_curve_model(self.options.model)
         self.in_job = in_job
         self._make_jobs = jobs_backend
         self._clock = clock
         self.pool: FitBackend = (
             InlineBackend(self.options)
-            if self.options.model == "amortised"
+            if self.model.batched
             else PoolBackend(spec.workers, self.options)
         )
         self.jobs: FitBackend | None = None
@@ -461,8 +466,8 @@ class CurveService:
         return results
 
     def _choose(self, ready: int) -> FitBackend:
-        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`); the
-        amortised model always fits inline."""
+        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`); a
+        batched curve model always fits inline."""
         if isinstance(self.pool, InlineBackend):
             return self.pool
         backlog = (ready + len(self._pending)) * self.fit_seconds / self.spec.workers

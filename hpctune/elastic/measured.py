@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from hpctune.elastic.experiment import ExperimentSpec, bracket_trials, experiment_from_study
 from hpctune.elastic.planner import PlanResult
 from hpctune.errors import HpctuneError
-from hpctune.journal.state import SegmentRecord, StudyRecord
+from hpctune.journal.entities import SegmentRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.spec import StudySpec
 
 

@@ -3,8 +3,9 @@ reading it (the public read API is :func:`hpctune.open_study`, :mod:`hpctune.api
 
 from __future__ import annotations
 
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.reader import JOURNAL_DIR, Curve, StudyReader, load_state, read_study
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.journal.store import JournalReader, JournalWriter
 
 __all__ = [

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.study.states import TrialStatus
 
 BEST_MODES = ("peak", "last")

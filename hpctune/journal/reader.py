@@ -24,15 +24,15 @@ import numpy as np
 from hpctune.errors import JournalError, UnknownNameError
 from hpctune.journal.best import BestTrial, describe_best, peak_value
 from hpctune.journal.checkpoints import ReadRows
+from hpctune.journal.curve_rows import valid_rows
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
     LOG_KINDS,
     StudyRecord,
-    TrialRecord,
     decode_data,
     inherit_prefix_curves,
-    valid_rows,
 )
 from hpctune.journal.store import DAMAGED_HINT, FORMAT_MINOR, FORMAT_VERSION, JournalReader
 from hpctune.study.states import Mode, as_mode

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
+from hpctune.journal.entities import SegmentRecord, TrialRecord
+from hpctune.journal.state import StudyRecord
 
 
 @dataclass(frozen=True)

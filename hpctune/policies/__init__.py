@@ -1,22 +1,21 @@
 """Pure policies (schedulers) and configuration generators.
 
 Policies decide what runs; generators propose hyperparameter configurations. Both are pure: no
-I/O, no Slurm, no clock. See :mod:`hpctune.policies._base` for the interface.
+I/O, no Slurm, no clock. See :mod:`hpctune.policies._base` for the interface and
+:mod:`hpctune.policies.registry` for how a policy is found by name (hpctune's own, another
+package's, or ``MODULE:CLASS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from hpctune.policies._base import (
     Action,
     ActionKind,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -33,50 +32,9 @@ from hpctune.policies.median import MedianStoppingPolicy
 from hpctune.policies.pbt import PbtPolicy
 from hpctune.policies.pbt_truncation import TruncationPbtPolicy
 from hpctune.policies.pop import PopPolicy
+from hpctune.policies.registry import POLICIES, make_policy, policy_class, policy_names
 from hpctune.policies.replay import ReplayPolicy
 from hpctune.policies.sha import ShaPolicy
-
-POLICIES: Mapping[str, type[Policy]] = {
-    DefaultPolicy.name: DefaultPolicy,
-    BanditPolicy.name: BanditPolicy,
-    ShaPolicy.name: ShaPolicy,
-    AshaPolicy.name: AshaPolicy,
-    HyperbandPolicy.name: HyperbandPolicy,
-    MedianStoppingPolicy.name: MedianStoppingPolicy,
-    PopPolicy.name: PopPolicy,
-    EarlyTermPolicy.name: EarlyTermPolicy,
-    HybridPolicy.name: HybridPolicy,
-    PbtPolicy.name: PbtPolicy,
-    TruncationPbtPolicy.name: TruncationPbtPolicy,
-    ReplayPolicy.name: ReplayPolicy,
-}
-
-
-def policy_names(**traits: bool) -> list[str]:
-    """The registered policies whose :class:`PolicyTraits` have the given values, e.g.
-    ``policy_names(rungs_known=True)``."""
-    return [
-        name
-        for name, cls in POLICIES.items()
-        if all(getattr(cls.traits, key) == value for key, value in traits.items())
-    ]
-
-
-def make_policy(name: str, options: Mapping[str, Any], context: StudyContext) -> Policy:
-    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``)
-    for the study ``context`` (:func:`hpctune.spec.study_context`).
-
-    Raises:
-        OptionError: The name is unknown or an option is invalid (``key`` names which).
-    """
-    if name not in POLICIES:
-        raise OptionError(
-            "name", f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-        )
-    cls = POLICIES[name]
-    parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
-    return cls(context, parsed)  # type: ignore[call-arg]
-
 
 __all__ = [
     "POLICIES",
@@ -84,7 +42,6 @@ __all__ = [
     "ActionKind",
     "AshaPolicy",
     "BanditPolicy",
-    "Decision",
     "DefaultPolicy",
     "EarlyTermPolicy",
     "Event",
@@ -95,6 +52,7 @@ __all__ = [
     "OptionError",
     "PbtPolicy",
     "Policy",
+    "PolicyDecision",
     "PolicyTraits",
     "PopPolicy",
     "ReplayPolicy",
@@ -105,5 +63,6 @@ __all__ = [
     "TruncationPbtPolicy",
     "make_policy",
     "parse_options",
+    "policy_class",
     "policy_names",
 ]

@@ -23,10 +23,10 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -260,10 +260,10 @@ class SyncHalvingPolicy(Policy):
             room -= take
         return out
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Halve complete rungs and fill free slots on SLOT_FREE; nothing else."""
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -302,7 +302,7 @@ class SyncHalvingPolicy(Policy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return Decision.of(actions + placing)
+        return PolicyDecision.of(actions + placing)
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator

@@ -24,11 +24,11 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
 )
-from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.study.states import Decision
@@ -130,13 +130,6 @@ class AshaBracket:
                 self._new_values[index].append([trial_id, value])
             return decision
         return Decision.CONTINUE
-
-    def rung_of(self, trial_id: int) -> int | None:
-        """The highest milestone ``trial_id`` was recorded at, ``None`` if none."""
-        for milestone, recorded in self.rungs:
-            if trial_id in recorded:
-                return milestone
-        return None
 
     def state_dict(self) -> dict[str, Any]:
         """The recorded values (lists, JSON-able) and the stopped trials."""

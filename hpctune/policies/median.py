@@ -23,10 +23,10 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -383,16 +383,16 @@ class MedianStoppingPolicy(Policy):
         index.sync(view)
         return index
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots FIFO on SLOT_FREE; apply the rule at a BOUNDARY."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self._fifo(view, event.free_slots))
+            return PolicyDecision.of(self._fifo(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return Decision()
-        return Decision.of([self._rule(view, trial, int(event.step or trial.step))])
+            return PolicyDecision()
+        return PolicyDecision.of([self._rule(view, trial, int(event.step or trial.step))])
 
     def _rule(self, view: StudyView, trial: TrialView, step: int) -> Action:
         o = self.options

@@ -61,7 +61,8 @@ from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.measured import study_latencies
 from hpctune.elastic.profile import Profile
 from hpctune.errors import HpctuneError, Interrupted
-from hpctune.journal.state import SegmentRecord, StudyRecord
+from hpctune.journal.entities import SegmentRecord
+from hpctune.journal.state import StudyRecord
 from hpctune.profiler.from_traces import read_steps
 from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
 from hpctune.study.states import TrialStatus

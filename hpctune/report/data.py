@@ -207,15 +207,6 @@ def _predictions(study: StudyReader) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _log_records(study: StudyReader, kind: str) -> list[tuple[float, dict[str, Any]]]:
-    log = study.journal.table("log")
-    return [
-        (float(t), decode_data(str(d)))
-        for k, t, d in zip(log["kind"], log["time"], log["data"], strict=True)
-        if k == kind
-    ]
-
-
 def _pools(study: StudyReader) -> dict[str, Any] | None:
     """POP's promising and opportunistic slots over time, from its journaled policy states."""
     log = study.journal.table("log")

@@ -2,7 +2,8 @@
 
 HyperDrive's simulator (§7.1 of the paper) in hpctune's terms: a
 :class:`~hpctune.simulator.traces.Trace`
-is the workload, the policy is any of :data:`hpctune.policies.POLICIES`, and the engine plays
+is the workload, the policy is any :func:`hpctune.policies.make_policy` builds (hpctune's own,
+another package's, ``MODULE:CLASS``), and the engine plays
 the controller and the workers with their rules, so that what is measured here is what runs on
 the cluster. See ``docs/traces.md``.
 

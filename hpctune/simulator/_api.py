@@ -81,7 +81,8 @@ def simulate(
 
     Args:
         trace: A :class:`Trace` or the path of a trace file.
-        policy: A name of :data:`hpctune.policies.POLICIES`, or a policy object.
+        policy: A policy name (:func:`hpctune.policies.make_policy`: hpctune's own, another
+            package's, or ``MODULE:CLASS``), or a policy object.
         options: The policy's options (as under ``[policy]``), with a name.
         slots: Workers at once.
         seed: The configuration order and the policy's random numbers.

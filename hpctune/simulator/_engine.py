@@ -345,9 +345,9 @@ class Simulator:
     def restart_controller(self) -> None:
         """Replace the controller with a new one built from what the journal holds, as a killed
         controller resumed: its state, the policy's, the read positions of the workers' event
-        lines; the workers go on and are adopted. For registered policies only."""
+        lines; the workers go on and are adopted. The new policy is built as the old one was
+        (its class, options and study)."""
         from hpctune.journal.reader import load_state
-        from hpctune.policies import make_policy
 
         self.controller.curves.close()
         record = load_state(self.journal)
@@ -360,7 +360,7 @@ class Simulator:
             self.workers.wire,
             self.workers.executor,
             self.clock,
-            policy=make_policy(self.policy.name, _options_dict(self.policy), self.policy.context),
+            policy=type(self.policy).from_options(self.policy.context, _options_dict(self.policy)),
             generator=self.generator,
             curve_service=self.curves,  # type: ignore[arg-type]
             worker_timeout=self.config.faults.worker_timeout,

@@ -221,8 +221,3 @@ class SlurmExecutor(Executor):
         except (OSError, subprocess.SubprocessError) as exc:
             logger.warning("scancel %s failed: %s", job, exc)
         self.queue.refresh(force=True)
-
-
-def in_slurm_job() -> bool:
-    """True inside a Slurm job."""
-    return "SLURM_JOB_ID" in os.environ

@@ -16,7 +16,7 @@ decision is checked (:data:`CHECKS`, in this order):
 * ``restart``: the policy restored from the journaled state before the decision decides as the
   policy that ran uninterrupted, and ends in the same state;
 * ``slots``: no more START/RESUME/FORK actions than free slots on SLOT_FREE;
-* ``legal``: a :class:`~hpctune.policies.Decision` of only actions the controller carries out
+* ``legal``: a :class:`~hpctune.policies.PolicyDecision` of only actions the controller carries out
   (:func:`action_problem`).
 
 A failure raises :class:`ConformanceError` naming the policy, the check, the event and the seed
@@ -25,7 +25,6 @@ that reproduces it.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import numbers
@@ -45,19 +44,19 @@ from hpctune.curves.predict import CurvePrediction
 from hpctune.errors import UsageError
 from hpctune.files import dumps
 from hpctune.journal.delta import apply_delta
+from hpctune.plugins import find
 from hpctune.policies import POLICIES, make_policy
 from hpctune.policies._base import (
     Action,
     ActionKind,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
-    parse_options,
 )
 from hpctune.study.space import SearchSpace
 from hpctune.study.states import TrialStatus
@@ -268,7 +267,7 @@ def action_problem(view: StudyView, event: Event, actions: Any) -> tuple[str, st
     """The first check (``slots`` or ``legal``) ``actions`` fail for ``event`` on ``view``, and
     why; ``None`` if the controller can carry them all out.
 
-    Legal: a list (or a :class:`Decision`'s tuple) of :class:`Action`; START, RESUME and FORK
+    Legal: a list (or a :class:`PolicyDecision`'s tuple) of :class:`Action`; START, RESUME and FORK
     only on SLOT_FREE, at most ``free_slots`` of them, and no more STARTs without parameters
     than ``trials_remaining``;
     RESUME of a QUEUED or SUSPENDED trial, once, ``until_step`` after its checkpoint; FORK of an
@@ -534,8 +533,8 @@ class _Run:
                 f"after the same decision the uninterrupted policy's state is {after} but the "
                 f"restored one's is {after_restored}",
             )
-        if not isinstance(ours, Decision):
-            self._fail("legal", f"decide returned a {type(ours).__name__}, not a Decision")
+        if not isinstance(ours, PolicyDecision):
+            self._fail("legal", f"decide returned a {type(ours).__name__}, not a PolicyDecision")
         actions = list(ours.actions)
         problem = action_problem(view, event, actions)
         if problem is not None:
@@ -664,7 +663,7 @@ class _Run:
             decision=self.index,
             view=self.view,
             actions=list(actions.actions)
-            if isinstance(actions, Decision)
+            if isinstance(actions, PolicyDecision)
             else actions
             if isinstance(actions, list)
             else None,
@@ -706,7 +705,7 @@ def _key(result: Any) -> Any:
     """A comparable form of a decision's result (its actions and hold, or the exception)."""
     if isinstance(result, BaseException):
         return ("raised", type(result).__name__, str(result))
-    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
+    if not isinstance(result, PolicyDecision) or not isinstance(result.actions, tuple):
         return ("returned", repr(result))
     return ([_action_key(a) for a in result.actions], repr(result.hold_idle_workers))
 
@@ -734,7 +733,7 @@ def _plain(value: Any) -> str:
 def _show(result: Any) -> str:
     if isinstance(result, BaseException):
         return f"raised {_exception_text(result)}"
-    if not isinstance(result, Decision) or not isinstance(result.actions, tuple):
+    if not isinstance(result, PolicyDecision) or not isinstance(result.actions, tuple):
         return repr(result)
     hold = ", holding idle workers" if result.hold_idle_workers else ""
     return "[" + ", ".join(describe_action(a) for a in result.actions) + "]" + hold
@@ -746,32 +745,26 @@ def _show(result: Any) -> str:
 def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[StudyContext], Policy]:
     """The factory ``hpctune check-policy TARGET --options JSON`` checks.
 
-    ``TARGET`` is a registered policy name (``asha``) or ``MODULE:NAME``: a :class:`Policy`
-    subclass (built as ``cls(context, options)`` from its ``Options`` dataclass when it has
-    one, as ``[policy]`` options are, else as ``cls(context)``) or a function returning a
-    policy (called with the options and ``context``, the :class:`StudyContext`, as keyword
-    arguments).
+    ``TARGET`` is a policy of the registry (:func:`hpctune.policies.make_policy`: a registered
+    name such as ``asha``, another package's, or ``MODULE:CLASS`` of a :class:`Policy`
+    subclass, built from its ``Options`` dataclass as ``[policy]`` options are) or
+    ``MODULE:FUNCTION``, a function returning a policy (called with the options and
+    ``context``, the :class:`StudyContext`, as keyword arguments).
     Modules are imported with the current directory on ``sys.path``.
 
     Raises:
         UsageError: The target cannot be imported, is no policy, or refuses the options.
     """
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    found = find("policy", target, POLICIES)
     factory: Callable[[StudyContext], Policy]
-    if ":" not in target:
-        if target not in POLICIES:
-            raise UsageError(
-                f"{target!r} is neither a registered policy ({', '.join(POLICIES)}) nor "
-                "MODULE:CLASS_OR_FACTORY"
-            )
+    if isinstance(found, type) and issubclass(found, Policy):
         factory = lambda context: make_policy(target, options, context)  # noqa: E731
+    elif isinstance(found, type) or not callable(found):
+        raise UsageError(f"{target} is not a Policy subclass or a function returning one")
     else:
-        obj = _import_target(target)
-        if isinstance(obj, type) and issubclass(obj, Policy):
-            factory = _class_factory(obj, options, target)
-        elif isinstance(obj, type) or not callable(obj):
-            raise UsageError(f"{target} is not a Policy subclass or a function returning one")
-        else:
-            factory = lambda context: obj(context=context, **options)  # noqa: E731
+        factory = lambda context: found(context=context, **options)  # noqa: E731
     try:
         policy = factory(PROBE_CONTEXT)
     except (OptionError, TypeError, ValueError) as exc:
@@ -779,33 +772,3 @@ def policy_factory(target: str, options: Mapping[str, Any]) -> Callable[[StudyCo
     if not isinstance(policy, Policy):
         raise UsageError(f"{target} returned a {type(policy).__name__}, not a Policy")
     return factory
-
-
-def _import_target(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
-    for part in attribute.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"module {module_name!r} has no {attribute!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _class_factory(
-    cls: type[Policy], options: Mapping[str, Any], target: str
-) -> Callable[[StudyContext], Policy]:
-    options_type = getattr(cls, "Options", None)
-    if options_type is None:
-        if options:
-            raise UsageError(f"{target} has no Options dataclass, so it takes no options")
-        return cls
-    try:
-        parsed = parse_options(options_type, options)
-    except OptionError as exc:
-        raise UsageError(f"{target}: option {exc}") from exc
-    return lambda context: cls(context, parsed)  # type: ignore[call-arg]

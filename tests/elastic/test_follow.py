@@ -32,7 +32,6 @@ from hpctune.elastic.follow import (
     load_study_profile,
     measured_profile,
     plan_record,
-    plan_status,
     plan_study,
     replan,
     study_cost_model,
@@ -41,6 +40,7 @@ from hpctune.elastic.measured import study_decisions, study_latencies
 from hpctune.elastic.planner import PlanResult
 from hpctune.elastic.profile import Profile
 from hpctune.elastic.report import format_plan
+from hpctune.elastic.status import plan_status
 from hpctune.errors import StudySpecError
 from hpctune.journal.state import StudyRecord
 from hpctune.spec import load_spec, with_deadline

@@ -19,11 +19,11 @@ from hpctune.policies import (
     HyperbandPolicy,
     MedianStoppingPolicy,
     PbtPolicy,
+    PolicyDecision,
     PopPolicy,
     ShaPolicy,
     TruncationPbtPolicy,
 )
-from hpctune.policies import Decision as PolicyDecision
 from hpctune.policies._base import Action, Event, EventKind, StudyView, TrialView
 from hpctune.policies._common import best_until, last_step
 from hpctune.policies._fitness import Objective, compare, fitness

@@ -25,11 +25,11 @@ from hpctune.policies import (
     POLICIES,
     Action,
     AshaPolicy,
-    Decision,
     DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     StudyContext,
     StudyView,
     TruncationPbtPolicy,
@@ -125,10 +125,10 @@ class OverPlacing(DefaultPolicy):
 
     name: ClassVar[str] = "over-placing"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of([Action.start() for _ in range(event.free_slots + 1)])
-        return Decision()
+            return PolicyDecision.of([Action.start() for _ in range(event.free_slots + 1)])
+        return PolicyDecision()
 
 
 class Reading(DefaultPolicy):
@@ -137,7 +137,7 @@ class Reading(DefaultPolicy):
     name: ClassVar[str] = "reading"
     action: ClassVar[Callable[[], Any]] = staticmethod(lambda: open(os.devnull).close())
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.REPORT:
             with contextlib.suppress(OSError):  # swallowing the refusal hides nothing
                 type(self).action()
@@ -149,9 +149,9 @@ class ClockReading(DefaultPolicy):
 
     name: ClassVar[str] = "clock-reading"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE and time.monotonic() < 0:
-            return Decision()
+            return PolicyDecision()
         return super().decide(view, event, rng)
 
 
@@ -164,7 +164,7 @@ class SetState(DefaultPolicy):
         super().__init__(context)
         self.seen: set[int] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.trial_id is not None:
             self.seen.add(event.trial_id)
         return super().decide(view, event, rng)
@@ -182,7 +182,7 @@ class Forgetful(DefaultPolicy):
         super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -202,11 +202,11 @@ class HiddenState(DefaultPolicy):
         super().__init__(context)
         self.started = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is not EventKind.SLOT_FREE or self.started:
-            return Decision()
+            return PolicyDecision()
         self.started = True
-        return Decision.of([Action.start()])
+        return PolicyDecision.of([Action.start()])
 
 
 class Nondeterministic(DefaultPolicy):
@@ -214,9 +214,9 @@ class Nondeterministic(DefaultPolicy):
 
     name: ClassVar[str] = "nondeterministic"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return Decision.of([Action.continue_(event.trial_id, priority=random.random())])
+            return PolicyDecision.of([Action.continue_(event.trial_id, priority=random.random())])
         return super().decide(view, event, rng)
 
 
@@ -225,9 +225,9 @@ class TerminatesEnded(DefaultPolicy):
 
     name: ClassVar[str] = "terminates-ended"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         done = view.with_status(TrialStatus.COMPLETED)
-        return Decision.of(
+        return PolicyDecision.of(
             [Action.terminate(t.trial_id) for t in done]
             + list(super().decide(view, event, rng).actions)
         )
@@ -239,22 +239,24 @@ class Misplacing(DefaultPolicy):
     name: ClassVar[str] = "misplacing"
     mistake: ClassVar[str] = "resume-running"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         running = view.with_status(TrialStatus.RUNNING)
         if self.mistake == "start-at-boundary" and event.kind is EventKind.BOUNDARY:
-            return Decision.of([Action.start()])
+            return PolicyDecision.of([Action.start()])
         if self.mistake == "continue-other" and event.kind is EventKind.BOUNDARY:
-            return Decision.of([Action.continue_(t.trial_id) for t in running])
+            return PolicyDecision.of([Action.continue_(t.trial_id) for t in running])
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         if self.mistake == "resume-running" and running:
-            return Decision.of([Action.resume(running[0].trial_id)])
+            return PolicyDecision.of([Action.resume(running[0].trial_id)])
         if self.mistake == "fork-without-checkpoint":
             bare = [t for t in view.trials.values() if t.checkpoint_step is None]
-            return Decision.of([Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else [])
+            return PolicyDecision.of(
+                [Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else []
+            )
         if self.mistake == "too-many-starts":
-            return Decision.of([Action.start() for _ in range(event.free_slots)])
-        return Decision()
+            return PolicyDecision.of([Action.start() for _ in range(event.free_slots)])
+        return PolicyDecision()
 
 
 class Raising(DefaultPolicy):
@@ -262,9 +264,9 @@ class Raising(DefaultPolicy):
 
     name: ClassVar[str] = "raising"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.PREDICTION:
-            return Decision.of([Action.terminate(view.predictions[event.trial_id or 0].n)])
+            return PolicyDecision.of([Action.terminate(view.predictions[event.trial_id or 0].n)])
         return super().decide(view, event, rng)
 
 
@@ -388,7 +390,7 @@ class Mutating(DefaultPolicy):
     name: ClassVar[str] = "mutating"
     how: ClassVar[str] = "params"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         trial = view.trials.get(event.trial_id) if event.trial_id is not None else None
         if trial is not None and self.how == "params":
             trial.params["seen"] = True  # type: ignore[index]
@@ -563,7 +565,7 @@ def test_check_policy_command_takes_factories_and_class_options(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nosuch"], "neither a registered policy"),
+        (["nosuch"], "unknown policy 'nosuch'"),
         (["nosuch_module:Policy"], "cannot import 'nosuch_module'"),
         (["hpctune.policies:NoSuch"], "has no 'NoSuch'"),
         (["hpctune.policies:POLICIES"], "not a Policy subclass"),

@@ -17,13 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctune.errors import StudySpecError
-from hpctune.journal.state import (
-    CHECKPOINT_DELETED,
-    SEGMENT_ASSIGNED,
-    TRIAL_CREATED,
-    StudyRecord,
-    TrialRecord,
-)
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.state import CHECKPOINT_DELETED, SEGMENT_ASSIGNED, TRIAL_CREATED, StudyRecord
 from hpctune.policies import (
     ActionKind,
     Event,

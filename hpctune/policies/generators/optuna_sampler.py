@@ -109,7 +109,7 @@ class OptunaOptions:
 
 def sampler_class(name: str) -> type[optuna.samplers.BaseSampler]:
     """The Optuna sampler class of ``name`` (a key of :data:`SAMPLERS`)."""
-    import optuna
+    import optuna  # here, not at the top: importing optuna costs every command start-up time
 
     return getattr(optuna.samplers, SAMPLERS[name])  # type: ignore[no-any-return]
 
@@ -284,6 +284,7 @@ class OptunaGenerator(Generator):
         self, space: SearchSpace, seed: int, options: OptunaOptions | None = None
     ) -> None:
         super().__init__(space, seed, options or OptunaOptions(self.sampler_name or "tpe"))
+        # here, not at the top: _optuna_space imports optuna (start-up time)
         from hpctune.policies.generators._optuna_space import all_dimensions
 
         self.dimensions = {d.name: d for d in all_dimensions(space)}
@@ -319,7 +320,7 @@ class OptunaGenerator(Generator):
         The proposal's ``info`` holds the sampler's system attributes of the new trial (and the
         study attributes it changed), which later rebuilds put back.
         """
-        import optuna
+        import optuna  # here, not at the top: start-up time (as _optuna_space, which imports it)
 
         from hpctune.policies.generators._optuna_space import draw_config
 
@@ -396,7 +397,7 @@ class OptunaGenerator(Generator):
         number: int,
     ) -> Any:
         """The Optuna trial standing for ``trial`` (``None``: left out)."""
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # here, not at the top: start-up time
 
         from hpctune.policies.generators._optuna_space import TrialTemplate, encode_config
 
@@ -441,7 +442,7 @@ class OptunaGenerator(Generator):
         pending: str,
         liar: float | None,
     ) -> tuple[Any, tuple[float, ...] | None]:
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # here, not at the top: start-up time
 
         ended = trial.status in _FINAL
         if len(objectives) > 1:
