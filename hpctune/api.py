@@ -1,4 +1,5 @@
-"""hpctune from Python: open, launch, resume and replay studies (the command line calls these).
+"""hpctune from Python: open, launch, resume and replay studies, compare policies in the
+simulator (the command line calls these).
 
 >>> spec = load_spec("jobs/digits/study.toml")                    # doctest: +SKIP
 >>> study = launch(spec, local=True)                              # doctest: +SKIP
@@ -17,7 +18,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hpctune.analysis.lineage import replay_spec
 from hpctune.analysis.pareto import FrontTrial, pareto_front
@@ -34,6 +35,9 @@ from hpctune.spec import StudySpec, load_spec, with_deadline
 from hpctune.study.states import StudyState
 from hpctune.wire.asktell import AskedTrial, AskTellClient
 from hpctune.wire.layout import StudyPaths
+
+if TYPE_CHECKING:
+    from hpctune.simulator import Comparison, SimulationOptions
 
 
 class Study(StudyReader):
@@ -237,6 +241,33 @@ def replay_study(
     return create_study(spec), plan
 
 
+def simulate(
+    options: SimulationOptions, *, on_run: Callable[[str, int], None] | None = None
+) -> Comparison:
+    """Compare policies on a trace in simulated time, as ``hpctune simulate`` does.
+
+    >>> from hpctune.simulator import SimulationOptions, SimulatorConfig     # doctest: +SKIP
+    >>> options = SimulationOptions(Path("benchmarks/traces/digits.h5"),     # doctest: +SKIP
+    ...     (("asha", {}), ("pop", {})), slots=4, seeds=8,
+    ...     config=SimulatorConfig(queue_wait=30))
+    >>> simulate(options).result.summary["asha"]["time_to_target"]           # doctest: +SKIP
+
+    Args:
+        options: The trace, the policies, slots, seeds and the simulated study's costs.
+        on_run: Called with the policy's label and the seed after each run (progress).
+
+    Returns:
+        The runs and their summaries (:meth:`Comparison.to_dict` is ``simulate --json``).
+
+    Raises:
+        SimulatorError: An option, a policy or one of its options is invalid.
+        TraceError: The trace file cannot be read.
+    """
+    from hpctune.simulator import compare  # the simulator only where it is used: start-up
+
+    return compare(options, on_run=on_run)
+
+
 __all__ = [
     "Study",
     "launch",
@@ -245,4 +276,5 @@ __all__ = [
     "replay_study",
     "resume",
     "run_here",
+    "simulate",
 ]

@@ -267,6 +267,64 @@ def test_export_csv_tensorboard_and_mlflow(finished: tuple[Study, str], tmp_path
         os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
 
 
+def test_export_formats_come_from_one_registry_with_other_packages_formats(
+    finished: tuple[Study, str], tmp_path: Path
+) -> None:
+    """Default names as documented; an unknown format exits 2 with the known ones; another
+    package's format works by its entry point (hpctune.exports) or as MODULE:ATTRIBUTE."""
+    import os
+    import subprocess
+    import sys
+
+    from hpctune.export import default_path, find_format, format_names
+    from tests.conftest import hpctune_env
+
+    study, _ = finished
+    expected = {"csv": "csv", "hdf5": "h5", "optuna": "optuna.log", "tensorboard": "tb"}
+    expected["mlflow"] = "mlruns"
+    for name, suffix in expected.items():
+        path = default_path(study, find_format(name))
+        assert path == study.directory / "export" / f"test.{suffix}"
+    assert format_names()[:5] == list(expected)
+    out = run_hpctune("export", str(study.directory), "--format", "csv", check=True).stdout
+    folder = study.directory / "export" / "test.csv"
+    assert out.splitlines() == [
+        f"wrote {folder / 'trials.csv'}",
+        f"wrote {folder / 'metrics.csv'}",
+    ]
+    wrong = run_hpctune("export", str(study.directory), "--format", "cvs")
+    assert wrong.returncode == 2
+    assert "did you mean 'csv'" in wrong.stderr
+    assert "hdf5, optuna, tensorboard, mlflow" in wrong.stderr
+
+    plugins = Path(__file__).resolve().parent / "plugins"
+    site = tmp_path / "site" / "hpctune_toy_export-0.1.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hpctune-toy-export\nVersion: 0.1\n"
+    )
+    (site / "entry_points.txt").write_text("[hpctune.exports]\ntoy = hpctune_toy_export:TOY\n")
+    path = os.pathsep.join([str(site.parent), str(plugins), os.environ.get("PYTHONPATH", "")])
+    env = {**hpctune_env(), "PYTHONPATH": path}
+
+    def export(fmt: str, *more: str) -> subprocess.CompletedProcess[str]:
+        args = ["export", str(study.directory), "--format", fmt, *more]
+        command = [sys.executable, "-m", "hpctune.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+    toy = export("toy")
+    assert toy.returncode == 0, toy.stderr
+    written = study.directory / "export" / "test.toy.json"
+    assert toy.stdout.splitlines() == [f"wrote {written} (12 trials)"]
+    assert json.loads(written.read_text()) == {"study": "test", "trials": list(range(12))}
+    by_reference = export("hpctune_toy_export:TOY", "--out", str(tmp_path / "t.json"))
+    assert by_reference.returncode == 0, by_reference.stderr
+    assert json.loads((tmp_path / "t.json").read_text())["trials"] == list(range(12))
+    refused = export("hpctune_toy_export:NOT_A_FORMAT")
+    assert refused.returncode == 2
+    assert "not an hpctune.export.ExportFormat" in refused.stderr
+
+
 def test_compare_status_watch_and_the_live_display(
     finished: tuple[Study, str], tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from hpctune.policies import (
 from hpctune.simulator import (
     PredictionCache,
     SimClock,
+    SimulationOptions,
     SimulatorConfig,
     SimulatorError,
     quantiles,
@@ -340,6 +341,56 @@ def test_cli_simulate_prints_a_table_and_documented_json(
     assert len(segments) > 128  # promoted trials run several segments
     assert entry["runs"][0]["decisions"][0]["kind"] == "terminate"
     assert doc["config"]["recalibrate"] == "none"
+
+
+def test_the_python_api_takes_the_options_simulate_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hpctune simulate` fills a SimulationOptions from its options; hpctune.api.simulate
+    with the same options gives the same comparison."""
+    from hpctune import api
+
+    trace_path = tmp_path / "small.h5"
+    Trace.load(DIGITS_TRACE).subset(range(24)).save(trace_path)
+    args = ["simulate", "--trace", str(trace_path), "--slots", "2", "--seeds", "2"]
+    args += ["--policy", "default", "--policy", "asha", "--option", "asha.reduction_factor=3"]
+    args += ["--queue-wait", "5", "--boundary", "2", "--budget", "50", "--json"]
+    assert main(args) == 0
+    from_cli = json.loads(capsys.readouterr().out)
+    options = SimulationOptions(
+        trace=trace_path,
+        policies=(("default", {}), ("asha", {"reduction_factor": 3})),
+        slots=2,
+        seeds=2,
+        budget=50.0,
+        config=SimulatorConfig(queue_wait=5.0, boundary=2),
+    )
+    runs: list[tuple[str, int]] = []
+    comparison = api.simulate(options, on_run=lambda label, seed: runs.append((label, seed)))
+    asha = "asha(reduction_factor=3)"
+    assert runs == [("default", 0), ("default", 1), (asha, 0), (asha, 1)]
+    assert from_cli["config"]["queue_wait"] == 5.0
+    assert from_cli["config"]["boundary"] == 2
+    assert json.dumps(comparison.to_dict(), sort_keys=True) == json.dumps(from_cli, sort_keys=True)
+    assert comparison.lines()[0].startswith(f"trace {trace_path}: 24 configurations x 30 epochs")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"policies": ()}, "policies must name at least one policy"),
+        ({"slots": 0}, "slots must be >= 1, but got 0"),
+        ({"seeds": 0}, "seeds must be >= 1, but got 0"),
+        ({"generator_options": {"n_startup": 3}}, "generator_options are given without"),
+        ({"fit_workers": -1}, "fit_workers must be >= 0"),
+    ],
+)
+def test_simulation_options_refuse_what_cannot_run(changes: dict[str, Any], message: str) -> None:
+    from hpctune import api
+
+    fields: dict[str, Any] = {"trace": DIGITS_TRACE, "policies": (("default", {}),), **changes}
+    with pytest.raises(SimulatorError, match=message):
+        api.simulate(SimulationOptions(**fields))
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,20 @@ from typing import Any
 from hpctune.analysis.lineage import schedule
 from hpctune.analysis.pareto import pareto_front
 from hpctune.elastic.status import study_plan_status
-from hpctune.journal.best import best_trial, describe_best, leading_trial, peak_value, trial_value
+from hpctune.journal.best import (
+    BestTrial,
+    best_trial,
+    describe_best,
+    leading_trial,
+    peak_value,
+    trial_value,
+)
 from hpctune.journal.state import StudyRecord
 from hpctune.journal.usage import study_usage, trial_training_s, trial_wall_s
 from hpctune.study.formatting import (
     format_duration,
     format_params,
+    format_params_toml,
     format_sessions,
     format_value,
 )
@@ -142,6 +150,48 @@ def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
     ]
     lines.extend(f"  {k} = {format_value(v)}" for k, v in best.params.items())
     return "\n".join(lines)
+
+
+def best_json(record: StudyRecord, best: BestTrial) -> dict[str, Any]:
+    """``hpctune best --json`` (docs/cli.md): the best trial, its value, step, checkpoint and
+    parameters and, for a trial of a lineage (PBT), the schedule of its sessions."""
+    out: dict[str, Any] = {
+        "version": 1,
+        "trial": best.trial_id,
+        "metric": record.metric,
+        "mode": str(record.spec.get("mode", "max")),
+        "rule": best.mode,
+        "value": best.value,
+        "step": best.step,
+        "checkpoint": None if best.checkpoint is None else str(best.checkpoint),
+        "params": best.params,
+    }
+    if best.trial.generation is not None:
+        out["schedule"] = [
+            {"trial": s.trial_id, "start": s.start_step, "end": s.end_step, "params": s.params}
+            for s in schedule(record, best.trial_id)
+        ]
+    return out
+
+
+def best_toml_lines(record: StudyRecord, best: BestTrial) -> list[str]:
+    """``hpctune best``: the best trial's value, checkpoint (how to load it) and, for a
+    lineage, its schedule as TOML comments, then its configuration as a ``[search_space]``
+    table to paste."""
+    rule = "its best step" if best.mode == "peak" else "its last step"
+    lines = [
+        f"# best trial {best.trial_id} of {record.spec.get('name')}: {record.metric} = "
+        f"{format_value(best.value)} at step {best.step} ({rule}, [study] best = "
+        f'"{best.mode}")'
+    ]
+    if best.checkpoint is not None:
+        lines.append(f"# checkpoint: {best.checkpoint}")
+        lines.append(f'#   state = torch.load("{best.checkpoint}", weights_only=True)')
+    else:
+        lines.append(f"# checkpoint: none kept at step {best.step}")
+    if best.trial.generation is not None:
+        lines += [f"# {line}" for line in schedule_lines(record, best.trial_id)]
+    return [*lines, "[search_space]", format_params_toml(best.params)]
 
 
 def pareto_text(record: StudyRecord) -> str:

@@ -98,8 +98,60 @@ def with_speedups(
     return table
 
 
+def profile_from_sources(
+    sources: Sequence[tuple[int, Path]],
+    speedups: Mapping[int, float] | None = None,
+    *,
+    latencies_from: Path | None = None,
+    queue_wait: float = 0.0,
+    startup: float = 0.0,
+    decision: float | None = None,
+    segment_start: float = 0.0,
+    device: str = "gpu",
+) -> Profile:
+    """A profile of the step times in ``sources`` (``(devices per trial, trace file or
+    finished study directory)``) and ``speedups`` for other sizes, with the latencies given
+    (seconds) or, from ``latencies_from`` (a study directory), its workers' SCALE and INIT
+    and, when its rungs are known in advance, the SYNC of the rungs it finished.
+
+    Raises:
+        PlanningError: A source is missing or has no timed step, or a speed-up is invalid.
+        JournalError: ``latencies_from`` is not a study directory.
+    """
+    from hpctune.elastic.measured import study_decisions, study_latencies, study_stages
+
+    steps: dict[int, tuple[float, ...]] = {}
+    described = []
+    for size, source in sources:
+        steps[size], where = read_steps(source)
+        described.append(f"{size}={where}")
+    queue_samples: tuple[float, ...] = (queue_wait,)
+    startup_samples: tuple[float, ...] = (startup,)
+    decision_samples: tuple[float, ...] = (0.0 if decision is None else decision,)
+    if latencies_from is not None:
+        from hpctune.journal.reader import StudyReader
+
+        record = StudyReader(latencies_from).record
+        queue_samples, startup_samples = study_latencies(record)
+        stages = study_stages(record)
+        measured = study_decisions(record, stages) if stages is not None else ()
+        decision_samples = measured or decision_samples
+        described.append(f"latencies={latencies_from}")
+    return profile_from_steps(
+        steps,
+        speedups,
+        queue_wait=queue_samples or (0.0,),
+        startup=startup_samples or (0.0,),
+        decision=decision_samples,
+        segment_start=segment_start,
+        device=device,
+        source=", ".join(described),
+    )
+
+
 __all__ = [
     "MAX_SAMPLES",
+    "profile_from_sources",
     "profile_from_steps",
     "read_steps",
     "step_samples",

@@ -9,12 +9,22 @@ the cluster. See ``docs/traces.md``.
 
 >>> from hpctune.simulator import simulate, run_many                 # doctest: +SKIP
 >>> simulate("benchmarks/traces/digits.h5", "asha", slots=4).time_to_target  # doctest: +SKIP
+
+:func:`compare` runs a whole comparison (what ``hpctune simulate`` prints) from one
+:class:`SimulationOptions`.
 """
 
 from __future__ import annotations
 
 from hpctune.simulator._api import ManyResult, build_policy, label, run_many, simulate
-from hpctune.simulator._config import Faults, SimClock, SimulatorConfig, SimulatorError
+from hpctune.simulator._comparison import Comparison, compare
+from hpctune.simulator._config import (
+    Faults,
+    SimClock,
+    SimulationOptions,
+    SimulatorConfig,
+    SimulatorError,
+)
 from hpctune.simulator._engine import Simulator, simulation_context
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
@@ -28,12 +38,14 @@ from hpctune.simulator._results import (
 )
 
 __all__ = [
+    "Comparison",
     "DecisionRecord",
     "Faults",
     "ManyResult",
     "PredictionCache",
     "SegmentSpan",
     "SimClock",
+    "SimulationOptions",
     "SimulationResult",
     "Simulator",
     "SimulatorConfig",
@@ -41,6 +53,7 @@ __all__ = [
     "TrialOutcome",
     "WorkerSpan",
     "build_policy",
+    "compare",
     "label",
     "quantiles",
     "run_many",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from hpctune.curves.options import RECALIBRATIONS
 from hpctune.errors import HpctuneError
@@ -171,6 +173,56 @@ class SimulatorConfig:
         self.faults.check()
 
 
+@dataclass(frozen=True)
+class SimulationOptions:
+    """A comparison of policies on a trace: what ``hpctune simulate`` runs (its options) and
+    :func:`hpctune.api.simulate` takes; each simulated study's costs and settings are
+    :attr:`config`.
+
+    Attributes:
+        trace: The trace file (HDF5, ``docs/traces.md``).
+        policies: ``(name, options)`` of each policy to compare (options as under
+            ``[policy]``); each runs once per seed.
+        slots: Workers at once.
+        seeds: Configuration orders: every policy runs with seeds ``0 .. seeds - 1``.
+        budget: Also summarise the best value found by this time (seconds).
+        generator: A generator proposing configurations (``"tpe"``, ``"gp"``, ...), each
+            answered with the nearest unused configuration of the trace; ``None``: each
+            seed's random order.
+        generator_options: Its options (as under ``[generator]``).
+        config: The simulated study's costs and settings.
+        curve_model: The learning-curve model of POP and EarlyTerm (``[curves] model``).
+        predictions: A JSON-lines file keeping learning-curve fits between runs; ``None``:
+            kept for this comparison only.
+        fit_workers: Processes fitting learning curves before the runs (``domhan``).
+    """
+
+    trace: Path
+    policies: tuple[tuple[str, Mapping[str, Any]], ...]
+    slots: int = 4
+    seeds: int = 8
+    budget: float | None = None
+    generator: str | None = None
+    generator_options: Mapping[str, Any] = field(default_factory=dict)
+    config: SimulatorConfig = field(default_factory=SimulatorConfig)
+    curve_model: str = "amortised"
+    predictions: Path | None = None
+    fit_workers: int = 2
+
+    def check(self) -> None:
+        """Raise :class:`SimulatorError` naming the first option that cannot work (the
+        trace-dependent settings of :attr:`config` are checked with the trace)."""
+        if not self.policies:
+            raise SimulatorError("policies must name at least one policy")
+        for name in ("slots", "seeds"):
+            if getattr(self, name) < 1:
+                raise SimulatorError(f"{name} must be >= 1, but got {getattr(self, name)}")
+        if self.generator_options and self.generator is None:
+            raise SimulatorError("generator_options are given without a generator")
+        if self.fit_workers < 0:
+            raise SimulatorError(f"fit_workers must be >= 0, but got {self.fit_workers}")
+
+
 class SimClock:
     """Simulated time (the :class:`~hpctune.wire.clock.Clock` protocol): starts at 0."""
 
@@ -192,4 +244,4 @@ class SimClock:
         self._now = t
 
 
-__all__ = ["Faults", "SimClock", "SimulatorConfig", "SimulatorError"]
+__all__ = ["Faults", "SimClock", "SimulationOptions", "SimulatorConfig", "SimulatorError"]
