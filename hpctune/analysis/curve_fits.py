@@ -23,6 +23,8 @@ from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
+from hpctune.journal.reader import read_study
+from hpctune.simulator.traces import Trace
 from hpctune.study.states import Mode
 
 #: Quantile levels reported per curve, with their JSON keys.
@@ -78,12 +80,8 @@ def load_curves(
         UsageError: ``path`` is neither, or ``bounds`` are invalid.
         TraceError: A malformed trace file.
     """
-    from hpctune.simulator.traces import Trace
-
     path = Path(path)
     if path.is_dir():
-        from hpctune.journal.reader import read_study
-
         if not (path / "journal.zarr").exists():
             raise UsageError(
                 f"{path} is not a study directory (no journal.zarr in it) nor a trace file"

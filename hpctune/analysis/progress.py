@@ -28,8 +28,10 @@ from typing import Any, TextIO
 from hpctune.analysis.summary import best_phrase, done_count, study_line, total_trials
 from hpctune.journal.best import peak_value
 from hpctune.journal.entities import TrialRecord
+from hpctune.journal.reader import read_study
 from hpctune.journal.state import StudyRecord
 from hpctune.plugins import PluginError
+from hpctune.policies import policy_class
 from hpctune.study.formatting import format_duration, format_params, format_value
 from hpctune.study.states import StudyState, TrialStatus
 
@@ -101,8 +103,6 @@ def work_left(record: StudyRecord) -> tuple[int, int]:
 def _forking(record: StudyRecord) -> bool:
     name = str(record.spec.get("policy", {}).get("name", ""))
     try:
-        from hpctune.policies import policy_class
-
         return policy_class(name).traits.makes_configurations
     except PluginError:  # an unknown policy (newer version, gone): not forking, as far as we know
         return False
@@ -329,7 +329,6 @@ def watch(
     On a terminal the live display; otherwise a plain line every ``interval`` seconds. Returns
     the last state read.
     """
-    from hpctune.journal.reader import read_study
 
     def read(path: Path) -> StudyRecord:
         return read_study(path).record

@@ -19,9 +19,12 @@ from hpctune.analysis.summary import (
     usage_line,
 )
 from hpctune.backends.base import Backend
+from hpctune.elastic.status import format_plan_status, study_plan_status
 from hpctune.journal.state import StudyRecord
+from hpctune.plugins import backend, backend_names
 from hpctune.study.states import StudyState
 from hpctune.wire.layout import StudyPaths
+from hpctune.wire.lease import controller_alive
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,6 @@ class StudyStatus:
     @classmethod
     def read(cls, paths: StudyPaths, record: StudyRecord) -> StudyStatus:
         """Ask the lease and every backend about the study whose journal gave ``record``."""
-        from hpctune.plugins import backend, backend_names
-        from hpctune.wire.lease import controller_alive
-
         controller = controller_alive(paths)
         backends = {}
         for name in backend_names():
@@ -59,8 +59,6 @@ class StudyStatus:
     def allocated_seconds(self) -> float | None:
         """Seconds the worker jobs held their allocation as a backend accounts them (sacct),
         or ``None`` when no backend can say."""
-        from hpctune.plugins import backend, backend_names
-
         for name in backend_names():
             seconds = backend(name).allocated_seconds(self.record)
             if seconds is not None:
@@ -137,7 +135,6 @@ class StudyStatus:
         """The elastic plan a study with a deadline follows (none without one)."""
         if self.record.elastic_plan is None:
             return []
-        from hpctune.elastic.status import format_plan_status, study_plan_status
 
         plan = study_plan_status(self.record)
         return [] if plan is None else format_plan_status(plan)

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
+from hpctune import __version__
 from hpctune.errors import JournalError
 from hpctune.files import atomic_path
+from hpctune.journal.best import peak_value
 from hpctune.journal.store import TABLES
 
 if TYPE_CHECKING:
@@ -35,9 +37,6 @@ _STR = h5py.string_dtype("utf-8")
 
 def write_hdf5(study: StudyReader, out: Path) -> Path:
     """Write ``study`` to the HDF5 file ``out`` (through a temporary name, then renamed)."""
-    from hpctune import __version__
-    from hpctune.journal.best import peak_value
-
     out = Path(out)
     reader = study.journal
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:

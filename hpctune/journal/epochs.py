@@ -22,6 +22,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from hpctune.errors import JournalError
 from hpctune.files import fsync_dir
 
 JOURNAL_DIR = "journal.zarr"
@@ -106,8 +107,6 @@ def _link_tree(source: Path, dest: Path) -> None:
     """Hard-link every file of ``source`` into a new tree ``dest`` (copy where links fail);
     the commit record (``zarr.json`` at the top) first."""
     if not (source / "zarr.json").is_file():
-        from hpctune.errors import JournalError
-
         raise JournalError(
             f"no journal at {source} (its zarr.json is missing); the study directory is "
             "incomplete: restore it from a copy"

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from hpctune.elastic.experiment import PlanningError
+from hpctune.elastic.measured import study_decisions, study_latencies, study_stages
 from hpctune.elastic.profile import Profile
+from hpctune.journal.reader import StudyReader
 from hpctune.simulator.traces import Trace
 
 MAX_SAMPLES = 256
@@ -118,8 +120,6 @@ def profile_from_sources(
         PlanningError: A source is missing or has no timed step, or a speed-up is invalid.
         JournalError: ``latencies_from`` is not a study directory.
     """
-    from hpctune.elastic.measured import study_decisions, study_latencies, study_stages
-
     steps: dict[int, tuple[float, ...]] = {}
     described = []
     for size, source in sources:
@@ -129,8 +129,6 @@ def profile_from_sources(
     startup_samples: tuple[float, ...] = (startup,)
     decision_samples: tuple[float, ...] = (0.0 if decision is None else decision,)
     if latencies_from is not None:
-        from hpctune.journal.reader import StudyReader
-
         record = StudyReader(latencies_from).record
         queue_samples, startup_samples = study_latencies(record)
         stages = study_stages(record)

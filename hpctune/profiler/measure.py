@@ -57,17 +57,24 @@ import numpy as np
 
 from hpctune.backends import Backend
 from hpctune.controller.launch import create_study, run_local
-from hpctune.elastic.experiment import PlanningError
-from hpctune.elastic.measured import study_latencies
+from hpctune.curves.options import CurvesSpec
+from hpctune.elastic.experiment import PlanningError, experiment_from_study
+from hpctune.elastic.measured import study_decisions, study_latencies
 from hpctune.elastic.profile import Profile
 from hpctune.errors import HpctuneError, Interrupted
 from hpctune.journal.entities import SegmentRecord
+from hpctune.journal.reader import read_study
 from hpctune.journal.state import StudyRecord
+from hpctune.policies.generators import make_generator
 from hpctune.profiler.from_traces import read_steps
 from hpctune.spec import ComponentSpec, ResourcesSpec, StudySpec
+from hpctune.stagetree.options import StagesSpec
+from hpctune.study.seeding import component_seed
 from hpctune.study.states import TrialStatus
+from hpctune.wire.eventlog import read_events
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import LeaseHeld, rival
+from hpctune.wire.protocol import EV_CHECKPOINT
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import StudyReader
@@ -181,8 +188,6 @@ def size_spec(
     else:
         resources = ResourcesSpec(slots=slots, cpus_per_worker=devices, gpus_per_worker=0)
     max_steps = min(steps, spec.max_steps)
-    from hpctune.curves.options import CurvesSpec
-    from hpctune.stagetree.options import StagesSpec
 
     name, folder = f"{spec.name}-profile-{devices}", f"size-{devices}"
     if together:
@@ -223,9 +228,6 @@ def sync_spec(spec: StudySpec, devices: int, *, cluster: bool = False) -> StudyS
 def generator_trials(spec: StudySpec, wanted: int) -> int:
     """``wanted``, or fewer when ``spec``'s generator has fewer configurations (a grid): a
     short study must not ask it for more."""
-    from hpctune.policies.generators import make_generator
-    from hpctune.study.seeding import component_seed
-
     seed = component_seed(spec.seed, "generator")
     size = make_generator(spec.generator.name, spec.generator.options, spec.space, seed).size()
     return wanted if size is None else max(1, min(wanted, size))
@@ -400,10 +402,6 @@ def read_size(directory: Path, devices: int) -> SizeRun:
     Raises:
         ShortStudyFailed: Its trial did not complete (naming the reason and the trial's log).
     """
-    from hpctune.journal.reader import read_study
-    from hpctune.wire.eventlog import read_events
-    from hpctune.wire.protocol import EV_CHECKPOINT
-
     study = read_study(directory)
     paths = StudyPaths.of(directory)
     _refuse_unfinished(
@@ -468,10 +466,6 @@ def read_sync(spec: StudySpec) -> SyncRun:
         ShortStudyFailed: A trial neither completed nor was stopped at a rung (naming the
             reason and the trial's log), or no rung was decided.
     """
-    from hpctune.elastic.experiment import experiment_from_study
-    from hpctune.elastic.measured import study_decisions
-    from hpctune.journal.reader import read_study
-
     directory = spec.directory
     study = read_study(directory)
     _refuse_unfinished(

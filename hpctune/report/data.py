@@ -12,14 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpctune.analysis.lineage import schedule
 from hpctune.analysis.params import dimensions
-from hpctune.analysis.summary import policy_lines, stage_steps, study_line
+from hpctune.analysis.summary import best_trial, policy_lines, stage_steps, study_line
 from hpctune.analysis.timeline import best_so_far, time_to_best
 from hpctune.journal import state as st
 from hpctune.journal.best import describe_best, peak_value, trial_value
 from hpctune.journal.delta import policy_states
 from hpctune.journal.state import decode_data
 from hpctune.journal.usage import study_usage
+from hpctune.stagetree.pieces import describe_config
+from hpctune.stagetree.plots import stage_rows
+from hpctune.stagetree.status import status_counts, study_stage_tree
 from hpctune.study.formatting import format_duration, format_params, format_value
 from hpctune.study.space import SearchSpace
 from hpctune.study.states import TrialStatus
@@ -174,6 +178,7 @@ def _best_so_far(study: StudyReader) -> dict[str, Any]:
 
 def _predictions(study: StudyReader) -> list[dict[str, Any]] | None:
     """The latest learning-curve prediction of the trials that had one (the best first)."""
+    # imported here: the curve fits pull in emcee and SciPy (1.6 s), only for predicted studies
     from hpctune.curves.service import read_result
 
     refs = study.record.predictions
@@ -235,8 +240,6 @@ def _lineage(study: StudyReader) -> dict[str, Any] | None:
     record = study.record
     if not any(t.generation is not None for t in record.trials.values()):
         return None
-    from hpctune.analysis.lineage import schedule
-    from hpctune.analysis.summary import best_trial
 
     best = best_trial(record)
     chain = []
@@ -256,9 +259,6 @@ def _stages(study: StudyReader) -> dict[str, Any] | None:
     record = study.record
     if not study.spec.get("stages", {}).get("enabled"):
         return None
-    from hpctune.stagetree.pieces import describe_config
-    from hpctune.stagetree.plots import stage_rows
-    from hpctune.stagetree.status import status_counts, study_stage_tree
 
     tree, statuses = study_stage_tree(record, int(study.spec.get("max_steps", 0)))
     rows = stage_rows(tree)
@@ -302,6 +302,7 @@ def _stages(study: StudyReader) -> dict[str, Any] | None:
 
 
 def _importance(study: StudyReader) -> dict[str, Any] | None:
+    # imported here: fANOVA pulls in Optuna (0.6 s), only for studies with enough trials
     from hpctune.analysis.importance import parameter_importance
 
     return parameter_importance(study)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from hpctune.errors import UsageError
 from hpctune.files import atomic_path
 from hpctune.plotting import INSTALL
+from hpctune.report.data import report_data
+from hpctune.report.pngs import write_pngs
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import StudyReader
@@ -311,9 +313,6 @@ def render_page(data: dict[str, Any], pngs: dict[str, str]) -> str:
 def write_report(study: StudyReader, out: Path, *, pngs: bool = True) -> Path:
     """Write the report folder ``out`` (built under a temporary name, then renamed); return
     the path of its ``index.html``."""
-    from hpctune.report.data import report_data
-    from hpctune.report.pngs import write_pngs
-
     library = plotly_js()
     data = report_data(study)
     out = Path(out)

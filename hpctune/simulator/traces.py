@@ -23,6 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from hpctune.errors import HpctuneError
+from hpctune.journal.reader import read_study
 from hpctune.study.states import Mode
 
 FORMAT_VERSION = 1
@@ -276,8 +277,6 @@ class Trace:
             JournalError: ``study_dir`` is not a study directory.
             TraceError: The study has no trials.
         """
-        from hpctune.journal.reader import read_study
-
         study = read_study(study_dir)
         max_steps = int(study.spec["max_steps"])
         trials = study.trials

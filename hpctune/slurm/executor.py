@@ -34,6 +34,7 @@ from hpctune.slurm.queue import SlurmQueue, job_end_reason, job_end_time
 from hpctune.spec import StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.worker.context import DEVICES_VARIABLE
+from hpctune.worker.loop import Worker, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ class WorkerJob:
 
     def __call__(self) -> int:
         """Run the worker loop in this job (also after a requeue: same worker id)."""
-        from hpctune.worker.loop import Worker, setup_logging
-
         if int(os.environ.get("SLURM_PROCID", "0")) != 0:
             return 0  # a whole-node worker's other nodes: its training function reaches them
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.files import read_json
+from hpctune.journal.reader import read_study
 from hpctune.journal.state import StudyRecord
 from hpctune.study.space import (
     CategoricalParam,
@@ -274,8 +275,6 @@ class AskTellClient:
     def _ended_without_answer(self, sent: Path) -> str:
         """Why an ask can no longer be answered now that the study's controller is gone (""
         while it may be): the study is in a final state. Withdraws the request then."""
-        from hpctune.journal.reader import read_study
-
         record = read_study(self.directory).record
         if record.state not in (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED):
             return ""  # its controller may be requeued or resumed
@@ -305,8 +304,6 @@ class AskTellClient:
         """
         trial_id = trial.trial_id if isinstance(trial, AskedTrial) else int(trial)
         if not isinstance(values, Mapping):
-            from hpctune.journal.reader import read_study
-
             values = {read_study(self.directory).metric: float(values)}
         command: dict[str, Any] = {
             "command": "tell",

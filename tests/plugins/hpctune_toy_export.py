@@ -1,4 +1,4 @@
-"""An export format from another package: ``tests/test_report.py`` registers it through the
+"""An export format from another package: ``tests/report/test_report.py`` registers it through the
 entry-point group ``hpctune.exports`` (nothing inside ``hpctune/`` names it)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tests.slurm.test_hpctune_slurm import (
     assert_preemptions_suspended,
     submit_preemptor,
 )
-from tests.test_stage_execution import TRAIN, _grid_space, _pbt_spec, _trained_steps
+from tests.stagetree.test_stage_execution import TRAIN, _grid_space, _pbt_spec, _trained_steps
 
 pytestmark = pytest.mark.slurm
 

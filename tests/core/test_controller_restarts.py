@@ -22,7 +22,7 @@ from hpctune.policies import POLICIES, make_policy
 from hpctune.simulator import PredictionCache, Simulator, simulation_context
 from hpctune.simulator.traces import Trace
 
-TRACE = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5").subset(
+TRACE = Trace.load(Path(__file__).parents[2] / "benchmarks" / "traces" / "digits.h5").subset(
     range(48)
 )
 OPTIONS: dict[str, dict[str, Any]] = {

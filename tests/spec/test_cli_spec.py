@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 
 from hpctune.cli import main
-from tests.test_spec import Mutation, _snapshot, _write, base_doc, mutations
+from tests.spec.test_spec import Mutation, _snapshot, _write, base_doc, mutations
 
 
 def _launch(folder: Path, path: Path) -> tuple[int, str]:

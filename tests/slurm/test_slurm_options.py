@@ -22,7 +22,7 @@ from hpctune.spec import load_spec
 from hpctune.wire.layout import StudyPaths
 from tests.conftest import write_study
 
-GOLDEN = Path(__file__).parent / "assets" / "controller.sbatch.golden"
+GOLDEN = Path(__file__).parents[1] / "assets" / "controller.sbatch.golden"
 SLURM = {
     "partition": "gpu",
     "account": "proj",

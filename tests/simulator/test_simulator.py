@@ -43,7 +43,7 @@ from hpctune.simulator.traces import Trace
 from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, write_study
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DIGITS_TRACE = REPO / "benchmarks" / "traces" / "digits.h5"
 
 
@@ -277,7 +277,7 @@ class _Restarting(Policy):
 
 # Policies that make configurations (PBT, replay) cannot run on a trace (the simulator refuses
 # them, see test_policies_that_make_configurations_are_refused); tests/policies/test_pbt.py,
-# tests/test_lineage.py and tests/test_pbt_*.py cover them.
+# tests/report/test_lineage.py and tests/test_pbt_*.py cover them.
 @pytest.mark.parametrize(
     "name", sorted(n for n, cls in POLICIES.items() if not cls.traits.makes_configurations)
 )

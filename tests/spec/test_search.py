@@ -25,7 +25,7 @@ from hpctune.study.space import SearchSpace, parse_space
 from hpctune.study.states import TrialStatus
 from tests.conftest import DIGITS, write_study
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "benchmarks/traces/digits.h5"
 
 SPACE = parse_space(

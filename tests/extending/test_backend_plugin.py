@@ -19,7 +19,7 @@ from hpctune.api import open_study
 from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import hpctune_env, kill_workers, write_study
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 TRAIN = """
 def train(ctx):
     for step in range(ctx.start_step, ctx.max_steps):

@@ -30,8 +30,8 @@ from hpctune.study.space import parse_space
 from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import hpctune_env, kill_workers, write_study
 
-REPO = Path(__file__).resolve().parent.parent
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 DIGITS = REPO / "benchmarks" / "traces" / "digits.h5"
 TOY = "hpctune_toy_plugins"
 CONTEXT = StudyContext(max_steps=5)

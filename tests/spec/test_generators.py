@@ -25,7 +25,7 @@ from hpctune.policies.generators import (
 from hpctune.study.seeding import component_seed, index_rng, trial_seed
 from hpctune.study.space import NoGridError, SearchSpace, parse_space
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _space(table: dict[str, Any]) -> SearchSpace:

@@ -14,7 +14,7 @@ from hpctune.slurm.options import slurm_spec
 from hpctune.spec import StudySpec
 from hpctune.study.states import StudyState, TrialStatus
 
-ASSETS = Path(__file__).resolve().parent / "assets" / "journals"
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "journals"
 
 
 def _copy(name: str, tmp_path: Path) -> Path:

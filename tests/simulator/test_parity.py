@@ -226,7 +226,7 @@ def test_a_real_study_and_its_simulation_decide_alike(
 
 def test_simulate_of_an_exported_study_is_the_same_function_as_simulator() -> None:
     """``simulate`` is :class:`Simulator` with a built policy (what the parity test uses)."""
-    trace = Trace.load(Path(__file__).parent.parent / "benchmarks" / "traces" / "digits.h5")
+    trace = Trace.load(Path(__file__).parents[2] / "benchmarks" / "traces" / "digits.h5")
     a = simulate(trace, "asha", {"reduction_factor": 3}, slots=4, seed=2)
     policy = make_policy("asha", {"reduction_factor": 3}, simulation_context(trace))
     b = Simulator(trace, policy, slots=4, seed=2).run()

@@ -695,7 +695,7 @@ def test_parse_spec_takes_a_mapping(tmp_path: Path) -> None:
 
 
 def test_complete_example_in_the_docs_loads(tmp_path: Path) -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "study-toml.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "study-toml.md").read_text()
     example = doc.split("## Complete example", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     spec = load_spec(_write(tmp_path, example), now=NOW)
     assert spec.name == "resnet20-lr"
@@ -711,7 +711,7 @@ def test_complete_example_in_the_docs_loads(tmp_path: Path) -> None:
 
 
 def test_every_toml_snippet_in_the_docs_parses_as_a_search_space() -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "study-toml.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "study-toml.md").read_text()
     snippets = [s.split("```", 1)[0] for s in doc.split("```toml\n")[1:]]
     assert len(snippets) >= 4
     checked = 0

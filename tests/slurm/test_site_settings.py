@@ -37,7 +37,7 @@ from hpctune.spec import load_spec
 from hpctune.study.states import StudyState
 from hpctune.wire.protocol import Heartbeat
 from tests.conftest import WORKLOADS, run_hpctune, write_study
-from tests.test_slurm_options import SLURM
+from tests.slurm.test_slurm_options import SLURM
 
 SCONTROL = (
     "PartitionName=scavenger AllowGroups=ALL Default=YES MaxTime=04:00:00 State=UP\n"

@@ -15,7 +15,7 @@ from hpctune.curves import FitOptions, fit_many
 from hpctune.curves.service import curve_fit_seed
 from hpctune.simulator.traces import Trace
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "benchmarks" / "traces" / "digits.h5"
 KEYS = {
     "trial",

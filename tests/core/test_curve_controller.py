@@ -189,7 +189,7 @@ def test_predictions_reach_journal_view_and_policy_while_nobody_waits(
 
     # nobody waited for a fit: while a fit ran, the controller went on ingesting reports
     # (counted, not timed; that training goes on while fits are in flight is checked on the
-    # simulated clock by tests/test_controller_faults.py, with no wall-clock bound)
+    # simulated clock by tests/core/test_controller_faults.py, with no wall-clock bound)
     fits = {fit for running, _ in seen for fit in running}
     assert fits, "no fit was ever in flight at the end of an iteration"
     ingested_meanwhile = {

@@ -297,7 +297,7 @@ def test_export_formats_come_from_one_registry_with_other_packages_formats(
     assert "did you mean 'csv'" in wrong.stderr
     assert "hdf5, optuna, tensorboard, mlflow" in wrong.stderr
 
-    plugins = Path(__file__).resolve().parent / "plugins"
+    plugins = Path(__file__).resolve().parents[1] / "plugins"
     site = tmp_path / "site" / "hpctune_toy_export-0.1.dist-info"
     site.mkdir(parents=True)
     (site / "METADATA").write_text(

@@ -121,7 +121,7 @@ def test_load_errors_for_files_and_attributes(tmp_path: Path) -> None:
 
 
 def test_the_committed_digits_trace_is_complete() -> None:
-    trace = Trace.load(Path(__file__).resolve().parent.parent / "benchmarks/traces/digits.h5")
+    trace = Trace.load(Path(__file__).resolve().parents[2] / "benchmarks/traces/digits.h5")
     assert trace.curves.shape == (128, 30)
     assert (trace.lengths() == 30).all()
     assert (trace.metric, trace.mode, trace.random_level) == ("val_accuracy", "max", 0.1)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "curves_eval.py"
 
 
