@@ -24,6 +24,7 @@ from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import curve_fit_seed
 from hpctune.errors import UsageError
 from hpctune.journal.reader import read_study
+from hpctune.plotting import pyplot
 from hpctune.simulator.traces import Trace
 from hpctune.study.states import Mode
 
@@ -261,8 +262,6 @@ def plot_curves(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.plotting import pyplot
-
     plt = pyplot()
     full = dict(zip(curves.ids, curves.curves, strict=True))
     cols = min(4, len(rows))

@@ -17,6 +17,7 @@ from hpctune.errors import UsageError
 from hpctune.journal.entities import TrialRecord
 from hpctune.journal.reader import read_study
 from hpctune.journal.state import StudyRecord
+from hpctune.plotting import metric_scale, pyplot
 from hpctune.policies import make_policy
 from hpctune.spec import ComponentSpec, StudySpec, study_context
 from hpctune.study.formatting import format_params, format_value
@@ -179,8 +180,6 @@ def plot_lineage(
 ) -> Path:
     """Plot the population tree (metric by step, each trial joined to its parent) and the
     ``param`` schedule of the lineage of ``highlight`` (default: the best last value)."""
-    from hpctune.plotting import metric_scale, pyplot
-
     plt = pyplot()
 
     sign = 1.0 if record.spec.get("mode", "max") == "max" else -1.0

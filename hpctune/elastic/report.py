@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctune.elastic.planner import Plan, PlanResult
+from hpctune.plotting import pyplot
 from hpctune.study.formatting import format_duration, parse_duration
 
 
@@ -69,8 +70,6 @@ def format_plan(result: PlanResult) -> str:
 
 def plot_plan(result: PlanResult, path: Path) -> None:
     """Draw the devices held in each stage, plan against best static plan, to a PNG."""
-    from hpctune.plotting import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     stages = range(result.spec.num_stages())

@@ -2,7 +2,8 @@
 
 ``hpctune export --format NAME`` and :func:`export_study` look the name up here: hpctune's own
 formats (:data:`BUILTIN_FORMATS`: CSV, HDF5, Optuna, TensorBoard, MLflow; each writer's module
-is imported only when it is used), another package's :class:`ExportFormat` registered under the
+is imported only when it is used: start-up time, and h5py, TensorBoard and MLflow are
+optional), another package's :class:`ExportFormat` registered under the
 entry-point group ``hpctune.exports``::
 
     [project.entry-points."hpctune.exports"]
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpctune.errors import UsageError
+from hpctune.plugins import PluginError, find, registered
 
 if TYPE_CHECKING:
     from hpctune.journal.reader import StudyReader
@@ -107,8 +109,6 @@ BUILTIN_FORMATS: Mapping[str, ExportFormat] = {
 
 def format_names() -> list[str]:
     """Every export format: hpctune's own, then other packages' (entry points)."""
-    from hpctune.plugins import registered
-
     return registered(KIND, BUILTIN_FORMATS)
 
 
@@ -119,8 +119,6 @@ def find_format(name: str) -> ExportFormat:
         PluginError: Unknown (with the known names), it fails to load, or it is not an
             :class:`ExportFormat`.
     """
-    from hpctune.plugins import PluginError, find
-
     found = find(KIND, name, BUILTIN_FORMATS)
     if not isinstance(found, ExportFormat):
         raise PluginError(

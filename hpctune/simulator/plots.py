@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctune.plotting import pyplot
 from hpctune.simulator._results import SimulationResult
 
 
@@ -16,8 +17,6 @@ def plot_split(result: SimulationResult, path: str | Path) -> Path:
     Raises:
         ValueError: The run recorded no ``s_promising`` (not a POP run).
     """
-    from hpctune.plotting import pyplot
-
     plt = pyplot()
 
     points = [(t, s["s_promising"]) for t, s in result.policy_states if "s_promising" in s]

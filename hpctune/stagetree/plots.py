@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctune.plotting import pyplot
 from hpctune.stagetree.pieces import describe_config
 from hpctune.stagetree.tree import StageTree
 
@@ -54,8 +55,6 @@ def plot_stage_tree(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.plotting import pyplot
-
     plt = pyplot()
     path = Path(path)
     row = stage_rows(tree)
