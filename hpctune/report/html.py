@@ -13,6 +13,7 @@ import html
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,29 @@ def _e(value: Any) -> str:
 
 def _overview(data: dict[str, Any]) -> str:
     ov = data["overview"]
+    parts = [_cards(ov), f'<p class="note">{_e(ov["line"])}</p>']
+    if ov["reason"]:
+        parts.append(f'<p class="note">reason: {_e(ov["reason"])}</p>')
+    block: list[str] = []  # indented lines (a PBT schedule) go in one <pre>
+    for line in [*ov["policy_lines"], ""]:
+        if line.startswith("  "):
+            block.append(line.strip())
+            continue
+        if block:
+            parts.append(f"<pre>{_e(chr(10).join(block))}</pre>")
+            block = []
+        if line:
+            parts.append(f'<p class="note">{_e(line)}</p>')
+    parts.append(_no_best(ov) if ov["best"] is None else _best(ov, data["lineage"] is not None))
+    parts.append(
+        f'<p class="note">Study directory <code>{_e(ov["directory"])}</code>; policy '
+        f"<b>{_e(ov['policy'])}</b>, generator <b>{_e(ov['generator'])}</b>, "
+        f"{_e(ov['max_steps'])} {_e(ov['step_unit'])}s per trial.</p>"
+    )
+    return "".join(parts)
+
+
+def _cards(ov: dict[str, Any]) -> str:
     cards = [
         ("state", ov["state"]),
         ("trials", " ".join(f"{n} {s}" for s, n in ov["counts"].items() if n) or "none"),
@@ -77,78 +101,59 @@ def _overview(data: dict[str, Any]) -> str:
     if best is not None:
         cards.insert(1, (f"best {ov['metric']} ({ov['mode']})", best["value"]))
         cards.insert(2, ("time to the best value", best["time_to_best"] or "-"))
-    parts = ['<div class="cards">']
-    for key, value in cards:
-        parts.append(
-            f'<div class="card"><div class="k">{_e(key)}</div>'
-            f'<div class="v">{_e(value)}</div></div>'
-        )
-    parts.append("</div>")
-    parts.append(f'<p class="note">{_e(ov["line"])}</p>')
-    if ov["reason"]:
-        parts.append(f'<p class="note">reason: {_e(ov["reason"])}</p>')
-    block: list[str] = []  # indented lines (a PBT schedule) go in one <pre>
-    for line in [*ov["policy_lines"], ""]:
-        if line.startswith("  "):
-            block.append(line.strip())
-            continue
-        if block:
-            parts.append(f"<pre>{_e(chr(10).join(block))}</pre>")
-            block = []
-        if line:
-            parts.append(f'<p class="note">{_e(line)}</p>')
-    rule = "its best step" if ov["best_rule"] == "peak" else "its last step"
-    if best is None:
-        ended = ov["state"] in ("finished", "stopped", "failed")
-        text = (
-            "No trial completed: every trial ended otherwise (see Failures)"
-            if ended
-            else "No trial has completed yet"
-        )
-        text += "; only a completed trial can be the best."
-        seen = ov["best_reported"]
-        if seen is not None:
-            text += (
-                f" The best value reported was {seen['value']} by trial {seen['trial']} at "
-                f"{ov['step_unit']} {seen['step']} ({seen['status']})."
-            )
-        parts.append(f'<p class="note">{_e(text)}</p>')
-    else:
-        rows = "".join(
-            f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in best["params"].items()
-        )
-        lineage = (
-            " Its parameters are those of its last session; the schedule above trained it."
-            if data["lineage"] is not None
-            else ""
-        )
-        parts.append(
-            f"<h3>Best trial: {best['trial']}</h3>"
-            f'<p class="note">{_e(ov["metric"])} = {best["value"]} at {_e(ov["step_unit"])} '
-            f'{best["step"]} ({rule}; <code>[study] best = "{_e(ov["best_rule"])}"</code>). '
-            f"Only completed trials count.{lineage}</p>"
-            f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table>"
-        )
-        if best["checkpoint"]:
-            parts.append(
-                '<p class="note">Its model (the checkpoint saved at that step) and how to load '
-                "it; <code>hpctune best</code> prints the configuration as TOML:</p>"
-                f"<pre>import torch\nstate = torch.load({json.dumps(best['checkpoint'])}, "
-                "weights_only=True)\n# the object your training function passed to "
-                "ctx.save_checkpoint()</pre>"
-            )
-        else:
-            parts.append(
-                f'<p class="note">No checkpoint was kept at {_e(ov["step_unit"])} {best["step"]}: '
-                "save one after every report and keep <code>[study] keep_checkpoints = "
-                '"best_and_last"</code>.</p>'
-            )
-    parts.append(
-        f'<p class="note">Study directory <code>{_e(ov["directory"])}</code>; policy '
-        f"<b>{_e(ov['policy'])}</b>, generator <b>{_e(ov['generator'])}</b>, "
-        f"{_e(ov['max_steps'])} {_e(ov['step_unit'])}s per trial.</p>"
+    inner = "".join(
+        f'<div class="card"><div class="k">{_e(key)}</div><div class="v">{_e(value)}</div></div>'
+        for key, value in cards
     )
-    return "".join(parts)
+    return f'<div class="cards">{inner}</div>'
+
+
+def _no_best(ov: dict[str, Any]) -> str:
+    ended = ov["state"] in ("finished", "stopped", "failed")
+    text = (
+        "No trial completed: every trial ended otherwise (see Failures)"
+        if ended
+        else "No trial has completed yet"
+    )
+    text += "; only a completed trial can be the best."
+    seen = ov["best_reported"]
+    if seen is not None:
+        text += (
+            f" The best value reported was {seen['value']} by trial {seen['trial']} at "
+            f"{ov['step_unit']} {seen['step']} ({seen['status']})."
+        )
+    return f'<p class="note">{_e(text)}</p>'
+
+
+def _best(ov: dict[str, Any], has_lineage: bool) -> str:
+    best = ov["best"]
+    rule = "its best step" if ov["best_rule"] == "peak" else "its last step"
+    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in best["params"].items())
+    lineage = (
+        " Its parameters are those of its last session; the schedule above trained it."
+        if has_lineage
+        else ""
+    )
+    head = (
+        f"<h3>Best trial: {best['trial']}</h3>"
+        f'<p class="note">{_e(ov["metric"])} = {best["value"]} at {_e(ov["step_unit"])} '
+        f'{best["step"]} ({rule}; <code>[study] best = "{_e(ov["best_rule"])}"</code>). '
+        f"Only completed trials count.{lineage}</p>"
+        f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table>"
+    )
+    if best["checkpoint"]:
+        return head + (
+            '<p class="note">Its model (the checkpoint saved at that step) and how to load '
+            "it; <code>hpctune best</code> prints the configuration as TOML:</p>"
+            f"<pre>import torch\nstate = torch.load({json.dumps(best['checkpoint'])}, "
+            "weights_only=True)\n# the object your training function passed to "
+            "ctx.save_checkpoint()</pre>"
+        )
+    return head + (
+        f'<p class="note">No checkpoint was kept at {_e(ov["step_unit"])} {best["step"]}: '
+        "save one after every report and keep <code>[study] keep_checkpoints = "
+        '"best_and_last"</code>.</p>'
+    )
 
 
 def _failures(data: dict[str, Any]) -> str:
@@ -185,102 +190,126 @@ def _trials(data: dict[str, Any]) -> str:
 
 
 def _section_body(key: str, data: dict[str, Any], pngs: dict[str, str]) -> str | None:
-    ov = data["overview"]
     png = (
         f'<p class="png">Static image: <a href="{pngs[key]}">{pngs[key]}</a></p>'
         if key in pngs
         else ""
     )
-    if key == "overview":
-        return _overview(data)
-    if key == "progress":
-        if not data["best_so_far"]["values"]:
-            return '<p class="note">No value of the study metric reported yet.</p>'
-        return (
-            f'<p class="note">The best {_e(ov["metric"])} reported by any trial so far, against '
-            f"wall-clock time and against the {data['best_so_far']['unit']} the workers held.</p>"
-            '<div class="two"><div id="plot-best-time" class="plot"></div>'
-            f'<div id="plot-best-hours" class="plot"></div></div>{png}'
+    return _SECTIONS[key](data, png)
+
+
+def _progress(data: dict[str, Any], png: str) -> str:
+    if not data["best_so_far"]["values"]:
+        return '<p class="note">No value of the study metric reported yet.</p>'
+    return (
+        f'<p class="note">The best {_e(data["overview"]["metric"])} reported by any trial so far, '
+        f"against wall-clock time and against the {data['best_so_far']['unit']} the workers "
+        "held.</p>"
+        '<div class="two"><div id="plot-best-time" class="plot"></div>'
+        f'<div id="plot-best-hours" class="plot"></div></div>{png}'
+    )
+
+
+def _curves(data: dict[str, Any], png: str) -> str:
+    ov = data["overview"]
+    pred = (
+        " Dotted: the curve model's latest prediction (median and 90% band) of the 3 best "
+        "trials the policy asked fits for (the others: click them on in the legend). Black: "
+        "the best trial."
+        if data["predictions"]
+        else ""
+    )
+    return (
+        f'<p class="note">Every trial\'s {_e(ov["metric"])} by {_e(ov["step_unit"])}, '
+        "coloured by the state it ended in (click a state in the legend to hide it)."
+        f"{pred}</p>"
+        f'<div id="plot-curves" class="plot"></div>{png}'
+    )
+
+
+def _pools(data: dict[str, Any], png: str) -> str | None:
+    if data["pools"] is None:
+        return None
+    return (
+        '<p class="note">POP splits the slots into a promising pool (trials likely to reach '
+        "the target, trained without interruption) and an opportunistic pool (the others, "
+        "sharing slots in turns); the dotted line counts the promising trials.</p>"
+        f'<div id="plot-pools" class="plot"></div>{png}'
+    )
+
+
+def _lineage(data: dict[str, Any], png: str) -> str | None:
+    lineage = data["lineage"]
+    if lineage is None:
+        return None
+    return (
+        f'<p class="note">The population over {lineage["generations"]} generations: each '
+        "trial joined to the trial it was forked from; black, the lineage of the best trial. "
+        "Below, the schedule it found: each changing parameter along that lineage.</p>"
+        '<div id="plot-lineage" class="plot"></div><div id="plot-schedule" class="plot"></div>'
+        f"{png}"
+    )
+
+
+def _stages(data: dict[str, Any], png: str) -> str | None:
+    stages = data["stages"]
+    if stages is None:
+        return None
+    ov = data["overview"]
+    trained, requested = stages["trained"], stages["requested"]
+    saved = requested - trained
+    counts = ", ".join(f"{n} {s}" for s, n in stages["counts"].items() if n)
+    return (
+        f'<p class="note">{len(stages["stages"])} stages ({_e(counts)}). Shared prefixes '
+        f"trained once: {trained} {_e(ov['step_unit'])}s trained for the {requested} the "
+        f"trials reached ({saved} saved). Each bar is a stage over its steps; hover for its "
+        f"parameters and trials; the numbers are the {_e(ov['metric'])} at the leaves.</p>"
+        f'<div id="plot-stages" class="plot"></div>{png}'
+    )
+
+
+def _importance(data: dict[str, Any], png: str) -> str:
+    imp = data["importance"]
+    if imp is None or "importance" not in imp:
+        note = "" if imp is None else imp.get("note", "")
+        head = f'<p class="note">Parameter importance: {_e(note or "not computed")}.</p>'
+    else:
+        head = (
+            f'<p class="note">How much of the variation of {_e(data["overview"]["metric"])} '
+            f"across the {imp['trials']} completed trials each searched parameter explains: "
+            f"{_e(imp['method'])}.</p>"
+            '<div id="plot-importance" class="plot"></div>'
         )
-    if key == "curves":
-        pred = (
-            " Dotted: the curve model's latest prediction (median and 90% band) of the 3 best "
-            "trials the policy asked fits for (the others: click them on in the legend). Black: "
-            "the best trial."
-            if data["predictions"]
-            else ""
-        )
-        return (
-            f'<p class="note">Every trial\'s {_e(ov["metric"])} by {_e(ov["step_unit"])}, '
-            "coloured by the state it ended in (click a state in the legend to hide it)."
-            f"{pred}</p>"
-            f'<div id="plot-curves" class="plot"></div>{png}'
-        )
-    if key == "pools":
-        if data["pools"] is None:
-            return None
-        return (
-            '<p class="note">POP splits the slots into a promising pool (trials likely to reach '
-            "the target, trained without interruption) and an opportunistic pool (the others, "
-            "sharing slots in turns); the dotted line counts the promising trials.</p>"
-            f'<div id="plot-pools" class="plot"></div>{png}'
-        )
-    if key == "lineage":
-        lineage = data["lineage"]
-        if lineage is None:
-            return None
-        return (
-            f'<p class="note">The population over {lineage["generations"]} generations: each '
-            "trial joined to the trial it was forked from; black, the lineage of the best trial. "
-            "Below, the schedule it found: each changing parameter along that lineage.</p>"
-            '<div id="plot-lineage" class="plot"></div><div id="plot-schedule" class="plot"></div>'
-            f"{png}"
-        )
-    if key == "stages":
-        stages = data["stages"]
-        if stages is None:
-            return None
-        trained, requested = stages["trained"], stages["requested"]
-        saved = requested - trained
-        counts = ", ".join(f"{n} {s}" for s, n in stages["counts"].items() if n)
-        return (
-            f'<p class="note">{len(stages["stages"])} stages ({_e(counts)}). Shared prefixes '
-            f"trained once: {trained} {_e(ov['step_unit'])}s trained for the {requested} the "
-            f"trials reached ({saved} saved). Each bar is a stage over its steps; hover for its "
-            f"parameters and trials; the numbers are the {_e(ov['metric'])} at the leaves.</p>"
-            f'<div id="plot-stages" class="plot"></div>{png}'
-        )
-    if key == "importance":
-        imp = data["importance"]
-        head = ""
-        if imp is None or "importance" not in imp:
-            note = "" if imp is None else imp.get("note", "")
-            head = f'<p class="note">Parameter importance: {_e(note or "not computed")}.</p>'
-        else:
-            head = (
-                f'<p class="note">How much of the variation of {_e(ov["metric"])} across the '
-                f"{imp['trials']} completed trials each searched parameter explains: "
-                f"{_e(imp['method'])}.</p>"
-                '<div id="plot-importance" class="plot"></div>'
-            )
-        return (
-            head + '<p class="note">Parallel coordinates: one line per trial with a value, '
-            "coloured by it; drag along an axis to select a range.</p>"
-            f'<div id="plot-parallel" class="plot"></div>{png}'
-        )
-    if key == "slices":
-        if not data["dimensions"]:
-            return '<p class="note">No searched parameter.</p>'
-        return (
-            f'<p class="note">{_e(ov["metric"])} (each trial\'s value under [study] best) against '
-            "each searched parameter, coloured by the trial's state.</p>"
-            f'<div id="slices-grid"></div>{png}'
-        )
-    if key == "failures":
-        return _failures(data)
-    if key == "trials":
-        return _trials(data)
-    return None  # pragma: no cover - every section is listed above
+    return (
+        head + '<p class="note">Parallel coordinates: one line per trial with a value, '
+        "coloured by it; drag along an axis to select a range.</p>"
+        f'<div id="plot-parallel" class="plot"></div>{png}'
+    )
+
+
+def _slices(data: dict[str, Any], png: str) -> str:
+    if not data["dimensions"]:
+        return '<p class="note">No searched parameter.</p>'
+    return (
+        f'<p class="note">{_e(data["overview"]["metric"])} (each trial\'s value under [study] '
+        "best) against each searched parameter, coloured by the trial's state.</p>"
+        f'<div id="slices-grid"></div>{png}'
+    )
+
+
+#: Each section's body from the report's data and its static image's link.
+_SECTIONS: dict[str, Callable[[dict[str, Any], str], str | None]] = {
+    "overview": lambda data, _png: _overview(data),
+    "progress": _progress,
+    "curves": _curves,
+    "pools": _pools,
+    "lineage": _lineage,
+    "stages": _stages,
+    "importance": _importance,
+    "slices": _slices,
+    "failures": lambda data, _png: _failures(data),
+    "trials": lambda data, _png: _trials(data),
+}
 
 
 def render_page(data: dict[str, Any], pngs: dict[str, str]) -> str:
