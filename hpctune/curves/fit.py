@@ -27,7 +27,14 @@ import emcee
 import numpy as np
 
 from hpctune.curves.families import FloatArray, get_families
-from hpctune.curves.model import InitWeights, Monotonicity, build_model, initial_walkers, ml_start
+from hpctune.curves.model import (
+    CombinationModel,
+    InitWeights,
+    Monotonicity,
+    build_model,
+    initial_walkers,
+    ml_start,
+)
 from hpctune.errors import CurveFitError
 from hpctune.study.states import Mode
 
@@ -221,16 +228,9 @@ def fit_curve(
     x_max = int(x_max)
     raw = np.asarray(y, dtype=float).ravel()
     n = int(raw.size)
-    if n < min_points:
-        return _unknown(
-            f"{n} observed points, at least {min_points} needed", n, x_max, scale, mode, strict
-        )
-    if not np.all(np.isfinite(raw)):
-        return _unknown("non-finite observed values", n, x_max, scale, mode, strict)
-    if n >= x_max:
-        return _unknown(
-            f"no epoch left to predict (n={n} >= x_max={x_max})", n, x_max, scale, mode, strict
-        )
+    degenerate = _degenerate(raw, x_max, min_points)
+    if degenerate:
+        return _unknown(degenerate, n, x_max, scale, mode, strict)
     u = normalise(raw, scale, mode)
     if float(np.ptp(u)) < 1e-9:
         return _unknown("constant curve", n, x_max, scale, mode, strict)
@@ -256,20 +256,7 @@ def fit_curve(
     if not np.all(np.isfinite(model.log_prob(p0))):
         return _unknown("no valid starting ensemble", n, x_max, scale, mode, strict)
 
-    snapshots = min(max(1, math.ceil(n_keep / nwalkers)), spec.nsamples - spec.burn_in)
-    thin = (spec.nsamples - spec.burn_in) // snapshots
-    burn = spec.nsamples - snapshots * thin
-    seed = int(rng.integers(0, 2**32))
-    state = emcee.State(p0, random_state=np.random.RandomState(seed).get_state())
-    sampler = emcee.EnsembleSampler(nwalkers, ndim, model.log_prob, vectorize=True)
-    if burn:
-        state = sampler.run_mcmc(state, burn, store=False, skip_initial_state_check=True)
-    sampler.run_mcmc(state, snapshots, thin_by=thin, skip_initial_state_check=True)
-    # emcee counts acceptances at stored steps only: an estimate from snapshots x nwalkers moves
-    acceptance = float(np.mean(sampler.acceptance_fraction))
-    chain = sampler.get_chain(flat=True)
-    logp = sampler.get_log_prob(flat=True)
-    chain = chain[np.isfinite(logp)]
+    chain, acceptance = _sample(model, p0, spec, n_keep, rng)
     if chain.shape[0] < 2:
         return _unknown("the sampler kept no valid sample", n, x_max, scale, mode, strict)
     f = model.f_comb(chain, np.arange(1, x_max + 1, dtype=float))
@@ -291,3 +278,38 @@ def fit_curve(
         acceptance=acceptance,
         budget=spec,
     )
+
+
+def _degenerate(raw: FloatArray, x_max: int, min_points: int) -> str:
+    """Why the observed values ``raw`` cannot be fitted (``""``: they can)."""
+    n = int(raw.size)
+    if n < min_points:
+        return f"{n} observed points, at least {min_points} needed"
+    if not np.all(np.isfinite(raw)):
+        return "non-finite observed values"
+    if n >= x_max:
+        return f"no epoch left to predict (n={n} >= x_max={x_max})"
+    return ""
+
+
+def _sample(
+    model: CombinationModel, p0: FloatArray, spec: Budget, n_keep: int, rng: np.random.Generator
+) -> tuple[FloatArray, float]:
+    """Run emcee from the ensemble ``p0``: burn in, then keep about ``n_keep`` samples in whole
+    thinned snapshots of the ensemble; return the samples of finite log-probability and the
+    acceptance fraction."""
+    nwalkers, ndim = p0.shape
+    snapshots = min(max(1, math.ceil(n_keep / nwalkers)), spec.nsamples - spec.burn_in)
+    thin = (spec.nsamples - spec.burn_in) // snapshots
+    burn = spec.nsamples - snapshots * thin
+    seed = int(rng.integers(0, 2**32))
+    state = emcee.State(p0, random_state=np.random.RandomState(seed).get_state())
+    sampler = emcee.EnsembleSampler(nwalkers, ndim, model.log_prob, vectorize=True)
+    if burn:
+        state = sampler.run_mcmc(state, burn, store=False, skip_initial_state_check=True)
+    sampler.run_mcmc(state, snapshots, thin_by=thin, skip_initial_state_check=True)
+    # emcee counts acceptances at stored steps only: an estimate from snapshots x nwalkers moves
+    acceptance = float(np.mean(sampler.acceptance_fraction))
+    chain = sampler.get_chain(flat=True)
+    logp = sampler.get_log_prob(flat=True)
+    return chain[np.isfinite(logp)], acceptance

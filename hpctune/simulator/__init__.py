@@ -25,7 +25,7 @@ from hpctune.simulator._config import (
     SimulatorConfig,
     SimulatorError,
 )
-from hpctune.simulator._engine import Simulator, simulation_context
+from hpctune.simulator._engine import Simulator
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import (
     DecisionRecord,
@@ -36,6 +36,7 @@ from hpctune.simulator._results import (
     quantiles,
     summarize,
 )
+from hpctune.simulator._study import simulation_context
 
 __all__ = [
     "Comparison",

@@ -11,9 +11,10 @@ from typing import Any
 from hpctune.policies import OptionError, Policy, StudyContext, make_policy
 from hpctune.policies.generators import Generator, make_generator
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
-from hpctune.simulator._engine import Simulator, simulation_context
+from hpctune.simulator._engine import Simulator
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
+from hpctune.simulator._study import simulation_context
 from hpctune.simulator.nearest import trace_space
 from hpctune.simulator.traces import Trace
 from hpctune.study.seeding import component_seed

@@ -11,9 +11,9 @@ from typing import Any, cast
 from hpctune.curves import FitOptions
 from hpctune.simulator._api import ManyResult, build_policy, run_many
 from hpctune.simulator._config import SimulationOptions
-from hpctune.simulator._engine import simulation_context
 from hpctune.simulator._predictions import PredictionCache, prefetch_for
 from hpctune.simulator._results import SimulationResult
+from hpctune.simulator._study import simulation_context
 from hpctune.simulator.traces import Trace
 
 #: The ``format`` of :meth:`Comparison.to_dict`.

@@ -19,25 +19,23 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from hpctune.core import CoreSettings, SchedulingCore
 from hpctune.core.wire import Wire
 from hpctune.curves.fitter import FitOptions
 from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import FitJob, FitResult
-from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
 from hpctune.journal.reader import load_state
 from hpctune.journal.state import StudyRecord
-from hpctune.policies import ActionKind, Policy, StudyContext, StudyView
-from hpctune.policies.generators import Generator, Proposal
+from hpctune.policies import ActionKind, Policy
+from hpctune.policies.generators import Generator
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
 from hpctune.simulator._predictions import PredictionCache, Predictions
 from hpctune.simulator._results import (
@@ -47,13 +45,21 @@ from hpctune.simulator._results import (
     TrialOutcome,
     WorkerSpan,
 )
-from hpctune.simulator._workers import TraceRows, Workers
+from hpctune.simulator._study import (
+    NearestInTrace,
+    TraceOrder,
+    check_context,
+    check_slots,
+    created_study,
+    options_dict,
+    simulation_context,
+    simulation_spec,
+    trial_order,
+)
+from hpctune.simulator._workers import SimWorker, TraceRows, Workers
 from hpctune.simulator.nearest import NearestConfigurations, trace_space
 from hpctune.simulator.traces import Trace
-from hpctune.spec import StudySpec, study_context
-from hpctune.stagetree.options import stage_policies
-from hpctune.study.seeding import component_seed, index_rng
-from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, TrialStatus
 from hpctune.wire.layout import StudyPaths
 
 if TYPE_CHECKING:
@@ -62,50 +68,6 @@ if TYPE_CHECKING:
 MAX_ITERATIONS_PER_INSTANT = 50  # iterations at one instant before the clock must move
 # records after which another iteration at the same instant has nothing new to do
 _BOOKKEEPING = frozenset({st.CHECKPOINT_DELETED, st.POLICY_STATE, st.POLICY_DELTA})
-
-
-class TraceOrder(Generator):
-    """Proposes the trace's configurations in a given order (random search over the trace)."""
-
-    name: ClassVar[str] = "trace-order"
-
-    def __init__(self, trace: Trace, order: list[int]) -> None:
-        super().__init__(trace_space(trace), 0)
-        self.trace = trace
-        self.order = order
-
-    def suggest(self, index: int, view: StudyView | None = None) -> dict[str, Any]:
-        return dict(self.trace.hparams[self.order[index]])
-
-    def propose(self, index: int, view: StudyView | None = None) -> Proposal:
-        row = self.order[index]
-        return Proposal(dict(self.trace.hparams[row]), {"trace_row": row})
-
-
-class NearestInTrace(Generator):
-    """A generator's proposals answered with the nearest configuration of the trace not used
-    yet (:mod:`hpctune.simulator.nearest`)."""
-
-    name: ClassVar[str] = "nearest-in-trace"
-    predictable: ClassVar[bool] = False
-
-    def __init__(self, trace: Trace, inner: Generator, nearest: NearestConfigurations) -> None:
-        super().__init__(inner.space, inner.seed)
-        self.trace = trace
-        self.inner = inner
-        self.nearest = nearest
-        self.proposals: list[dict[str, Any]] = []  # the inner generator's, by trial
-
-    def suggest(self, index: int, view: StudyView | None = None) -> dict[str, Any]:
-        return self.propose(index, view).params
-
-    def propose(self, index: int, view: StudyView | None = None) -> Proposal:
-        proposal = self.inner.propose(index, view)
-        row = self.nearest.take(proposal.params)
-        if row is None:
-            raise SimulatorError("the generator asked for more configurations than the trace has")
-        self.proposals.append(proposal.params)
-        return Proposal(dict(self.trace.hparams[row]), {**proposal.info, "trace_row": row})
 
 
 @dataclass
@@ -195,55 +157,6 @@ def memory_core(
     )
 
 
-def simulation_spec(
-    trace: Trace,
-    policy: Policy,
-    *,
-    slots: int,
-    seed: int,
-    config: SimulatorConfig,
-    num_trials: int,
-) -> StudySpec:
-    """The spec of a simulated study of ``trace`` (what ``hpctune export-trace`` recorded)."""
-    bounds = config.metric_bounds(trace)
-    data: dict[str, Any] = {
-        "source": "",
-        "name": "simulation",
-        "directory": "simulated-study",
-        "entry": {"file": None, "module": "simulated", "function": "train"},
-        "metric": trace.metric,
-        "mode": trace.mode,
-        "max_steps": config.max_steps or trace.num_epochs,
-        "step_unit": "step",
-        "boundary": config.boundary,
-        "num_trials": num_trials,
-        "seed": seed,
-        "fail_fast": False,
-        "max_retries": 3,
-        "space": trace_space(trace).to_dict(),
-        "generator": {"name": "random", "options": {}},
-        "policy": {"name": policy.name, "options": _options_dict(policy)},
-        "resources": {"slots": slots, "cpus_per_worker": 1, "gpus_per_worker": 0},
-        "metric_bounds": list(bounds),
-        "random_level": None if math.isnan(trace.random_level) else trace.random_level,
-        "report_timeout": 0.0,
-        "stages": {"enabled": config.stages, "scheduler": config.stage_scheduler},
-        "best": "last" if policy.traits.makes_configurations else "peak",
-        "keep_checkpoints": "last",
-        "curves": {"recalibrate": config.recalibrate},
-    }
-    return StudySpec.from_dict(data)
-
-
-def simulation_context(trace: Trace, config: SimulatorConfig | None = None) -> StudyContext:
-    """The study context a policy simulated on ``trace`` with ``config`` is built with (that
-    of :func:`simulation_spec`'s study: :func:`~hpctune.spec.study_context`)."""
-    config = config or SimulatorConfig()
-    return StudyContext(
-        max_steps=config.max_steps or trace.num_epochs, mode=trace.mode, boundary=config.boundary
-    )
-
-
 class Simulator:
     """Replay ``trace`` on ``slots`` slots under ``policy``, with the controller's own code.
 
@@ -283,34 +196,19 @@ class Simulator:
     ) -> None:
         self.config = config or SimulatorConfig()
         self.config.check(trace)
-        if slots < 1:
-            raise SimulatorError(f"slots must be >= 1, but got {slots}")
-        if self.config.stages and not policy.traits.runs_on_stage_trees:
-            raise SimulatorError(
-                f"stages: stage trees run with the policies {', '.join(stage_policies())}, not "
-                f"{policy.name!r}"
-            )
+        check_slots(policy, slots, self.config)
         self.trace = trace
         self.policy = policy
         self.slots = slots
         self.seed = seed
         self.clock = SimClock()
         self.max_steps = self.config.max_steps or trace.num_epochs
-        if order is None:
-            order = [
-                int(i)
-                for i in index_rng(component_seed(seed, "order"), 0).permutation(trace.num_configs)
-            ]
-        bad = [i for i in order if not 0 <= i < trace.num_configs]
-        if bad:
-            raise SimulatorError(f"order names configurations {bad} not in the trace")
-        self.order = list(order)
+        self.order = trial_order(trace, seed, order)
         limit = self.config.num_trials or len(self.order)
         self.num_trials = min(limit, len(self.order))
         self.target = (
             self.config.target if self.config.target is not None else trace.default_target()
         )
-        nearest = NearestConfigurations(trace_space(trace), trace.hparams)
         self.generator: Generator = TraceOrder(trace, self.order)
         self.nearest_generator: NearestInTrace | None = None
         if generator is not None:
@@ -325,25 +223,9 @@ class Simulator:
             config=self.config,
             num_trials=self.num_trials,
         )
-        context = study_context(spec)
-        if policy.context != context:
-            raise SimulatorError(
-                f"the policy {policy.name!r} was built for the study {policy.context}, but the "
-                f"simulated study is {context}; build it with simulation_context(trace, config)"
-            )
-        self.record = StudyRecord()
-        created = {
-            "state": StudyState.CREATED.value,
-            "spec": spec.to_dict(),
-            "reason": "simulated",
-        }
-        self.record.apply(st.STUDY, -1, -1, 0.0, created)
-        self.journal = MemoryJournal()
-        self.journal.append(
-            "log", kind=st.STUDY, trial=-1, segment=-1, time=0.0, data=dumps(created)
-        )
-        self.journal.commit({})
-        self.rows = TraceRows(trace, nearest)
+        check_context(policy, spec)
+        self.record, self.journal = created_study(spec)
+        self.rows = TraceRows(trace, NearestConfigurations(trace_space(trace), trace.hparams))
         self.workers = Workers(
             trace, self.config, self.clock, slots, self.rows, self.record, self._on_report, inbox
         )
@@ -407,7 +289,7 @@ class Simulator:
             self.curves.record = record
         self.controller = self._core(
             record,
-            type(self.policy).from_options(self.policy.context, _options_dict(self.policy)),
+            type(self.policy).from_options(self.policy.context, options_dict(self.policy)),
         )
         self.controller.start()  # reloads the journaled predictions, asks again for the fits
         # the killed controller had in flight
@@ -492,39 +374,11 @@ class Simulator:
         record = self.record
         reached = self._reached
         workers = list(self.workers.workers.values())
-
-        def held(until: float) -> float:
-            return sum(
-                max(min(w.exited if w.exited is not None else until, until) - w.started, 0.0)
-                for w in workers
-            )
-
-        to_target = None if reached is None else held(reached[0]) / 3600.0
         suspensions = {
             t.trial_id: sum(c.status is TrialStatus.SUSPENDED for c in t.history)
             for t in record.trials.values()
         }
         suspensions = {tid: n for tid, n in suspensions.items() if n}
-        spans = []
-        for worker in workers:
-            for run in worker.runs:
-                a = run.assignment
-                seg = record.segments.get(a.segment_id)
-                outcome = seg.status if seg is not None else SegmentStatus.RUNNING
-                spans.append(
-                    SegmentSpan(
-                        slot=worker.slot,
-                        worker=_number(worker.worker_id),
-                        trial=a.trial_id,
-                        config=run.row,
-                        start=run.began,
-                        end=run.ended if run.ended is not None else end,
-                        start_step=a.start_step,
-                        end_step=run.step,
-                        outcome=outcome if run.ended is not None else SegmentStatus.RUNNING,
-                    )
-                )
-        spans.sort(key=lambda s: (s.start, s.slot))
         statuses = [t.status for t in record.trials.values()]
         trials = [
             TrialOutcome(
@@ -539,7 +393,7 @@ class Simulator:
         ]
         return SimulationResult(
             policy=self.policy.name,
-            options=_options_dict(self.policy),
+            options=options_dict(self.policy),
             slots=self.slots,
             seed=self.seed,
             target=self.target,
@@ -547,8 +401,8 @@ class Simulator:
             time_to_target=None if reached is None else reached[0],
             target_trial=None if reached is None else reached[1],
             end_time=end,
-            gpu_hours=held(end) / 3600.0,
-            gpu_hours_to_target=to_target,
+            gpu_hours=_held(workers, end) / 3600.0,
+            gpu_hours_to_target=None if reached is None else _held(workers, reached[0]) / 3600.0,
             training_hours=self.workers.training_s / 3600.0,
             trials_started=len(record.trials),
             trials_completed=statuses.count(TrialStatus.COMPLETED),
@@ -562,7 +416,7 @@ class Simulator:
             ignored_actions=0,
             incumbent=tuple(self._incumbent),
             decisions=tuple(self._decisions()),
-            segments=tuple(spans),
+            segments=_segment_spans(workers, record, end),
             workers=tuple(
                 WorkerSpan(
                     slot=w.slot,
@@ -627,15 +481,43 @@ def _data(text: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _held(workers: Sequence[SimWorker], until: float) -> float:
+    """The worker-seconds the simulated workers held until ``until``."""
+    return sum(
+        max(min(w.exited if w.exited is not None else until, until) - w.started, 0.0)
+        for w in workers
+    )
+
+
+def _segment_spans(
+    workers: Sequence[SimWorker], record: StudyRecord, end: float
+) -> tuple[SegmentSpan, ...]:
+    """Every segment the simulated workers ran, by start time and slot."""
+    spans = []
+    for worker in workers:
+        for run in worker.runs:
+            a = run.assignment
+            seg = record.segments.get(a.segment_id)
+            outcome = seg.status if seg is not None else SegmentStatus.RUNNING
+            spans.append(
+                SegmentSpan(
+                    slot=worker.slot,
+                    worker=_number(worker.worker_id),
+                    trial=a.trial_id,
+                    config=run.row,
+                    start=run.began,
+                    end=run.ended if run.ended is not None else end,
+                    start_step=a.start_step,
+                    end_step=run.step,
+                    outcome=outcome if run.ended is not None else SegmentStatus.RUNNING,
+                )
+            )
+    spans.sort(key=lambda s: (s.start, s.slot))
+    return tuple(spans)
+
+
 def _number(worker_id: str) -> int:
     return int(worker_id.lstrip("w") or 0)
-
-
-def _options_dict(policy: Policy) -> dict[str, Any]:
-    options = getattr(policy, "options", None)
-    if options is None or not hasattr(options, "__dataclass_fields__"):
-        return {}
-    return {name: getattr(options, name) for name in options.__dataclass_fields__}
 
 
 __all__ = [
