@@ -217,15 +217,10 @@ def fit_curve(
         ValueError: Invalid arguments (bounds, mode, budget, family names, x_max, min_points).
         CurveFitError: Only with ``strict=True``, where an unknown result would be returned.
     """
-    low, high = check_scale(bounds, mode)
-    scale = (low, high)
+    scale = check_scale(bounds, mode)
     fams = get_families(None if families is None else list(families))
     spec = resolve_budget(budget)
-    if min_points < 3:
-        raise ValueError(f"min_points must be >= 3, but got {min_points}")
-    if not 1 <= int(x_max) <= MAX_HORIZON:
-        raise ValueError(f"x_max must be in [1, {MAX_HORIZON}], but got {x_max}")
-    x_max = int(x_max)
+    x_max = _check_points(min_points, x_max)
     raw = np.asarray(y, dtype=float).ravel()
     n = int(raw.size)
     degenerate = _degenerate(raw, x_max, min_points)
@@ -264,20 +259,31 @@ def fit_curve(
     chain, f = chain[ok], f[ok]
     if chain.shape[0] < 2:
         return _unknown("non-finite posterior curves", n, x_max, scale, mode, strict)
-    sigma = np.exp(chain[:, model.sigma_index])
-    weights = model.weights(chain).mean(axis=0)
     return CurvePosterior(
         n=n,
         x_max=x_max,
         bounds=scale,
         mode=mode,
         f=f.astype(np.float32),
-        sigma=sigma.astype(np.float32),
+        sigma=np.exp(chain[:, model.sigma_index]).astype(np.float32),
         families=tuple(fam.name for fam in model.families),
-        weights=tuple(round(float(w), 6) for w in weights),
+        weights=tuple(round(float(w), 6) for w in model.weights(chain).mean(axis=0)),
         acceptance=acceptance,
         budget=spec,
     )
+
+
+def _check_points(min_points: int, x_max: int) -> int:
+    """``x_max`` as an int, checked with ``min_points``.
+
+    Raises:
+        ValueError: ``min_points`` < 3, or ``x_max`` not in [1, MAX_HORIZON].
+    """
+    if min_points < 3:
+        raise ValueError(f"min_points must be >= 3, but got {min_points}")
+    if not 1 <= int(x_max) <= MAX_HORIZON:
+        raise ValueError(f"x_max must be in [1, {MAX_HORIZON}], but got {x_max}")
+    return int(x_max)
 
 
 def _degenerate(raw: FloatArray, x_max: int, min_points: int) -> str:

@@ -181,42 +181,8 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
                 ready = _static_ready(b, i, shape, prev, prev_sync, pool_scale)
                 begin = list(ready)
             else:
-                reuse = (
-                    min(prev.workers, shape.workers)
-                    if prev and prev.devices == shape.devices
-                    else 0
-                )
-                if holds:
-                    holds[-1] = _with_kept(holds[-1], reuse)
-                ready, begin = [], []
-                new = shape.workers - reuse
-                for k in range(shape.workers):
-                    if k < reuse:
-                        ready.append(prev_sync)
-                        begin.append(prev_sync)
-                        continue
-                    after = () if prev_sync is None else (prev_sync,)
-                    scale = b.add(Node(NodeKind.SCALE, i, after, k, shape.devices))
-                    init = Node(NodeKind.INIT, i, (scale,), k, shape.devices, together=new)
-                    ready.append(b.add(init))
-                    begin.append(scale)
-        last: list[int | None] = [None] * shape.workers
-        for j, (n_steps, fresh) in enumerate(zip(steps, begins_list, strict=True)):
-            k = j % shape.workers
-            before = last[k] if last[k] is not None else ready[k]
-            after_train = before is not None and b.nodes[before].kind is NodeKind.TRAIN
-            node = Node(
-                NodeKind.TRAIN,
-                i,
-                () if before is None else (before,),
-                k,
-                shape.devices,
-                n_steps,
-                fresh,
-                together=min(shape.workers, len(steps)),
-                gap=fresh and after_train,
-            )
-            last[k] = b.add(node)
+                ready, begin = _elastic_ready(b, i, shape, prev, prev_sync, holds)
+        last = _train_nodes(b, i, shape, steps, begins_list, ready)
         ends = [t if t is not None else r for t, r in zip(last, ready, strict=True)]
         preds = tuple(sorted({e for e in ends if e is not None}))
         sync = b.add(Node(NodeKind.SYNC, i, preds))
@@ -225,6 +191,66 @@ def to_dag(spec: ExperimentSpec, allocation: Allocation, progress: Progress | No
         prev_sync, prev = sync, shape
     pool = None if static is None else (static, pool_scale, len(b.nodes) - 1)
     return Dag(tuple(b.nodes), tuple(holds), pool)
+
+
+def _elastic_ready(
+    b: _Builder,
+    stage: int,
+    shape: StageShape,
+    prev: StageShape | None,
+    prev_sync: int | None,
+    holds: list[Hold],
+) -> tuple[list[int | None], list[int | None]]:
+    """The workers of an elastic stage: those of the stage before kept where the device count
+    is the same (the last hold keeps them), the others scaled up and initialised; each worker's
+    node it is ready after, and the node its hold begins at."""
+    reuse = min(prev.workers, shape.workers) if prev and prev.devices == shape.devices else 0
+    if holds:
+        holds[-1] = _with_kept(holds[-1], reuse)
+    ready: list[int | None] = []
+    begin: list[int | None] = []
+    new = shape.workers - reuse
+    for k in range(shape.workers):
+        if k < reuse:
+            ready.append(prev_sync)
+            begin.append(prev_sync)
+            continue
+        after = () if prev_sync is None else (prev_sync,)
+        scale = b.add(Node(NodeKind.SCALE, stage, after, k, shape.devices))
+        init = Node(NodeKind.INIT, stage, (scale,), k, shape.devices, together=new)
+        ready.append(b.add(init))
+        begin.append(scale)
+    return ready, begin
+
+
+def _train_nodes(
+    b: _Builder,
+    stage: int,
+    shape: StageShape,
+    steps: list[int],
+    begins: list[bool],
+    ready: list[int | None],
+) -> list[int | None]:
+    """A stage's trials as TRAIN nodes, trial ``j`` on worker ``j mod workers`` after the
+    worker's trial before it; return each worker's last node (``None``: it trained none)."""
+    last: list[int | None] = [None] * shape.workers
+    for j, (n_steps, fresh) in enumerate(zip(steps, begins, strict=True)):
+        k = j % shape.workers
+        before = last[k] if last[k] is not None else ready[k]
+        after_train = before is not None and b.nodes[before].kind is NodeKind.TRAIN
+        node = Node(
+            NodeKind.TRAIN,
+            stage,
+            () if before is None else (before,),
+            k,
+            shape.devices,
+            n_steps,
+            fresh,
+            together=min(shape.workers, len(steps)),
+            gap=fresh and after_train,
+        )
+        last[k] = b.add(node)
+    return last
 
 
 def _static_ready(

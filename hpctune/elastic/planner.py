@@ -288,6 +288,23 @@ class _Evaluator:
         prediction = self(allocation)
         return Plan(kind, allocation, prediction, self.meets(prediction))
 
+    def result(
+        self, plan: Plan, static: Plan, descents: tuple[Plan, ...], source: str
+    ) -> PlanResult:
+        """The planner's answer: ``plan`` chosen, ``static`` the best static plan."""
+        return PlanResult(
+            self.spec,
+            self.deadline,
+            self.cost,
+            self.options,
+            plan,
+            static,
+            descents,
+            len(self.cache),
+            self.progress,
+            source,
+        )
+
 
 def _quantile(prediction: Prediction, q: float) -> float:
     """A quantile between the stored ones (10, 50, 90 %), by linear interpolation."""
@@ -344,27 +361,9 @@ def plan_elastic(
     if not feasible:
         fastest = min(statics, key=lambda p: (evaluate.time(p.prediction), p.prediction.cost.mean))
         chosen = kept if kept is not None and kept.feasible else fastest
-        return PlanResult(
-            spec,
-            deadline,
-            cost,
-            options,
-            chosen,
-            fastest,
-            () if kept is None else (kept,),
-            len(evaluate.cache),
-            progress,
-            profile.source,
-        )
+        return evaluate.result(chosen, fastest, () if kept is None else (kept,), profile.source)
     static = min(feasible, key=lambda p: (p.prediction.cost.mean, evaluate.time(p.prediction)))
-    pool = static.allocation.static_pool or 1
-    descents = []
-    for multiple in options.warm_starts:
-        vector = [
-            round_down(st.trials, min(multiple * pool, max_pool), sizes) for st in spec.stages
-        ]
-        start = elastic_allocation(spec, vector, sizes)
-        descents.append(_descend(spec, start, first, sizes, evaluate))
+    descents = _warm_descents(spec, static, first, sizes, max_pool, evaluate, options)
     naive = _naive(spec, sizes, evaluate) if progress is None else None
     if naive is not None:  # one more warm start: it keeps every worker from stage to stage
         descents.append(_descend(spec, naive.allocation, first, sizes, evaluate))
@@ -374,18 +373,29 @@ def plan_elastic(
         [static, *(d for d in descents if d.feasible)],
         key=lambda p: (p.prediction.cost.mean, evaluate.time(p.prediction)),
     )
-    return PlanResult(
-        spec,
-        deadline,
-        cost,
-        options,
-        best,
-        static,
-        tuple(descents),
-        len(evaluate.cache),
-        progress,
-        profile.source,
-    )
+    return evaluate.result(best, static, tuple(descents), profile.source)
+
+
+def _warm_descents(
+    spec: ExperimentSpec,
+    static: Plan,
+    first: int,
+    sizes: tuple[int, ...],
+    max_pool: int,
+    evaluate: _Evaluator,
+    options: PlanOptions,
+) -> list[Plan]:
+    """The greedy descents from the elastic allocations of 1x, 2x, ... (``warm_starts``) the
+    best static plan's pool."""
+    pool = static.allocation.static_pool or 1
+    descents = []
+    for multiple in options.warm_starts:
+        vector = [
+            round_down(st.trials, min(multiple * pool, max_pool), sizes) for st in spec.stages
+        ]
+        start = elastic_allocation(spec, vector, sizes)
+        descents.append(_descend(spec, start, first, sizes, evaluate))
+    return descents
 
 
 def _descend(

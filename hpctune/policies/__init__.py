@@ -13,15 +13,14 @@ from hpctune.policies._base import (
     ActionKind,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
     TrialView,
-    parse_options,
 )
+from hpctune.policies._options import OptionError, parse_options
 from hpctune.policies.asha import AshaPolicy
 from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy

@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from hpctune.policies._base import OptionError, StudyView, TrialView
+from hpctune.policies._base import StudyView, TrialView
+from hpctune.policies._options import OptionError
 
 
 def value_at(trial: TrialView, step: int) -> float:

@@ -18,7 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hpctune.policies._base import OptionError, StudyView, TrialView
+from hpctune.policies._base import StudyView, TrialView
+from hpctune.policies._options import OptionError
 from hpctune.study.states import Mode, as_mode
 
 COMPARISONS = ("lexicographic", "pareto")

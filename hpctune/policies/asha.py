@@ -22,7 +22,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -30,6 +29,7 @@ from hpctune.policies._base import (
     StudyView,
 )
 from hpctune.policies._common import geometric_rungs, require
+from hpctune.policies._options import OptionError
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.study.states import Decision
 

@@ -18,13 +18,13 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     StudyContext,
     StudyView,
 )
 from hpctune.policies._common import best_until, require
+from hpctune.policies._options import OptionError
 from hpctune.study.boundaries import at_boundary
 
 

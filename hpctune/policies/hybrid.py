@@ -55,7 +55,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -64,6 +63,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_until, best_value, geometric_rungs, require
+from hpctune.policies._options import OptionError
 from hpctune.policies._order import percentile_of_sorted
 from hpctune.study.states import TrialStatus
 

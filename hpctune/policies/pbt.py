@@ -45,7 +45,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -63,6 +62,7 @@ from hpctune.policies._fitness import (
     parse_objectives,
 )
 from hpctune.policies._mutation import FACTORS, mutate
+from hpctune.policies._options import OptionError
 from hpctune.study.space import SearchSpace
 from hpctune.study.states import TrialStatus
 

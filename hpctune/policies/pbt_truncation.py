@@ -26,7 +26,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -36,6 +35,7 @@ from hpctune.policies._base import (
 from hpctune.policies._common import require
 from hpctune.policies._fitness import Objective
 from hpctune.policies._mutation import explore
+from hpctune.policies._options import OptionError
 from hpctune.policies.pbt import (
     WAITING,
     best_trial,

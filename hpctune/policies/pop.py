@@ -40,7 +40,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -49,6 +48,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import best_value, require
+from hpctune.policies._options import OptionError
 from hpctune.study.boundaries import at_boundary
 from hpctune.study.states import TrialStatus
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpctune.plugins import PluginError, find_class, registered
-from hpctune.policies._base import OptionError, Policy, StudyContext
+from hpctune.policies._base import Policy, StudyContext
+from hpctune.policies._options import OptionError
 from hpctune.policies.asha import AshaPolicy
 from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy

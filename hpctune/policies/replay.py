@@ -21,13 +21,13 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
 )
+from hpctune.policies._options import OptionError
 from hpctune.policies.pbt import WAITING
 from hpctune.study.space import SearchSpace
 from hpctune.study.states import TrialStatus

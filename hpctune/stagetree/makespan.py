@@ -142,71 +142,24 @@ def simulate_plan(
         raise ValueError(f"transition_seconds must be >= 0, but got {transition_seconds}")
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, but got {checkpoint_every}")
-    events: list[tuple[float, int, str, int, int, int]] = []  # time, seq, kind, node, start, end
-    claims: dict[int, tuple[int, int]] = {}  # event seq -> the claim its stage made
-    answered: dict[int, float] = {}
-    seq = 0
-    idle = workers
-    now = busy = train = 0.0
-    assignments = loads = 0
+    run = _PlanRun(plan, workers, cost, transition_seconds, batch, claim_whole_nodes)
     while True:
-        while idle > 0:
+        while run.idle > 0:
             tree = build_stage_tree(plan)
             if tree.answered:
-                for trial in tree.answered:
-                    answered[trial] = now
-                for node in plan.nodes:  # their checkpoints exist: mark them done
-                    for end, request in node.requests.items():
-                        if end in node.checkpoints:
-                            request.status = RequestStatus.DONE
+                run.answer(tree)
                 if on_answer is not None:
-                    on_answer(list(tree.answered), now)
+                    on_answer(list(tree.answered), run.now)
                 continue
             path = pick(scheduler, tree, tree.roots, cost)
             if not path:
                 break
-            idle -= 1
-            assignments += 1
-            t = now
-            for i, sid in enumerate(path):
-                stage = tree.stages[sid]
-                if i == 0 or not batch:
-                    t += transition_seconds
-                    loads += 1
-                seconds = stage_seconds(stage, cost)
-                train += seconds
-                t += seconds
-                if claim_whole_nodes:
-                    claim = (plan.nodes[stage.node].start, _FOREVER)
-                else:
-                    claim = (stage.start, stage.end)
-                plan.claim(stage.node, *claim)
-                if stage.end in plan.nodes[stage.node].requests:
-                    plan.set_status(stage.node, stage.end, RequestStatus.SCHEDULED)
-                heapq.heappush(events, (t, seq, "stage", stage.node, stage.start, stage.end))
-                claims[seq] = claim
-                seq += 1
-            busy += t - now
-            heapq.heappush(events, (t, seq, "worker", -1, -1, -1))
-            seq += 1
-        if not events:
+            run.give(tree, path)
+        if not run.events:
             break
-        now = events[0][0]
-        done: list[int] = []
-        while events and events[0][0] == now:
-            _, event, kind, node_id, start, end = heapq.heappop(events)
-            if kind == "worker":
-                idle += 1
-                continue
-            inside = range(start + 1, end)
-            steps = [s for s in inside if checkpoint_every and s % checkpoint_every == 0]
-            for step in [*steps, end]:
-                done += plan.add_checkpoint(node_id, step, f"sim-{node_id}-{step}")
-            plan.release(node_id, *claims.pop(event))
-        for trial in done:
-            answered[trial] = now
+        done = run.advance(checkpoint_every)
         if done and on_answer is not None:
-            on_answer(done, now)
+            on_answer(done, run.now)
     left = [
         (n.id, end)
         for n in plan.nodes
@@ -215,7 +168,91 @@ def simulate_plan(
     ]
     if left:
         raise RuntimeError(f"requests (node, end) left unserved: {left[:5]}")
-    return Simulation(now, busy, train, assignments, loads), answered
+    figures = Simulation(run.now, run.busy, run.train, run.assignments, run.loads)
+    return figures, run.answered
+
+
+class _PlanRun:
+    """The simulated clock, workers and event queue of :func:`simulate_plan`."""
+
+    def __init__(
+        self,
+        plan: SearchPlan,
+        workers: int,
+        cost: StepCost,
+        transition_seconds: float,
+        batch: bool,
+        claim_whole_nodes: bool,
+    ) -> None:
+        self.plan = plan
+        self.cost = cost
+        self.transition_seconds = transition_seconds
+        self.batch = batch
+        self.claim_whole_nodes = claim_whole_nodes
+        # (time, seq, kind, node, start, end): stages and workers ending
+        self.events: list[tuple[float, int, str, int, int, int]] = []
+        self.claims: dict[int, tuple[int, int]] = {}  # event seq -> the claim its stage made
+        self.answered: dict[int, float] = {}
+        self.seq = 0
+        self.idle = workers
+        self.now = self.busy = self.train = 0.0
+        self.assignments = self.loads = 0
+
+    def answer(self, tree: StageTree) -> None:
+        """The trials ``tree`` found answered: now, and their requests' checkpoints done."""
+        for trial in tree.answered:
+            self.answered[trial] = self.now
+        for node in self.plan.nodes:  # their checkpoints exist: mark them done
+            for end, request in node.requests.items():
+                if end in node.checkpoints:
+                    request.status = RequestStatus.DONE
+
+    def give(self, tree: StageTree, path: list[int]) -> None:
+        """An idle worker trains the stages of ``path`` one after another."""
+        plan = self.plan
+        self.idle -= 1
+        self.assignments += 1
+        t = self.now
+        for i, sid in enumerate(path):
+            stage = tree.stages[sid]
+            if i == 0 or not self.batch:
+                t += self.transition_seconds
+                self.loads += 1
+            seconds = stage_seconds(stage, self.cost)
+            self.train += seconds
+            t += seconds
+            if self.claim_whole_nodes:
+                claim = (plan.nodes[stage.node].start, _FOREVER)
+            else:
+                claim = (stage.start, stage.end)
+            plan.claim(stage.node, *claim)
+            if stage.end in plan.nodes[stage.node].requests:
+                plan.set_status(stage.node, stage.end, RequestStatus.SCHEDULED)
+            heapq.heappush(self.events, (t, self.seq, "stage", stage.node, stage.start, stage.end))
+            self.claims[self.seq] = claim
+            self.seq += 1
+        self.busy += t - self.now
+        heapq.heappush(self.events, (t, self.seq, "worker", -1, -1, -1))
+        self.seq += 1
+
+    def advance(self, checkpoint_every: int | None) -> list[int]:
+        """Move the clock to the next events and carry them out; return the trials answered."""
+        events = self.events
+        self.now = events[0][0]
+        done: list[int] = []
+        while events and events[0][0] == self.now:
+            _, event, kind, node_id, start, end = heapq.heappop(events)
+            if kind == "worker":
+                self.idle += 1
+                continue
+            inside = range(start + 1, end)
+            steps = [s for s in inside if checkpoint_every and s % checkpoint_every == 0]
+            for step in [*steps, end]:
+                done += self.plan.add_checkpoint(node_id, step, f"sim-{node_id}-{step}")
+            self.plan.release(node_id, *self.claims.pop(event))
+        for trial in done:
+            self.answered[trial] = self.now
+        return done
 
 
 def trial_makespan(seconds: list[float], workers: int) -> float:

@@ -142,6 +142,21 @@ class StageTree:
 
 def build_stage_tree(plan: SearchPlan) -> StageTree:
     """Generate the stage tree that serves every pending request of the plan (Algorithm 1)."""
+    table, requests, answered = _link_table(plan)
+    blocked = _Blocked(table)
+    after, load = _chain_stage_points(table, blocked)
+    stages = _stages(plan, after, load, set(requests))
+    for stage in stages:
+        if stage.parent is not None:
+            stages[stage.parent].children.append(stage.id)
+    roots = [s.id for s in stages if s.parent is None]
+    waiting = [p for p in requests if blocked(p)]
+    return StageTree(stages, roots, answered, waiting)
+
+
+def _link_table(plan: SearchPlan) -> tuple[dict[Point, Link], list[Point], list[int]]:
+    """Every pending request's chain of links back to a checkpoint (or a wait, or step 0):
+    the table of links, the requests' points, and the trials already answered."""
     table: dict[Point, Link] = {}
     requests: list[Point] = []
     answered: list[int] = []
@@ -155,11 +170,19 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
             point = Point(node.id, end)
             requests.append(point)
             find_latest_checkpoint(plan, point, table)
+    return table, requests, answered
 
-    blocked: dict[Point, bool] = {}
 
-    def is_blocked(p: Point) -> bool:
-        """A point is blocked when its chain of branch points meets a claimed range."""
+class _Blocked:
+    """Whether a point is blocked: its chain of branch points meets a claimed range."""
+
+    def __init__(self, table: dict[Point, Link]) -> None:
+        self.table = table
+        self.blocked: dict[Point, bool] = {}
+
+    def __call__(self, p: Point) -> bool:
+        """Whether ``p`` is blocked (remembered for every point of its chain)."""
+        table, blocked = self.table, self.blocked
         chain = []
         while p not in blocked and table[p].kind is LinkKind.AFTER:
             chain.append(p)
@@ -170,17 +193,22 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
             blocked[q] = blocked[p]
         return blocked[chain[0]] if chain else blocked[p]
 
-    # A point whose own checkpoint exists is a source, not a stage.
-    def available(p: Point) -> bool:
-        link = table.get(p)
-        return link is not None and link.kind is LinkKind.CHECKPOINT and link.point == p
 
-    # Group stage points by (node, link), chain each group in step order: each stage point gets
-    # the stage point before it (``after``) or the checkpoint it loads (``load``), or neither
-    # (a fresh model at step 0).
+def _available(table: dict[Point, Link], p: Point) -> bool:
+    """A point whose own checkpoint exists is a source, not a stage."""
+    link = table.get(p)
+    return link is not None and link.kind is LinkKind.CHECKPOINT and link.point == p
+
+
+def _chain_stage_points(
+    table: dict[Point, Link], blocked: _Blocked
+) -> tuple[dict[Point, Point | None], dict[Point, Point | None]]:
+    """Group stage points by (node, link) and chain each group in step order: each stage point
+    gets the stage point before it (``after``) or the checkpoint it loads (``load``), or neither
+    (a fresh model at step 0)."""
     groups: dict[tuple[int, Link], list[Point]] = defaultdict(list)
     for p, link in table.items():
-        if not available(p) and not is_blocked(p):
+        if not _available(table, p) and not blocked(p):
             groups[(p.node, link)].append(p)
     after: dict[Point, Point | None] = {}
     load: dict[Point, Point | None] = {}
@@ -192,20 +220,29 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
             load[first] = link.point
         elif link.kind is LinkKind.AFTER:
             assert link.point is not None
-            if available(link.point):
+            if _available(table, link.point):
                 load[first] = link.point
             else:
                 after[first] = link.point
         for prev, p in itertools.pairwise(points):
             after[p], load[p] = prev, None
+    return after, load
+
+
+def _stages(
+    plan: SearchPlan,
+    after: dict[Point, Point | None],
+    load: dict[Point, Point | None],
+    pending: set[Point],
+) -> list[Stage]:
+    """The stages of the chained points, numbered so that a parent starts before its children."""
 
     def start_of(p: Point) -> int:
         origin = after[p] or load[p]
         return 0 if origin is None else origin.step
 
-    order = sorted(after, key=lambda p: (start_of(p), p))  # a parent starts before its children
+    order = sorted(after, key=lambda p: (start_of(p), p))
     ids = {p: i for i, p in enumerate(order)}
-    pending = set(requests)
     stages: list[Stage] = []
     for p in order:
         node = plan.nodes[p.node]
@@ -222,12 +259,7 @@ def build_stage_tree(plan: SearchPlan) -> StageTree:
                 trials=list(node.requests[p.step].trials) if p in pending else [],
             )
         )
-    for stage in stages:
-        if stage.parent is not None:
-            stages[stage.parent].children.append(stage.id)
-    roots = [s.id for s in stages if s.parent is None]
-    waiting = [p for p in requests if is_blocked(p)]
-    return StageTree(stages, roots, answered, waiting)
+    return stages
 
 
 def needed_checkpoints(plan: SearchPlan) -> set[Point]:

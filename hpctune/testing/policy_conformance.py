@@ -43,7 +43,8 @@ from typing import Any
 from hpctune.errors import UsageError
 from hpctune.plugins import find
 from hpctune.policies import POLICIES, make_policy
-from hpctune.policies._base import OptionError, Policy, StudyContext
+from hpctune.policies._base import Policy, StudyContext
+from hpctune.policies._options import OptionError
 from hpctune.study.space import SearchSpace
 from hpctune.testing._checks import PROBE_CONTEXT, Run
 from hpctune.testing._contract import (

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpctune.policies._base import OptionError, parse_options
+from hpctune.policies._options import OptionError, parse_options
 
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from hpctune.policies._base import OptionError
+from hpctune.policies._options import OptionError
 from hpctune.policies.generators._base import Generator, Proposal
 from hpctune.study.states import Mode, TrialStatus, as_mode
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hpctune.plugins import PluginError, find_class, registered
-from hpctune.policies._base import OptionError
+from hpctune.policies._options import OptionError
 from hpctune.policies.generators._base import Generator
 from hpctune.policies.generators.grid import GridGenerator
 from hpctune.policies.generators.optuna_sampler import NAMED, OptunaGenerator
