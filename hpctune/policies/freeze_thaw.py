@@ -2,7 +2,7 @@
 
 Swersky, Snoek and Adams, "Freeze-Thaw Bayesian Optimization" (2014), in the form of DyHPO
 (Wistuba et al., NeurIPS 2022) and ifBO (Rakotoarison et al., ICML 2024): trials train in short
-segments of ``increment`` steps and are suspended (frozen, with their checkpoint) at the end of
+segments (``first`` steps for a new configuration, then ``segment`` x ``max_steps``) and are suspended (frozen, with their checkpoint) at the end of
 each; whenever a slot is free, the joint curve model (:mod:`hpctune.curves.joint`), given the
 whole study so far, predicts every frozen trial and ``candidates`` configurations not tried yet
 (drawn from the search space), and the slot goes to the option with the largest **expected
@@ -13,7 +13,7 @@ improvement over the incumbent per second of training**::
 where ``EI_i(h) = E[max(y_i(h) - y_best, 0)]`` on the normalised scale (from the predictive
 quantiles), ``n_i`` the trial's steps so far (0 for a new configuration) and the seconds per
 step its own measured step time (a new configuration: the study's median). A frozen trial wins
-and is thawed (resumed from its checkpoint for another ``increment`` steps), or a candidate wins
+and is thawed (resumed from its checkpoint for another segment), or a candidate wins
 and starts as a new trial with that configuration: search and scheduling are one decision. A
 trial that has not trained yet is never compared with the incumbent on its own points alone:
 the model conditions each prediction on the curves of trials with similar hyperparameters.
@@ -82,13 +82,19 @@ class FreezeThawOptions:
     docs/policies.md).
 
     Attributes:
-        increment: Steps a trial trains per segment; 0: a tenth of ``max_steps`` (at least 1).
+        segment: Share of ``max_steps`` a trial trains per segment (rounded, at least 1 step).
+        first: Steps of a new configuration's first segment (a cheap first look, as ASHA's
+            grace period).
+        lookahead: Score an option by its best ratio over every later step (``True``), or at
+            the end of its next segment only (DyHPO's myopic acquisition).
         candidates: New configurations drawn from the search space and scored per decision.
         drop: A frozen trial whose expected improvement (normalised scale) is below this at
             every later step is terminated.
     """
 
-    increment: int = 0
+    segment: float = 0.1
+    first: int = 1
+    lookahead: bool = True
     candidates: int = 16
     drop: float = 1e-5
 
@@ -115,7 +121,8 @@ def step_seconds(trial: TrialView) -> float:
 
 class FreezeThawPolicy(Policy):
     """Thaw the frozen trial or start the new configuration with the most expected improvement
-    per second (see the module); segments of ``increment`` steps, suspended at their end."""
+    per second (see the module); segments of ``segment`` x ``max_steps`` steps, suspended at
+    their end."""
 
     name: ClassVar[str] = "freeze-thaw"
     traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False, wants_boundaries=False)
@@ -125,11 +132,14 @@ class FreezeThawPolicy(Policy):
         super().__init__(context)
         self.options = options or FreezeThawOptions()
         o = self.options
-        require("increment", o.increment, 0)
+        if not 0 < o.segment <= 1:
+            raise OptionError("segment", f"must be in (0, 1], but got {o.segment!r}")
         require("candidates", o.candidates, 0)
         if not o.drop >= 0:
             raise OptionError("drop", f"must be >= 0, but got {o.drop!r}")
-        self.increment = o.increment or max(1, round(context.max_steps / 10))
+        self.increment = max(1, round(context.max_steps * o.segment))
+        require("first", o.first, 1)
+        self.first = min(o.first, context.max_steps)
         self.weights = load_weights()  # here, not in a decision: loading reads a file
         # trial id -> (its view, normalised curve, coordinates, seconds per step)
         self._memo: dict[int, tuple[TrialView, FloatArray, FloatArray, float]] = {}
@@ -150,7 +160,7 @@ class FreezeThawPolicy(Policy):
             return Decision.of(actions)
         if view.space is None:  # no space to draw from: the generator's order, frozen after
             new = free if view.trials_remaining is None else min(free, view.trials_remaining)
-            actions += [Action.start(until_step=self.increment) for _ in range(new)]
+            actions += [Action.start(until_step=self.first) for _ in range(new)]
             for trial in frozen[: free - new]:
                 actions.append(Action.resume(trial.trial_id, until_step=self._until(view, trial)))
             return Decision.of(actions)
@@ -167,7 +177,7 @@ class FreezeThawPolicy(Policy):
             return Decision.of(
                 actions
                 + [
-                    Action.start(params=c, until_step=self.increment, reason="freeze-thaw: first")
+                    Action.start(params=c, until_step=self.first, reason="freeze-thaw: first")
                     for c in configs
                 ]
             )
@@ -201,7 +211,7 @@ class FreezeThawPolicy(Policy):
                 actions.append(
                     Action.start(
                         params=configs[index - len(frozen)],
-                        until_step=self.increment,
+                        until_step=self.first,
                         priority=float(scores[index]),
                         reason=f"freeze-thaw: new configuration, score {scores[index]:.3g}",
                     )
@@ -279,14 +289,17 @@ class FreezeThawPolicy(Policy):
             ]
         )
         cost = (m - done[:, None]) * per_step[:, None]
-        score = (ei / np.maximum(cost, 1e-9)).max(axis=1)
+        ratios = ei / np.maximum(cost, 1e-9)
+        score = ratios.max(axis=1) if self.options.lookahead else ratios[:, 0]
         dead = [t for i, t in enumerate(frozen) if ei[i].max() < self.options.drop]
         return score, dead
 
     def _horizons(self, done: int, x_max: int) -> np.ndarray:
-        """Up to :data:`HORIZONS` later steps: multiples of ``increment`` after ``done``, and
-        ``x_max`` (repeated to a fixed width)."""
-        steps = np.arange(done + self.increment, x_max + 1, self.increment)
+        """Up to :data:`HORIZONS` later steps: the next segment's end (``first`` for a new
+        configuration), then every ``increment`` steps, and ``x_max`` (repeated to a fixed
+        width)."""
+        start = self.first if done == 0 else done + self.increment
+        steps = np.arange(start, x_max + 1, self.increment)
         if steps.size == 0 or steps[-1] != x_max:
             steps = np.append(steps, x_max)
         if steps.size > HORIZONS:
