@@ -62,7 +62,7 @@ def evaluate(trace: Trace) -> dict[str, Any]:
     x_max = trace.num_epochs
     out: dict[str, Any] = {}
     for cut in CUTS:
-        n = max(int(round(cut * x_max)), 3)
+        n = max(round(cut * x_max), 3)
         study = StudyCurves([c[:n] for c in curves], coords, x_max, bounds, trace.mode)
         quantiles, _ = predict_study(study)
         joint = [prediction_of(q, n, x_max, bounds, trace.mode) for q in quantiles]

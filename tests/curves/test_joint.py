@@ -53,12 +53,14 @@ def test_a_study_prediction_keeps_the_observed_points_and_is_ordered() -> None:
     study = _study(rng, 12)
     trials, cands = predict_study(study, rng.random((3, MAX_COORDS)))
     assert trials.shape == (12, 20, len(LEVELS))
-    assert cands is not None and cands.shape == (3, 20, len(LEVELS))
+    assert cands is not None
+    assert cands.shape == (3, 20, len(LEVELS))
     for curve, q in zip(study.curves, trials, strict=True):
         np.testing.assert_allclose(q[: len(curve)], np.repeat(curve[:, None], len(LEVELS), 1))
     both = np.concatenate([trials, cands])
     assert np.all(np.diff(both, axis=-1) >= 0)
-    assert both.min() >= 0.0 and both.max() <= 1.0
+    assert both.min() >= 0.0
+    assert both.max() <= 1.0
 
 
 def test_a_curve_with_a_non_finite_value_is_unknown_and_does_not_spoil_the_others() -> None:
@@ -103,7 +105,8 @@ def test_neighbours_change_an_untried_configurations_prediction(seed: int) -> No
     bad = [np.full(15, 0.1) for _ in range(8)]
     _, high = predict_study(StudyCurves(good, near, 30, (0.0, 1.0), "max"), x[None, :])
     _, low = predict_study(StudyCurves(bad, near, 30, (0.0, 1.0), "max"), x[None, :])
-    assert high is not None and low is not None
+    assert high is not None
+    assert low is not None
     assert high[0, -1, LEVELS.index(0.5)] > low[0, -1, LEVELS.index(0.5)] + 0.2
 
 
@@ -147,8 +150,10 @@ def test_coordinates_scale_numbers_and_spread_choices() -> None:
 def test_the_prior_draws_curves_in_bounds_that_depend_on_the_hyperparameters() -> None:
     rng = np.random.default_rng(0)
     study = sample_study(rng, 64, 30, dims=2)
-    assert study.y.shape == (64, 30) and study.x.shape == (64, 2)
-    assert study.y.min() >= 0.0 and study.y.max() <= 1.0
+    assert study.y.shape == (64, 30)
+    assert study.x.shape == (64, 2)
+    assert study.y.min() >= 0.0
+    assert study.y.max() <= 1.0
     # smooth in the hyperparameters: close pairs have closer final values than random pairs
     finals = study.f[:, -1]
     dist = np.linalg.norm(study.x[:, None] - study.x[None, :], axis=-1)
