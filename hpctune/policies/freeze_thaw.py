@@ -3,7 +3,8 @@
 Swersky, Snoek and Adams, "Freeze-Thaw Bayesian Optimization" (2014), in the form of DyHPO
 (Wistuba et al., NeurIPS 2022) and ifBO (Rakotoarison et al., ICML 2024): trials train in short
 segments (``first`` steps for a new configuration, then ``segment`` x ``max_steps``) and are
-suspended (frozen, with their checkpoint) at the end of each; whenever a slot is free, the joint curve model (:mod:`hpctune.curves.joint`), given the
+suspended (frozen, with their checkpoint) at the end of
+each; whenever a slot is free, the joint curve model (:mod:`hpctune.curves.joint`), given the
 whole study so far, predicts every frozen trial and ``candidates`` configurations not tried yet
 (drawn from the search space), and the slot goes to the option with the largest **expected
 improvement over the incumbent per second of training**::
