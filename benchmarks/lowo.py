@@ -54,8 +54,11 @@ def median(values: list[float | None]) -> float:
     return x[k // 2] if k % 2 else 0.5 * (x[k // 2 - 1] + x[k // 2])
 
 
-def load_runs(paths: list[Path], slots: int) -> dict[str, dict[str, dict[str, list]]]:
-    """trace -> policy spec -> {"time": [...], "work": [...]} (random order only)."""
+def load_runs(
+    paths: list[Path], slots: int, seeds: int | None = None
+) -> dict[str, dict[str, dict[str, list]]]:
+    """trace -> policy spec -> {"time": [...], "work": [...]} (random order only; seeds below
+    ``seeds`` if given)."""
     out: dict[str, dict[str, dict[str, list]]] = defaultdict(
         lambda: defaultdict(lambda: {"time": [], "work": [], "seeds": set()})
     )
@@ -67,6 +70,8 @@ def load_runs(paths: list[Path], slots: int) -> dict[str, dict[str, dict[str, li
                 continue
             if r["slots"] != slots or r["generator"] != "random":
                 continue
+            if seeds is not None and r["seed"] >= seeds:
+                continue
             cell = out[r["trace"]][r["policy"]]
             if r["seed"] in cell["seeds"]:
                 continue
@@ -76,19 +81,26 @@ def load_runs(paths: list[Path], slots: int) -> dict[str, dict[str, dict[str, li
     return out
 
 
-def load_peers(slots: int) -> dict[str, dict[str, dict[str, list]]]:
-    """trace -> peer -> {"time": [...], "work": [...]} from the harness and model peers."""
+def load_peers(slots: int, seeds: int | None = None) -> dict[str, dict[str, dict[str, list]]]:
+    """trace -> peer -> {"time": [...], "work": [...]} from the harness and model peers (the
+    first ``seeds`` orders if given)."""
     out: dict[str, dict[str, dict[str, list]]] = defaultdict(dict)
     path = RESULTS / f"peers-S{slots}.json"
     if path.is_file():
         for trace, entry in json.loads(path.read_text())["traces"].items():
             for peer, v in entry["peers"].items():
-                out[trace][peer] = {"time": v["time_to_target"], "work": v["worker_s_to_target"]}
+                keep = [i for i, k in enumerate(v["seeds"]) if seeds is None or k < seeds]
+                out[trace][peer] = {
+                    "time": [v["time_to_target"][i] for i in keep],
+                    "work": [v["worker_s_to_target"][i] for i in keep],
+                }
     model = RESULTS / f"model-peers-S{slots}.jsonl"
     if model.is_file():
         cells: dict[tuple[str, str], dict[int, tuple]] = defaultdict(dict)
         for line in model.read_text().splitlines():
             r = json.loads(line)
+            if seeds is not None and r["seed"] >= seeds:
+                continue
             cells[(r["trace"], r["peer"])][r["seed"]] = (
                 r.get("time_to_target"),
                 r.get("worker_s_to_target"),
@@ -210,9 +222,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", type=Path, nargs="+", required=True)
     parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=None, help="use orders 0..N-1 only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = analyse(load_runs(args.results, args.slots), load_peers(args.slots))
+    result = analyse(
+        load_runs(args.results, args.slots, args.seeds), load_peers(args.slots, args.seeds)
+    )
     if args.json:
         print(json.dumps(result, default=str))
         return
