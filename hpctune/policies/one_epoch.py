@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hpctune.policies._base import OptionError, StudyContext
+from hpctune.policies._base import OptionError, PolicyTraits, StudyContext
 from hpctune.policies._common import require
 from hpctune.policies._halving import BracketShape, SyncHalvingPolicy
 
@@ -40,6 +40,8 @@ class OneEpochPolicy(SyncHalvingPolicy):
     """Screen each round's configurations for ``screen`` steps, train the top ``top_k``."""
 
     name: ClassVar[str] = "one-epoch"
+    # not over stage trees (not measured there): SHA's traits otherwise
+    traits: ClassVar[PolicyTraits] = PolicyTraits(boundary_decisions=False)
     Options = OneEpochOptions
 
     def __init__(self, context: StudyContext, options: OneEpochOptions | None = None) -> None:
