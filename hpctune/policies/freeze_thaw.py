@@ -221,7 +221,10 @@ class FreezeThawPolicy(Policy):
         return Decision.of(actions)
 
     def _until(self, view: StudyView, trial: TrialView) -> int:
-        done = int(trial.checkpoint_step if trial.checkpoint_step is not None else 0)
+        """Another segment past the trial's progress: its last report or checkpoint, whichever
+        is later (a training function that checkpoints less often than the segments end
+        retrains from its last checkpoint, and still moves on)."""
+        done = max(int(trial.step), int(trial.checkpoint_step or 0))
         return min(done + self.increment, trial.end_step or view.max_steps)
 
     def _layout(self, view: StudyView) -> Any:

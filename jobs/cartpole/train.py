@@ -102,7 +102,7 @@ def train(ctx) -> None:
             optimizer.step()
         episode_return = evaluate(model, seed=10_000 + step)
         result = ctx.report(step=step + 1, episode_return=episode_return)
-        if (step + 1) % 5 == 0 or step + 1 == ctx.max_steps:
+        if (step + 1) % 5 == 0 or step + 1 == ctx.max_steps or result.should_stop:
             ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if result.should_stop:  # the policy suspended or stopped the trial
             break

@@ -76,7 +76,7 @@ def train(ctx) -> None:
         if not val_loss <= 2.0:  # diverged (or NaN): worse than predicting the mean, capped
             val_loss = 2.0
         result = ctx.report(step=epoch + 1, train_loss=total / len(y_train), val_loss=val_loss)
-        if (epoch + 1) % 10 == 0 or epoch + 1 == ctx.max_steps:
+        if (epoch + 1) % 10 == 0 or epoch + 1 == ctx.max_steps or result.should_stop:
             ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if result.should_stop:  # the policy suspended or stopped the trial
             break

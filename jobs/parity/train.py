@@ -57,7 +57,7 @@ def train(ctx) -> None:
         result = ctx.report(
             step=step + 1, train_loss=total / UPDATES_PER_STEP, val_accuracy=val_acc
         )
-        if (step + 1) % 5 == 0 or step + 1 == ctx.max_steps:
+        if (step + 1) % 5 == 0 or step + 1 == ctx.max_steps or result.should_stop:
             ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         if result.should_stop:  # the policy suspended or stopped the trial
             break

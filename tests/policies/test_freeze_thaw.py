@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -144,3 +145,26 @@ def test_a_real_freeze_thaw_study_suspends_and_thaws_trials(
         steps = study.curve(trial.trial_id).steps.tolist()
         assert steps == list(range(1, len(steps) + 1))  # no step lost or trained twice
     assert thawed >= 2
+
+
+def test_a_trial_without_a_checkpoint_at_its_last_step_still_moves_on() -> None:
+    """A training function that checkpoints every 5 steps: a trial frozen at step 3 has no
+    checkpoint there; it is thawed to a step past 3, not to 3 again (which would retrain the
+    same steps for ever)."""
+    context = StudyContext(max_steps=30)
+    policy = FreezeThawPolicy(context, FreezeThawOptions(segment=0.1))
+    frozen = dataclasses.replace(_trial(0, [0.5, 0.6, 0.7], 0.3), checkpoint_step=None)
+    view = StudyView(
+        metric="acc",
+        mode="max",
+        max_steps=30,
+        boundary=1,
+        now=5.0,
+        trials={0: frozen},
+        free_slots=1,
+        total_slots=1,
+        trials_remaining=1,
+        space=SPACE,
+    )
+    decision = policy.decide(view, Event.slot_free(1), np.random.default_rng(0))
+    assert [(a.trial_id, a.until_step) for a in decision.actions] == [(0, 6)]
