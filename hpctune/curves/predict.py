@@ -50,7 +50,7 @@ DECIMALS = 5
 #: Stratified standard-normal nodes per posterior sample for the predictive's noise.
 NOISE_NODES = 10
 FORMAT_VERSION = 1
-#: Targets within this share of the metric's range of its best bound are asked as
+#: Targets at or within this share of the metric's range below its best bound are asked as
 #: ``1 - BOUND_TOLERANCE`` on the normalised scale: a value at the bound (an accuracy of exactly
 #: 1.0, the maximum return) is reached by values that round to it, and a continuous predictive
 #: never puts mass on the bound itself, so asking for the bound exactly would answer 0 for every
@@ -201,7 +201,9 @@ class CurvePrediction:
         cached = self._memo.get(key)
         if cached is not None:  # policies ask again for the same target within a decision
             return cached
-        t = min(float(normalise(key, self.bounds, self.mode)), 1.0 - BOUND_TOLERANCE)
+        t = float(normalise(key, self.bounds, self.mode))
+        if 1.0 - BOUND_TOLERANCE < t <= 1.0:  # at the best bound, or within rounding of it
+            t = 1.0 - BOUND_TOLERANCE
         q = self.u_quantiles
         lev = np.asarray(self.levels)
         count = np.sum(q <= t, axis=1)  # F(t) lies between levels[count-1] and levels[count]
