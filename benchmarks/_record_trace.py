@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 

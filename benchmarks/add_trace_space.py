@@ -2,7 +2,7 @@
 
 The traces of ``benchmarks/traces/`` were recorded from the jobs of ``jobs/`` (with more steps:
 digits' cosine schedule ran over 30 steps); the nearest-configuration rule of the simulator
-(``hpctune/analysis/nearest.py``) measures distances in that space (log scales, ranges). Traces
+(``hpctune/simulator/nearest.py``) measures distances in that space (log scales, ranges). Traces
 exported
 since (``Trace.from_study``) carry it already.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctune.analysis.traces import Trace
-from hpctune.study.spec import load_spec
+from hpctune.simulator.traces import Trace
+from hpctune.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = {

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 import hpctune.curves.predict as predict
-from hpctune.analysis.traces import Trace
 from hpctune.simulator import simulate
 from hpctune.simulator._predictions import PredictionCache
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = ("parity", "cartpole")

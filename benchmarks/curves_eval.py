@@ -139,7 +139,7 @@ class Workload:
 
 def load_workload(name: str, path: Path, max_curves: int | None) -> Workload:
     """The complete curves of a trace, ``max_curves`` of them evenly spaced if given."""
-    from hpctune.analysis.traces import Trace
+    from hpctune.simulator.traces import Trace
 
     trace = Trace.load(path)
     complete = np.flatnonzero(trace.lengths() == trace.num_epochs)

@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.formatting import format_duration
-from hpctune.analysis.traces import Trace
 from hpctune.elastic import (
     CostModel,
     ExperimentSpec,
@@ -43,8 +41,10 @@ from hpctune.elastic import (
 from hpctune.elastic.allocation import static_allocation
 from hpctune.elastic.experiment import halving_stages
 from hpctune.elastic.planner import PlanResult, naive_elastic
-from hpctune.elastic.profiling import profile_from_steps, step_samples
 from hpctune.policies import StudyContext, make_policy
+from hpctune.profiler.from_traces import profile_from_steps, step_samples
+from hpctune.simulator.traces import Trace
+from hpctune.study.formatting import format_duration
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -237,7 +237,7 @@ def steps_in_run(study: Any) -> dict[str, float | None]:
 
 def wait_until_ended(study_dir: Path, timeout: float) -> None:
     """Until the study is final and its controller journaled every worker's end."""
-    from hpctune.journal import open_study
+    from hpctune.api import open_study
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -273,10 +273,10 @@ def profile_summary(profile: Any) -> dict[str, Any]:
 
 def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Profile, plan and run repetition ``rep``; what was predicted and measured."""
+    from hpctune.api import open_study
     from hpctune.elastic import Profile
-    from hpctune.elastic.follow import study_plan_status
-    from hpctune.journal import open_study
-    from hpctune.study.spec import load_spec
+    from hpctune.elastic.status import study_plan_status
+    from hpctune.spec import load_spec
 
     folder = root / f"rep-{rep}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -304,7 +304,7 @@ def one_run(rep: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_spec(toml)
     fastest = fastest_static(spec, profile)
     deadline = args.deadline or round(args.tightness * fastest, 1)
-    from hpctune.study.spec import with_deadline
+    from hpctune.spec import with_deadline
 
     what_if = unshared_saving(with_deadline(spec, f"{deadline}s"), profile, deadline)
     load_run = os.getloadavg()[0]

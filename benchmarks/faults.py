@@ -145,7 +145,7 @@ class Soak:
         self.controller = self._start("resume", str(self.study), "--local")
 
     def _record(self) -> Any:
-        from hpctune.journal import open_study
+        from hpctune.api import open_study
 
         try:
             return open_study(self.study).record
@@ -284,7 +284,7 @@ class Soak:
     # -- figures ----------------------------------------------------------------------------
 
     def figures(self) -> dict[str, Any]:
-        from hpctune.journal import open_study
+        from hpctune.api import open_study
 
         try:
             study = open_study(self.study)

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.nearest import trace_space
-from hpctune.analysis.traces import Trace
 from hpctune.curves.amortised import predict_curves
 from hpctune.curves.joint import StudyCurves, coordinates, predict_study, prediction_of
+from hpctune.simulator.nearest import trace_space
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks" / "traces"

@@ -65,7 +65,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _make_spec(folder: Path, *, max_steps: int, boundary: int, trials: int) -> Any:
     """Write a study.toml (and its train.py) into ``folder`` and load it."""
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(TRAIN)
@@ -146,8 +146,9 @@ def _writer_main(
 
 def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[str, float]:
     """Drive the real controller's ingestion while ``writers`` processes append reports."""
+    from hpctune.backends.local import local_executor
     from hpctune.controller import Controller
-    from hpctune.controller.launch import create_study, local_executor
+    from hpctune.controller.launch import create_study
     from hpctune.journal import records as rec
 
     spec = _make_spec(tmp / "ingest", max_steps=reports, boundary=boundary, trials=writers)
@@ -155,10 +156,10 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
     controller = Controller(paths.root, lambda s: local_executor(paths, s))
     controller.start()
     for i in range(writers):
-        controller.log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
+        controller.core.log(rec.TrialCreatedEntry(params={"lr": 0.01}, seed=i), trial=i)
         assigned = rec.SegmentAssignedEntry(worker=f"w{i:04d}", start_step=0, until_step=reports)
-        controller.log(assigned, trial=i, segment=i)
-    controller.commit()
+        controller.core.log(assigned, trial=i, segment=i)
+    controller.core.commit()
 
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
@@ -183,9 +184,9 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         start_wall = time.time()
         cpu_start = time.process_time()
         while controller.state.active_segments():
-            controller.ingest.ingest()
-            controller.pending_events.clear()  # policy work is not part of this measurement
-            controller.commit()
+            controller.core.ingest.ingest()
+            controller.core.pending_events.clear()  # policy work is not part of this measurement
+            controller.core.commit()
             iterations += 1
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
@@ -197,11 +198,11 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
                 proc.kill()
     if any(proc.exitcode != 0 for proc in procs):
         raise RuntimeError("a writer process failed")
-    rows = int(controller.writer.lengths["metrics"])
+    rows = int(controller.core.writer.lengths["metrics"])
     if rows != writers * reports:
         raise RuntimeError(f"ingested {rows} reports, expected {writers * reports}")
     records = writers * (reports + 2)
-    controller.executor.close()
+    controller.core.executor.close()
     return {
         "writers": writers,
         "records": records,
@@ -210,7 +211,7 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
         "writers_seconds": max(max(ends[:]) - start_wall, 1e-9),
         "records_per_cpu_s": records / max(cpu, 1e-9),
         "iterations": iterations,
-        "commits": int(controller.writer.state["commit"]),
+        "commits": int(controller.core.writer.state["commit"]),
     }
 
 
@@ -220,9 +221,9 @@ def bench_ingest(tmp: Path, writers: int, reports: int, boundary: int) -> dict[s
 def build_study(tmp: Path, trials: int, epochs: int) -> Path:
     """Build the journal of a finished study of ``trials`` x ``epochs`` directly."""
     from hpctune.controller.launch import create_study
+    from hpctune.files import dumps
     from hpctune.journal import state as st
     from hpctune.journal.store import JournalWriter
-    from hpctune.wire.files import dumps
 
     spec = _make_spec(tmp / "load", max_steps=epochs, boundary=1, trials=trials)
     paths = create_study(spec)

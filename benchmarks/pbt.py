@@ -65,7 +65,7 @@ def run_study(
     folder: Path, policy: str, *, population: int, slots: int, seed: int, max_steps: int
 ) -> dict[str, Any]:
     """Run one study in ``folder`` (created afresh); return its figures."""
-    from hpctune.journal import open_study
+    from hpctune.api import open_study
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks" / "traces"

@@ -62,7 +62,7 @@ MAX_STEPS = 100
 
 
 def _statuses(n: int, rng: np.random.Generator) -> list[Any]:
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     kinds = [S.QUEUED, S.SUSPENDED, S.COMPLETED, S.TERMINATED, S.FAILED]
     weights = np.array([0.02, 0.05, 0.35, 0.55, 0.03])
@@ -76,7 +76,7 @@ def _statuses(n: int, rng: np.random.Generator) -> list[Any]:
 def study(n: int, seed: int = 0) -> Any:
     """A study of ``n`` trials with curves of up to :data:`MAX_STEPS` steps (metric ``acc``)."""
     from hpctune.policies import StudyView, TrialView
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     rng = np.random.default_rng(seed)
     trials = {}
@@ -123,7 +123,7 @@ def pbt_study(n: int, population: int, steps: int, seed: int = 0) -> Any:
     generation initiated, the last complete one waiting to initiate (so 100 free slots get 100
     reproductions)."""
     from hpctune.policies import StudyView, TrialView
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     rng = np.random.default_rng(seed)
     generations = max(n // population, 2)
@@ -201,7 +201,7 @@ def predictions(view: Any, seed: int = 0, before: Any = None) -> dict[int, Any]:
 def advance(view: Any, seed: int = 1) -> Any:
     """The next instant: every running trial reported one more step (new views for those
     trials only, as the controller's ``_trial_view``)."""
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     rng = np.random.default_rng(seed)
     trials = dict(view.trials)
@@ -223,7 +223,7 @@ def advance(view: Any, seed: int = 1) -> Any:
 
 def asha_state(view: Any) -> dict[str, Any]:
     """ASHA's state after every ended or waiting trial was judged at each rung it reached."""
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     milestones = [64, 16, 4, 1]  # grace 1, eta 4, max_t 100
     rungs = []
@@ -259,7 +259,7 @@ def _timed(
 def measure(name: str, n: int, budget: float) -> dict[str, Any]:
     """The figures of policy ``name`` on a study of ``n`` trials."""
     from hpctune.policies import Event, StudyContext, make_policy
-    from hpctune.wire.states import TrialStatus as S
+    from hpctune.study.states import TrialStatus as S
 
     if name == "pbt":
         o = OPTIONS[name]

@@ -93,7 +93,7 @@ def run_study(
     folder: Path, target: float, sign: float, poll_s: float = 2.0, timeout_s: float = 1800.0
 ) -> dict[str, Any]:
     """Launch the study in ``folder``, stop it once the target is reached, return its figures."""
-    from hpctune.journal import open_study
+    from hpctune.api import open_study
 
     command = [
         sys.executable,
@@ -176,7 +176,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.policies, args.seeds, args.num_trials, args.max_steps = ["asha"], [0], 4, 3
-    from hpctune.analysis.traces import Trace
+    from hpctune.simulator.traces import Trace
 
     trace = Trace.load(REPO / "benchmarks" / "traces" / f"{args.job}.h5")
     sign = trace.sign

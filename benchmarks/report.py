@@ -67,13 +67,13 @@ GOAL_S = 10.0
 def build_study(folder: Path, trials: int, steps: int, seed: int = 0) -> Path:
     """Create the study with ``create_study`` and write its journal with ``JournalWriter``."""
     from hpctune.controller.launch import create_study
+    from hpctune.files import dumps
     from hpctune.journal import state as st
     from hpctune.journal.state import CheckpointRef, StudyRecord
     from hpctune.journal.store import JournalWriter
     from hpctune.policies.generators import make_generator
+    from hpctune.spec import load_spec
     from hpctune.study.seeding import component_seed
-    from hpctune.study.spec import load_spec
-    from hpctune.wire.files import dumps
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text("def train(ctx):\n    pass\n")
@@ -158,7 +158,7 @@ def importance_check(study: Any) -> dict[str, float]:
     from optuna.importance import FanovaImportanceEvaluator
 
     from hpctune.analysis.importance import parameter_importance
-    from hpctune.export.optuna_journal import in_memory_study
+    from hpctune.analysis.optuna_trials import in_memory_study
 
     fast, fast_s = _timed(lambda: parameter_importance(study)["importance"])
     target = in_memory_study(study)
@@ -184,10 +184,10 @@ def run(trials: int, steps: int, check_importance: bool = False) -> dict[str, An
             capture_output=True,
         )
         cli_s = time.perf_counter() - start
+        from hpctune.api import open_study
         from hpctune.export.csv_files import write_csv
         from hpctune.export.hdf5 import write_hdf5
         from hpctune.export.optuna_journal import write_optuna_journal
-        from hpctune.journal import open_study
         from hpctune.report.data import report_data
         from hpctune.report.html import render_page
         from hpctune.report.pngs import write_pngs

@@ -43,13 +43,13 @@ if str(REPO) not in sys.path:
 
 from hpctune.controller import Controller  # noqa: E402
 from hpctune.controller.launch import create_study  # noqa: E402
+from hpctune.files import dumps, write_json_atomic  # noqa: E402
 from hpctune.journal import state as st  # noqa: E402
 from hpctune.journal.state import CheckpointRef, StudyRecord  # noqa: E402
 from hpctune.journal.store import JournalWriter  # noqa: E402
-from hpctune.study.spec import load_spec  # noqa: E402
+from hpctune.spec import load_spec  # noqa: E402
 from hpctune.testing.fake_workers import FakeExecutor  # noqa: E402
 from hpctune.wire.eventlog import EventWriter  # noqa: E402
-from hpctune.wire.files import dumps, write_json_atomic  # noqa: E402
 from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, EV_START, Heartbeat  # noqa: E402
 
 SPEC = """\
@@ -235,13 +235,13 @@ def passes(controller: Controller, rounds: int, reporting: int | None) -> dict[s
     times: list[float] = []
     commits: list[float] = []
     reported = 0
-    original = controller.writer.commit
+    original = controller.core.writer.commit
 
     def commit(*a: Any, **k: Any) -> None:
         _, seconds = timed(lambda: original(*a, **k))
         commits.append(seconds)
 
-    controller.writer.commit = commit  # type: ignore[method-assign]
+    controller.core.writer.commit = commit  # type: ignore[method-assign]
     counts = Counts()
     for _ in range(rounds):
         reported += workers.report(reporting)
@@ -249,7 +249,7 @@ def passes(controller: Controller, rounds: int, reporting: int | None) -> dict[s
         with counts:  # the controller's own file operations only
             _, seconds = timed(controller.step)
         times.append(seconds)
-    controller.writer.commit = original  # type: ignore[method-assign]
+    controller.core.writer.commit = original  # type: ignore[method-assign]
     steps = max(reported, 1)
     return {
         "pass_p50_s": round(float(np.percentile(times, 50)), 4),
@@ -285,7 +285,7 @@ def case_pass(tmp: Path, trials: int, policy: str, active: int, name: str) -> di
 
 def case_open(tmp: Path, trials: int, steps: int) -> dict[str, Any]:
     root, build_s = timed(lambda: build_history(tmp / "open", trials, steps, ASHA, 8, 0))
-    from hpctune.journal import open_study
+    from hpctune.api import open_study
 
     _, open_s = timed(lambda: open_study(root))
     command = [sys.executable, "-m", "hpctune.cli", "status", str(root)]
@@ -298,8 +298,8 @@ def case_open(tmp: Path, trials: int, steps: int) -> dict[str, Any]:
 
 
 def case_simulate(configs: int, steps: int) -> dict[str, Any]:
-    from hpctune.analysis.traces import Trace
     from hpctune.simulator import simulate
+    from hpctune.simulator.traces import Trace
 
     rng = np.random.default_rng(0)
     quality = rng.random(configs)
@@ -320,7 +320,7 @@ def case_simulate(configs: int, steps: int) -> dict[str, Any]:
 def case_pbt(trials: int, free: int) -> dict[str, Any]:
     from hpctune.policies import Event, StudyContext, StudyView, TrialView, make_policy
     from hpctune.study.space import SearchSpace
-    from hpctune.wire.states import TrialStatus
+    from hpctune.study.states import TrialStatus
 
     population = 100
     rng = np.random.default_rng(0)

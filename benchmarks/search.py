@@ -4,7 +4,7 @@ For each trace of ``benchmarks/traces/``, S = 8 slots and K configuration orders
 25): the median time to target and the median best value at a fixed budget for the generators
 random, tpe, gp and cmaes, each under the policies default, asha and hyperband (their default
 options). A model-based generator's proposals are answered with the nearest configuration of the
-trace not used yet (``hpctune/analysis/nearest.py``); random search takes the seeded configuration
+trace not used yet (``hpctune/simulator/nearest.py``); random search takes the seeded configuration
 order.
 
     nice -n 10 python benchmarks/search.py [--seeds 25] [--jobs 2] [--results search.jsonl]
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks/traces"
@@ -241,8 +241,8 @@ def rebuild_cost(sizes: tuple[int, ...] = (50, 100, 200, 400), repeat: int = 3) 
     one (the per-trial Optuna records cached, as in a running controller)."""
     from hpctune.policies import StudyView, TrialView
     from hpctune.policies.generators import make_generator
-    from hpctune.study.spec import load_spec
-    from hpctune.wire.states import TrialStatus
+    from hpctune.spec import load_spec
+    from hpctune.study.states import TrialStatus
 
     space = load_spec(REPO / "jobs/digits/study.toml").space
     rng = np.random.default_rng(0)

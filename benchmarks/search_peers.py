@@ -4,7 +4,7 @@ Optuna's TPE with its Hyperband pruner, Syne Tune's BOHB (ASHA with a KDE search
 (ASHA with a Gaussian-process searcher; Syne Tune 0.16 has dropped it, 0.14.2 keeps it in
 ``legacy_baselines``), and Ray Tune's BOHB searcher (``TuneBOHB``) replay each
 trace of ``benchmarks/traces/`` on S = 8 workers in simulated time, every proposal answered with
-the nearest configuration of the trace not used yet (``hpctune/analysis/nearest.py``: the same
+the nearest configuration of the trace not used yet (``hpctune/simulator/nearest.py``: the same
 rule as
 hpctune's simulator), and the peer told the configuration that was actually evaluated.
 
@@ -51,14 +51,14 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.nearest import NearestConfigurations, trace_space
-from hpctune.analysis.traces import Trace
 from hpctune.policies.generators._optuna_space import (
     Dimension,
     all_dimensions,
     draw_config,
     encode_config,
 )
+from hpctune.simulator.nearest import NearestConfigurations, trace_space
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 SLOTS = 8

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
-from hpctune.policies import Decision, Event, Policy, StudyView
+from hpctune.policies import Event, Policy, PolicyDecision, StudyView
 from hpctune.simulator import SimulatorConfig, build_policy, simulate, simulation_context
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = ("default", "asha", "sha", "hyperband", "median", "hybrid", "pbt")
@@ -37,7 +37,7 @@ class Counted:
         self.calls = 0
         original = policy.decide
 
-        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+        def decide(view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
             self.calls += 1
             return original(view, event, rng)
 

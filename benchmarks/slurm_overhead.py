@@ -29,13 +29,13 @@ import submitit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hpctune.analysis.usage import study_usage  # noqa: E402
 from hpctune.journal import open_study  # noqa: E402
+from hpctune.journal.usage import study_usage  # noqa: E402
 from hpctune.policies.generators import make_generator  # noqa: E402
 from hpctune.slurm.accounting import sacct_allocated_s  # noqa: E402
+from hpctune.spec import load_spec  # noqa: E402
 from hpctune.study.schedules import evaluate  # noqa: E402
 from hpctune.study.seeding import component_seed, trial_seed  # noqa: E402
-from hpctune.study.spec import load_spec  # noqa: E402
 
 SLOTS = 2
 

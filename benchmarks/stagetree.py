@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
 from hpctune.simulator import SimulationResult
 from hpctune.simulator import simulate as simulate_study
+from hpctune.simulator.traces import Trace
 from hpctune.stagetree import Scheduler, build_stage_tree, simulate, trial_makespan
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
 from hpctune.stagetree.preview import plan_configs

@@ -52,10 +52,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.usage import study_usage
-from hpctune.journal.reader import open_study
+from hpctune.api import open_study
+from hpctune.journal.usage import study_usage
+from hpctune.spec import load_spec
 from hpctune.stagetree.preview import plan_configs
-from hpctune.study.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "jobs" / "digits-stages" / "study.toml"

@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves.calibration import pit
 from hpctune.curves.predict import CurvePrediction
-from hpctune.policies import Decision, Event, EventKind, Policy, StudyView
+from hpctune.policies import Event, EventKind, Policy, PolicyDecision, StudyView
 from hpctune.simulator import (
     PredictionCache,
     Simulator,
@@ -41,6 +40,7 @@ from hpctune.simulator import (
     build_policy,
     simulation_context,
 )
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks" / "traces"
@@ -64,7 +64,7 @@ def record_predictions(policy: Policy) -> list[tuple[int, CurvePrediction]]:
     seen: list[tuple[int, CurvePrediction]] = []
     decide = policy.decide
 
-    def recording(view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def recording(view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.PREDICTION and event.trial_id is not None:
             seen.append((event.trial_id, view.predictions[event.trial_id]))
         return decide(view, event, rng)

@@ -11,19 +11,22 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study, open_study
-    from hpctune.wire.states import Decision, StudyState, TrialStatus
+    from hpctune.api import Study, launch, load_spec, open_study, resume
+    from hpctune.study.states import Decision, StudyState, TrialStatus
     from hpctune.worker.context import ReportResult, TrialContext, TrialStop
 
 _LAZY = {
     "TrialContext": "hpctune.worker.context",
     "TrialStop": "hpctune.worker.context",
     "ReportResult": "hpctune.worker.context",
-    "Study": "hpctune.journal.reader",
-    "open_study": "hpctune.journal.reader",
-    "Decision": "hpctune.wire.states",
-    "StudyState": "hpctune.wire.states",
-    "TrialStatus": "hpctune.wire.states",
+    "Study": "hpctune.api",
+    "open_study": "hpctune.api",
+    "launch": "hpctune.api",
+    "resume": "hpctune.api",
+    "load_spec": "hpctune.api",
+    "Decision": "hpctune.study.states",
+    "StudyState": "hpctune.study.states",
+    "TrialStatus": "hpctune.study.states",
 }
 
 
@@ -45,5 +48,8 @@ __all__ = [
     "TrialStatus",
     "TrialStop",
     "__version__",
+    "launch",
+    "load_spec",
     "open_study",
+    "resume",
 ]

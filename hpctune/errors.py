@@ -110,6 +110,12 @@ class CurveFitError(HpctuneError):
     """A learning-curve fit failed."""
 
 
+class PlanningError(HpctuneError):
+    """A plan was asked for with inputs that cannot work (exit 2): the message says the fix."""
+
+    exit_code = 2
+
+
 class UnknownNameError(HpctuneError, KeyError):
     """A trial id or metric name that the study does not have (the message lists what it has).
 

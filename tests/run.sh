@@ -37,11 +37,13 @@ if ! command -v chromium >/dev/null; then
     fi
 fi
 
-# The linters run beside the tests (mypy takes half a minute on a fresh clone); their output
+# The linters run beside the tests (mypy takes half a minute on a fresh clone; lint-imports
+# checks the layers of pyproject.toml [tool.importlinter]); their output
 # follows the tests', and a finding fails the run as a failed test does.
 lint() {
     .venv/bin/ruff check hpctune tests benchmarks jobs &&
         .venv/bin/ruff format --check hpctune tests benchmarks jobs &&
+        .venv/bin/lint-imports --no-cache &&
         .venv/bin/mypy hpctune
 }
 lint_log=$(mktemp /tmp/hpctune-lint.XXXXXX)

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.best import describe_best
-from hpctune.analysis.formatting import format_duration, format_value
-from hpctune.analysis.plotting import metric_scale, pyplot
 from hpctune.analysis.summary import done_count, total_trials
 from hpctune.analysis.timeline import best_so_far, time_to_best
-from hpctune.analysis.usage import study_usage
+from hpctune.journal.best import describe_best
+from hpctune.journal.usage import study_usage
+from hpctune.plotting import metric_scale, pyplot
+from hpctune.study.formatting import format_duration, format_value
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 
-def compare_rows(studies: list[Study]) -> list[dict[str, Any]]:
+def compare_rows(studies: Sequence[StudyReader]) -> list[dict[str, Any]]:
     """One JSON-able row per study: name, policy, state, trials, best value, its trial and
     step, the time to reach it, allocated hours and the share of them spent training."""
     rows = []
@@ -74,7 +75,7 @@ def compare_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def plot_compare(studies: list[Study], out: str | Path) -> Path:
+def plot_compare(studies: Sequence[StudyReader], out: str | Path) -> Path:
     """Best-so-far curves of the studies against wall-clock minutes and allocated hours."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))

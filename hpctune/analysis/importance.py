@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.analysis.plotting import INSTALL
+from hpctune.analysis.optuna_trials import in_memory_study
+from hpctune.plotting import INSTALL
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 MIN_TRIALS = 4
 MAX_TRIALS = 256
 
 
 def parameter_importance(
-    study: Study, *, n_trees: int = 16, max_depth: int = 12, seed: int = 0
+    study: StudyReader, *, n_trees: int = 16, max_depth: int = 12, seed: int = 0
 ) -> dict[str, Any]:
     """``{"method", "trials", "importance": {column: share}}``, or ``{"note": why not}``."""
     try:
@@ -37,8 +38,6 @@ def parameter_importance(
         from optuna.trial import TrialState
     except ImportError as exc:
         return {"note": f"parameter importance needs optuna and scikit-learn ({exc}): {INSTALL}"}
-    from hpctune.export.optuna_journal import in_memory_study
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     target = in_memory_study(study)
     done = [t for t in target.trials if t.state is TrialState.COMPLETE and t.value is not None]

@@ -6,15 +6,21 @@ writes. ``hpctune lineage`` and ``hpctune replay`` are thin wrappers around it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.formatting import format_params, format_value
 from hpctune.errors import UsageError
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.reader import read_study
+from hpctune.journal.state import StudyRecord
+from hpctune.policies import make_policy
+from hpctune.spec import ComponentSpec, StudySpec, study_context
+from hpctune.study.formatting import format_params, format_value
+from hpctune.wire.layout import StudyPaths
 
 
 def _trial(record: StudyRecord, trial_id: int) -> TrialRecord:
@@ -173,7 +179,7 @@ def plot_lineage(
 ) -> Path:
     """Plot the population tree (metric by step, each trial joined to its parent) and the
     ``param`` schedule of the lineage of ``highlight`` (default: the best last value)."""
-    from hpctune.analysis.plotting import metric_scale, pyplot
+    from hpctune.plotting import metric_scale, pyplot
 
     plt = pyplot()
 
@@ -231,3 +237,33 @@ def plot_lineage(
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def replay_spec(
+    study_dir: str | Path, targets: Sequence[int], directory: str | Path | None = None
+) -> tuple[StudySpec, list[dict[str, Any]]]:
+    """The spec of a replay of ``targets`` (and its plan); the study is not created.
+
+    Raises:
+        UsageError: No target, an unknown trial, or an ancestor forked at several steps.
+    """
+    if not targets:
+        raise UsageError("give at least one trial to replay: --trial ID")
+    study = read_study(study_dir)
+    record = study.record
+    plan = replay_plan(record, list(targets))
+    spec = StudySpec.from_dict(record.spec)
+    name = f"{spec.name}-replay-{'-'.join(str(t) for t in targets)}"
+    target = Path(directory) if directory is not None else study.directory.with_name(name)
+    policy = ComponentSpec("replay", {"trials": plan})
+    make_policy(policy.name, policy.options, study_context(spec)).check_space(spec.space)
+    roots = sum(entry["parent"] is None for entry in plan)
+    new = dataclasses.replace(
+        spec,
+        name=name,
+        directory=target.resolve(),
+        source=StudyPaths.of(study.directory).spec_copy,
+        policy=policy,
+        num_trials=max(roots, 1),
+    )
+    return new, plan

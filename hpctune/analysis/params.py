@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpctune.analysis.formatting import format_value
+from hpctune.study.formatting import format_value
 from hpctune.study.space import (
     CategoricalParam,
     FixedParam,

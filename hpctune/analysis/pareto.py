@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hpctune.journal.state import StudyRecord
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 def non_dominated(points: np.ndarray) -> np.ndarray:

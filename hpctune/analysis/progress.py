@@ -25,11 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpctune.analysis.best import peak_value
-from hpctune.analysis.formatting import format_duration, format_params, format_value
 from hpctune.analysis.summary import best_phrase, done_count, study_line, total_trials
-from hpctune.journal.state import StudyRecord, TrialRecord
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.journal.best import peak_value
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.reader import read_study
+from hpctune.journal.state import StudyRecord
+from hpctune.plugins import PluginError
+from hpctune.policies import policy_class
+from hpctune.study.formatting import format_duration, format_params, format_value
+from hpctune.study.states import StudyState, TrialStatus
 
 LINE_WIDTH = 100  # a completion line fits this many columns
 FINAL_STATES = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
@@ -99,10 +103,8 @@ def work_left(record: StudyRecord) -> tuple[int, int]:
 def _forking(record: StudyRecord) -> bool:
     name = str(record.spec.get("policy", {}).get("name", ""))
     try:
-        from hpctune.policies import POLICIES
-
-        return POLICIES[name].traits.makes_configurations
-    except KeyError:  # an unknown policy (newer version): not forking, as far as we know
+        return policy_class(name).traits.makes_configurations
+    except PluginError:  # an unknown policy (newer version, gone): not forking, as far as we know
         return False
 
 
@@ -327,10 +329,9 @@ def watch(
     On a terminal the live display; otherwise a plain line every ``interval`` seconds. Returns
     the last state read.
     """
-    from hpctune.journal.reader import open_study
 
     def read(path: Path) -> StudyRecord:
-        return open_study(path).record
+        return read_study(path).record
 
     load = load or read
     path = Path(directory)

@@ -44,3 +44,16 @@ def progress_bar(
             progress.update(task, advance=done, description=description)
 
         yield advance
+
+
+@contextlib.contextmanager
+def run_progress(
+    total: int, *, console: Console | None = None
+) -> Iterator[Callable[[str, int], None]]:
+    """A bar over ``total`` simulated runs; yields the ``on_run(label, seed)`` callback."""
+    with progress_bar(total, "simulating", console=console) as advance:
+
+        def on_run(label: str, seed: int) -> None:
+            advance(f"{label} seed {seed}", 1)
+
+        yield on_run

@@ -11,16 +11,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.best import best_trial, describe_best, leading_trial, peak_value, trial_value
-from hpctune.analysis.formatting import (
+from hpctune.analysis.lineage import schedule
+from hpctune.analysis.pareto import pareto_front
+from hpctune.elastic.status import study_plan_status
+from hpctune.journal.best import (
+    BestTrial,
+    best_trial,
+    describe_best,
+    leading_trial,
+    peak_value,
+    trial_value,
+)
+from hpctune.journal.state import StudyRecord
+from hpctune.journal.usage import study_usage, trial_training_s, trial_wall_s
+from hpctune.study.formatting import (
     format_duration,
     format_params,
+    format_params_toml,
     format_sessions,
     format_value,
 )
-from hpctune.analysis.usage import study_usage, trial_training_s, trial_wall_s
-from hpctune.journal.state import StudyRecord
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 
 STATUS_JSON_VERSION = 1
 
@@ -141,10 +152,50 @@ def best_text(record: StudyRecord, directory: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def best_json(record: StudyRecord, best: BestTrial) -> dict[str, Any]:
+    """``hpctune best --json`` (docs/cli.md): the best trial, its value, step, checkpoint and
+    parameters and, for a trial of a lineage (PBT), the schedule of its sessions."""
+    out: dict[str, Any] = {
+        "version": 1,
+        "trial": best.trial_id,
+        "metric": record.metric,
+        "mode": str(record.spec.get("mode", "max")),
+        "rule": best.mode,
+        "value": best.value,
+        "step": best.step,
+        "checkpoint": None if best.checkpoint is None else str(best.checkpoint),
+        "params": best.params,
+    }
+    if best.trial.generation is not None:
+        out["schedule"] = [
+            {"trial": s.trial_id, "start": s.start_step, "end": s.end_step, "params": s.params}
+            for s in schedule(record, best.trial_id)
+        ]
+    return out
+
+
+def best_toml_lines(record: StudyRecord, best: BestTrial) -> list[str]:
+    """``hpctune best``: the best trial's value, checkpoint (how to load it) and, for a
+    lineage, its schedule as TOML comments, then its configuration as a ``[search_space]``
+    table to paste."""
+    rule = "its best step" if best.mode == "peak" else "its last step"
+    lines = [
+        f"# best trial {best.trial_id} of {record.spec.get('name')}: {record.metric} = "
+        f"{format_value(best.value)} at step {best.step} ({rule}, [study] best = "
+        f'"{best.mode}")'
+    ]
+    if best.checkpoint is not None:
+        lines.append(f"# checkpoint: {best.checkpoint}")
+        lines.append(f'#   state = torch.load("{best.checkpoint}", weights_only=True)')
+    else:
+        lines.append(f"# checkpoint: none kept at step {best.step}")
+    if best.trial.generation is not None:
+        lines += [f"# {line}" for line in schedule_lines(record, best.trial_id)]
+    return [*lines, "[search_space]", format_params_toml(best.params)]
+
+
 def pareto_text(record: StudyRecord) -> str:
     """The Pareto front of a multi-objective study ("" for a study with one metric)."""
-    from hpctune.analysis.pareto import pareto_front
-
     objectives = record.spec.get("objectives") or []
     if not objectives:
         return ""
@@ -243,16 +294,12 @@ def _elastic_json(record: StudyRecord, now: float | None) -> dict[str, Any] | No
     """The plan a study with a deadline follows, predicted against measured (or null)."""
     if record.elastic_plan is None:
         return None  # (the planner's modules are not imported for other studies)
-    from hpctune.elastic.follow import study_plan_status
-
     status = study_plan_status(record, now)
     return None if status is None else status.to_dict()
 
 
 def _front_json(record: StudyRecord) -> list[dict[str, Any]] | None:
     """The Pareto front as JSON (``None`` for a study with one metric)."""
-    from hpctune.analysis.pareto import pareto_front
-
     if not record.spec.get("objectives"):
         return None
     return [entry.to_dict() for entry in pareto_front(record)]
@@ -329,8 +376,6 @@ def policy_lines(record: StudyRecord) -> list[str]:
 def schedule_lines(record: StudyRecord, trial_id: int) -> list[str]:
     """The hyperparameter schedule behind a (PBT) trial: its lineage's sessions, one line per
     parameter that changed along it, then the parameters that stayed the same."""
-    from hpctune.analysis.lineage import schedule
-
     sessions = schedule(record, trial_id)
     names = list(dict.fromkeys(n for s in sessions for n in s.params))
     changing = [n for n in names if len({repr(s.params.get(n)) for s in sessions}) > 1]
@@ -346,3 +391,20 @@ def schedule_lines(record: StudyRecord, trial_id: int) -> list[str]:
 
 def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def summary_lines(record: StudyRecord, root: Path, hint: str) -> list[str]:
+    """What the end of a foreground run (and of a controller job) prints: the trials, the
+    study's state, what the policy did, the best trial, the Pareto front, the last warnings
+    and, for a stopped or failed study, what to do; ``hint``: the command that resumes it."""
+    lines = [trials_table(record), study_line(record), *policy_lines(record)]
+    lines.append(best_text(record, root))
+    front = pareto_text(record)
+    if front:
+        lines.append(front)
+    lines += [f"warning: {warning.message}" for warning in record.warnings[-5:]]
+    if record.state is StudyState.STOPPED:
+        lines.append(f"stopped; resume with: {hint}")
+    elif record.state is StudyState.FAILED:
+        lines.append(f"study failed: {record.reason}")
+    return lines

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpctune.analysis.best import sign
-from hpctune.analysis.usage import allocated_by
+from hpctune.journal.best import sign
 from hpctune.journal.state import StudyRecord
+from hpctune.journal.usage import allocated_by
 
 
 @dataclass(frozen=True)

@@ -14,30 +14,27 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
-from hpctune.analysis.progress import LiveProgress
-from hpctune.analysis.summary import best_text, pareto_text, policy_lines, study_line, trials_table
+from hpctune.backends.base import Backend
+from hpctune.backends.local import LocalBackend
 from hpctune.controller import Controller
 from hpctune.errors import AccessError, Interrupted, StudySpecError, UsageError
-from hpctune.executors import Executor
-from hpctune.executors.local import LocalExecutor
+from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.epochs import epoch_journal, point_link
 from hpctune.journal.store import JournalWriter
-from hpctune.study.spec import StudySpec
-from hpctune.wire.files import dumps
+from hpctune.spec import StudySpec
+from hpctune.study.states import StudyState
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import LeaseHeld, rival
 from hpctune.wire.permissions import check_loadable, check_study_dir, use_study_umask, use_umask_of
-from hpctune.wire.states import StudyState
 
 
 def check_entry_point(spec: StudySpec) -> None:
@@ -254,25 +251,6 @@ def _signals(controller: Controller, out: TextIO, hint: str) -> Iterator[list[in
             signal.signal(signum, old)
 
 
-@contextlib.contextmanager
-def _job_signals(controller: Controller) -> Iterator[list[int]]:
-    """In a Slurm job: USR2 (time limit near, preemption) or SIGTERM (scancel) detach the
-    controller; the received signals are collected in the yielded list."""
-    received: list[int] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        controller.detach()
-
-    signums = (signal.SIGUSR2, signal.SIGTERM)
-    previous = {s: signal.signal(s, handler) for s in signums}
-    try:
-        yield received
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 def setup_controller_logging(paths: StudyPaths) -> logging.Handler:
     """Log the controller (one line per action) to ``logs/controller.log``."""
     paths.controller_log.parent.mkdir(parents=True, exist_ok=True)
@@ -284,20 +262,34 @@ def setup_controller_logging(paths: StudyPaths) -> logging.Handler:
     return handler
 
 
+class Progress(Protocol):
+    """What shows a running study: called after every iteration with the controller, closed
+    when the study ends (the CLI's :class:`~hpctune.analysis.progress.LiveProgress`)."""
+
+    def __call__(self, controller: Any) -> None:
+        """Show the study after an iteration of ``controller``."""
+
+    def close(self) -> None:
+        """The study ended: leave the display."""
+
+
 def run_local(
     paths: StudyPaths,
     *,
+    backend: Backend | None = None,
     out: TextIO | None = None,
     poll_interval: float = 0.1,
-    show_params: bool = False,
     force: bool = False,
-    executor: Callable[[StudySpec], Executor] | None = None,
+    progress: Progress | None = None,
+    on_end: Callable[[Controller, str], None] | None = None,
 ) -> StudyState:
-    """Run the controller in the foreground with local workers; print progress and a summary.
+    """Run the controller in the foreground until the study ends or is stopped.
 
-    ``show_params``: print each ended trial's parameters below its completion line.
-    ``executor``: makes the executor of the workers (default :func:`local_executor`; ``hpctune
-    profile`` runs its short studies' workers as Slurm jobs under a controller here).
+    ``backend``: where the workers run (default: local processes; ``hpctune profile`` runs
+    its short studies' workers as Slurm jobs under a controller here). ``progress`` shows the
+    study as it runs; ``on_end(controller, hint)`` is called when it ended (also when
+    interrupted), ``hint`` being the command that resumes it. ``out`` gets the lines of a
+    Ctrl-C.
 
     Raises:
         LeaseHeld: Another controller holds a live lease (without ``force``).
@@ -306,15 +298,16 @@ def run_local(
             the exact resume command.
     """
     out = sys.stdout if out is None else out
+    backend = backend or LocalBackend()
     prepare_study_dir(paths)
     if not force:
         ensure_no_controller(paths)
     hint = resume_command(paths, local=True)
-    with _controller_logging(paths):
-        progress = LiveProgress(out, show_params=show_params)
+    with controller_logging(paths):
         controller = Controller(
             paths.root,
-            executor or (lambda spec: local_executor(paths, spec)),
+            lambda spec: backend.executor(paths, spec),
+            backend=backend,
             poll_interval=poll_interval,
             on_progress=progress,
             force=force,
@@ -323,8 +316,10 @@ def run_local(
             with _signals(controller, out, hint) as received:
                 state = controller.run()
         finally:
-            progress.close()
-        _print_summary(controller, out, hint)
+            if progress is not None:
+                progress.close()
+        if on_end is not None:
+            on_end(controller, hint)
         if controller.aborted:
             print(f"workers killed; resume with: {hint}", file=out)
         if received:
@@ -333,76 +328,12 @@ def run_local(
         return state
 
 
-def run_in_slurm_job(paths: StudyPaths, *, out: TextIO | None = None) -> StudyState:
-    """Run the controller inside its Slurm batch job, with workers as Slurm jobs.
-
-    On SIGUSR2 (time limit near, preemption) the controller detaches and the job requeues
-    itself; on SIGTERM (scancel) it detaches and exits (``hpctune resume`` submits a new one).
-    """
-    from hpctune.slurm.executor import SlurmExecutor
-
-    out = sys.stdout if out is None else out
-    prepare_study_dir(paths)
-    with _controller_logging(paths):
-        controller = Controller(
-            paths.root,
-            lambda spec: SlurmExecutor(paths.root, spec),
-            poll_interval=0.5,
-            worker_timeout=120.0,
-            on_progress=LiveProgress(out, interval=30.0, live=False),
-        )
-        with _job_signals(controller) as received:
-            state = controller.run()
-        if signal.SIGUSR2 in received:
-            job = os.environ.get("SLURM_JOB_ID", "")
-            print(f"controller detached (SIGUSR2); requeueing job {job}", file=out, flush=True)
-            subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
-        elif controller.detached:
-            print(
-                f"controller detached (SIGTERM); resume with: "
-                f"{resume_command(paths, local=False)}",
-                file=out,
-                flush=True,
-            )
-        else:
-            _print_summary(controller, out, resume_command(paths, local=False))
-        return state
-
-
-def _print_summary(controller: Controller, out: TextIO, hint: str) -> None:
-    record = controller.state
-    print(trials_table(record), file=out)
-    print(study_line(record), file=out)
-    for line in policy_lines(record):
-        print(line, file=out)
-    print(best_text(record, controller.paths.root), file=out)
-    front = pareto_text(record)
-    if front:
-        print(front, file=out)
-    for warning in record.warnings[-5:]:
-        print(f"warning: {warning.message}", file=out)
-    if record.state is StudyState.STOPPED:
-        print(f"stopped; resume with: {hint}", file=out)
-    elif record.state is StudyState.FAILED:
-        print(f"study failed: {record.reason}", file=out)
-
-
 @contextlib.contextmanager
-def _controller_logging(paths: StudyPaths) -> Iterator[None]:
+def controller_logging(paths: StudyPaths) -> Iterator[None]:
+    """Log the controller to ``logs/controller.log`` while in the block."""
     handler = setup_controller_logging(paths)
     try:
         yield
     finally:
         logging.getLogger("hpctune").removeHandler(handler)
         handler.close()
-
-
-def local_executor(paths: StudyPaths, spec: StudySpec) -> LocalExecutor:
-    """The local executor for a study's resources (``ctx.devices``: the workers' GPUs if the
-    spec gives them any, else their CPUs)."""
-    resources = spec.resources
-    return LocalExecutor(
-        paths.root,
-        cpus_per_worker=resources.cpus_per_worker,
-        devices=resources.gpus_per_worker or resources.cpus_per_worker,
-    )

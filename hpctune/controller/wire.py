@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.core.wire import EventLines, Wire
+from hpctune.files import sha256_file, write_json_atomic
+from hpctune.wire.asktell import ANSWERS_DIR
 from hpctune.wire.eventlog import read_events
-from hpctune.wire.files import sha256_file, write_json_atomic
 from hpctune.wire.inbox import read_command, reject_file
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.protocol import Assignment, DecisionMessage, Heartbeat, write_assignment
@@ -113,8 +114,6 @@ class FileWire(Wire):
 
     def write_answer(self, request: str, answer: dict[str, Any]) -> None:
         """Write the answer to an ``ask`` command (``asked/<request>.json``)."""
-        from hpctune.wire.asktell import ANSWERS_DIR
-
         path = self.paths.root / ANSWERS_DIR / f"{request}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, answer, fsync=True)

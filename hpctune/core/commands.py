@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpctune.journal import records as rec
 from hpctune.study.seeding import component_seed, index_rng, trial_seed
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.asktell import complete_params
-from hpctune.wire.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import CommandsHost

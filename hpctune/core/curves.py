@@ -26,22 +26,49 @@ was in flight); a result file already written is then read instead of refitted.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from hpctune.curves.calibration import StudyCalibration
+from hpctune.curves.fitter import FitOptions
+from hpctune.curves.predict import CurvePrediction
+from hpctune.curves.service import FitJob, FitResult
+from hpctune.files import finite_or_none
 from hpctune.journal import records as rec
-from hpctune.journal.state import PredictionRef, TrialRecord
+from hpctune.journal.entities import PredictionRef, TrialRecord
 from hpctune.policies import Event, EventKind
-from hpctune.wire.files import finite_or_none
+from hpctune.study.boundaries import at_boundary
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import CurvesHost
-    from hpctune.curves.calibration import StudyCalibration
-    from hpctune.curves.fitter import FitOptions
-    from hpctune.curves.predict import CurvePrediction
-    from hpctune.curves.service import CurveService, FitBackend, FitJob, FitResult
+
+
+class FitService(Protocol):
+    """What the core uses of a fit service: :class:`~hpctune.curves.service.CurveService` on a
+    study directory, the simulator's answering from a trace."""
+
+    folder: Path
+    """Where the fits' result files are written."""
+    options: FitOptions
+
+    def request(self, job: FitJob) -> None:
+        """Ask for the fit of ``job`` (never waits)."""
+
+    def load(self, trial_id: int, n: int) -> CurvePrediction | None:
+        """The prediction of a fit that finished (under an earlier controller: its result
+        file), ``None`` if it cannot be read."""
+
+    def poll(self) -> list[FitResult]:
+        """The fits that finished since the last poll."""
+
+    def close(self) -> None:
+        """Stop; fits in flight are dropped."""
+
+
+#: Builds the study's fit service (the controller's on its directory, the simulator's on a
+#: trace) with the fit options (``None``: the spec's ``[curves]``).
+ServiceFactory = Callable[[FitOptions | None], FitService]
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +80,10 @@ class CurveFits:
     Args:
         controller: The controller whose trials are fitted (its spec, state, policy, journal).
         options: The fit options (``None``: the spec's ``[curves]``).
-        service: The fit service (the simulator's); ``None``: :meth:`start` starts one on the
-            study directory when the policy wants predictions.
+        service: The fit service: a function that builds it when the policy wants predictions
+            (:meth:`start`, the controller's, which reloads the journaled predictions from their
+            result files), or a service ready to use (the simulator's, which restores them
+            itself); ``None``: the policy gets none.
 
     Attributes:
         service: The fit service, once started.
@@ -67,14 +96,13 @@ class CurveFits:
         self,
         controller: CurvesHost,
         options: FitOptions | None,
-        service: CurveService | None = None,
+        make_service: ServiceFactory | None = None,
     ) -> None:
         self.c = controller
         self.options = options
-        self.service = service
+        self.make_service = make_service
+        self.service: FitService | None = None
         self.predictions: dict[int, CurvePrediction] = {}
-        from hpctune.curves.calibration import StudyCalibration
-
         self.calibration: StudyCalibration | None = StudyCalibration.named(
             controller.spec.curves.recalibrate
         )
@@ -82,28 +110,19 @@ class CurveFits:
 
     def start(self) -> None:
         """Start the fit service if the policy wants predictions; reload and resubmit."""
-        if not self.c.policy.traits.wants_predictions or self.service is not None:
+        wants = self.c.policy.traits.wants_predictions
+        if not wants or self.service is not None or self.make_service is None:
             return
-        from hpctune.curves.service import CurveService, read_result
-
-        folder = self.c.paths.curves
-        folder.mkdir(exist_ok=True)
-        self.service = CurveService(
-            folder,
-            self.c.spec.curves,
-            self.options,
-            on_slurm="SLURM_JOB_ID" in os.environ,
-            slurm_backend=self._slurm_fits if shutil.which("sbatch") else None,
-        )
+        service = self.service = self.make_service(self.options)
         for trial_id, refs in self.restore_refs().items():
             for ref in refs:
-                loaded = read_result(self.c.paths.root / ref.path)
+                loaded = service.load(trial_id, ref.n)
                 if loaded is None:
                     logger.warning(
                         "trial %d: prediction file %s is unreadable", trial_id, ref.path
                     )
                     continue
-                self.restore(trial_id, loaded[0])
+                self.restore(trial_id, loaded)
         self.settle()
         self.resubmit()
 
@@ -168,27 +187,14 @@ class CurveFits:
             logger.info("trial %d: fit on %d points resubmitted", trial.trial_id, job.n)
             self.service.request(job)
 
-    def _slurm_fits(self) -> FitBackend:
-        from hpctune.slurm.curve_fits import SlurmArrayBackend, curve_job_parameters
-
-        assert self.service is not None
-        parameters = curve_job_parameters(
-            self.c.spec.name, self.c.spec.slurm.controller, self.c.spec.curves
-        )
-        return SlurmArrayBackend(
-            self.c.paths.root / "slurm" / "curves", parameters, self.service.options
-        )
-
     def _fit_job(self, trial: TrialRecord, step: int) -> FitJob | None:
         """The fit of ``trial``'s curve up to ``step``, or None with too few or too many points."""
-        from hpctune.curves.service import FitJob
-
         service = self.service
         assert service is not None
         values = [
             v for s, v in zip(trial.curve_steps, trial.curve_values, strict=True) if s <= step
         ]
-        if len(values) < service.options.min_points or len(values) >= self.c.spec.max_steps:
+        if len(values) < service.options.fewest_points or len(values) >= self.c.spec.max_steps:
             return None
         return FitJob.build(
             service.folder,
@@ -202,7 +208,7 @@ class CurveFits:
 
     def _last_boundary_job(self, trial: TrialRecord) -> FitJob | None:
         for step in reversed(trial.curve_steps):
-            if step % self.c.spec.boundary == 0 and self.c.policy.wants_fit(step):
+            if at_boundary(step, self.c.spec.boundary) and self.c.policy.wants_fit(step):
                 return self._fit_job(trial, step)
         return None
 

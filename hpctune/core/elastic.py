@@ -9,7 +9,7 @@ those not seen past its end before), journals each stage it enters
 (``elastic_stage``), and keeps as many workers busy as the plan gives that stage: more slots are
 offered to the policy when the stage's pool is larger, and idle workers above it are told to
 exit when it is smaller (a running segment is never cut short: its worker leaves when it ends).
-When a stage ended later than the plan predicted by more than ``HPCTUNE_REPLAN_DRIFT``, the
+When a stage ended later than the plan predicted by more than ``replan_drift``, the
 stages after it are planned again from the measured time and cost (a new ``elastic_plan`` with
 its reason, in the same commit as the stage record). ``hpctune resume --deadline`` leaves a
 ``deadline`` command in the inbox: the controller journals the new deadline
@@ -23,12 +23,9 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.usage import study_usage
-from hpctune.core.base import env_setting
 from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.follow import (
     PLAN_REASON_LAUNCH,
-    REPLAN_DRIFT,
     StageTracker,
     TrialProgress,
     current_stage,
@@ -44,22 +41,18 @@ from hpctune.elastic.follow import (
     stage_workers,
 )
 from hpctune.elastic.planner import PlanResult
+from hpctune.elastic.profile import Profile
 from hpctune.errors import StudySpecError
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
-from hpctune.journal.state import TrialRecord
-from hpctune.wire.states import StudyState, TrialStatus, WorkerLife
+from hpctune.journal.entities import TrialRecord, WorkerRecord
+from hpctune.journal.usage import study_usage
+from hpctune.spec import with_deadline
+from hpctune.study.states import StudyState, TrialStatus, WorkerLife
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import ElasticHost
 
 logger = logging.getLogger(__name__)
-
-
-def replan_drift() -> float:
-    """The drift that makes the controller re-plan: ``HPCTUNE_REPLAN_DRIFT`` (a share of the
-    predicted time, ``inf`` for never), else :data:`REPLAN_DRIFT`."""
-    return env_setting("HPCTUNE_REPLAN_DRIFT", REPLAN_DRIFT, allow_inf=True)
 
 
 class ElasticFollower:
@@ -87,6 +80,10 @@ class ElasticFollower:
             self._elastic_from = len(plans)
         return self._elastic_result
 
+    def _plan(self, profile: Profile) -> PlanResult:
+        """The study's plan from ``profile``, billed as its backend bills (its executor)."""
+        return plan_study(self.c.spec, profile=profile, billing=self.c.executor.billing_weight)
+
     def start(self) -> None:
         """Plan a study with a deadline once, at its first start (the journal keeps the plan
         for every later controller); a study that cannot be planned fails with the reason. A
@@ -107,7 +104,9 @@ class ElasticFollower:
             return
         try:
             profile = load_study_profile(self.c.spec)
-            result = plan_study(self.c.spec, profile=profile)
+            result = plan_study(
+                self.c.spec, profile=profile, billing=self.c.executor.billing_weight
+            )
         except PlanningError as exc:
             self.c.set_study(StudyState.STOPPING, f"cannot plan the deadline: {exc}", fail=True)
             return
@@ -152,14 +151,14 @@ class ElasticFollower:
 
     def _check_drift(self, ended: int) -> None:
         """Re-plan the stages after ``ended`` (journaled with the reason) when it ended later
-        than the plan in force predicted by more than ``HPCTUNE_REPLAN_DRIFT`` (default
-        :data:`~hpctune.elastic.follow.REPLAN_DRIFT`)."""
+        than the plan in force predicted by more than the setting ``replan_drift``
+        (:attr:`~hpctune.core.settings.CoreSettings.replan_drift`)."""
         record = self.c.state.elastic_plan
         started = self.c.state.started_time or self.c.state.created_time
         if record is None or "profile_data" not in record:
             return
         now = self.c.clock.now()
-        reason = drift_reason(record, ended, now - started, replan_drift())
+        reason = drift_reason(record, ended, now - started, self.c.settings.replan_drift)
         if not reason:
             return
         usage = study_usage(self.c.state, now)
@@ -186,8 +185,6 @@ class ElasticFollower:
         reason); a study without a plan is planned now. A study that cannot follow a deadline
         (its policy, a stage tree) keeps its own (warned); one that cannot be planned to it
         keeps its plan (warned) or, without one, fails with the reason as at the start."""
-        from hpctune.study.spec import with_deadline
-
         deadline = float(command["deadline"])
         source = str(command.get("source", "")) or "the inbox"
         try:
@@ -209,7 +206,13 @@ class ElasticFollower:
         try:
             if record is None or "profile_data" not in record:  # none yet: the start's first
                 profile = load_study_profile(self.c.spec)
-                record = plan_record(plan_study(self.c.spec, profile=profile), profile, reason)
+                record = plan_record(
+                    plan_study(
+                        self.c.spec, profile=profile, billing=self.c.executor.billing_weight
+                    ),
+                    profile,
+                    reason,
+                )
             old = PlanResult.from_dict(record["plan"])
             trials = {i: self._trial_progress(t) for i, t in self.c.state.trials.items()}
             known = self.c.state.elastic_stages
@@ -266,7 +269,7 @@ class ElasticFollower:
         """The devices of each worker the current stage runs on (``None``: the spec's)."""
         return self._size
 
-    def fits(self, worker: st.WorkerRecord, size: int | None = None) -> bool:
+    def fits(self, worker: WorkerRecord, size: int | None = None) -> bool:
         """True if ``worker`` has the size of the current stage (or ``size``); every worker
         fits a study whose workers are not sized."""
         size = self._size if size is None else size
@@ -292,7 +295,7 @@ class ElasticFollower:
             return self.c.spec.resources.slots
         return self._pool_target
 
-    def idle_to_release(self, idle: list[st.WorkerRecord]) -> list[st.WorkerRecord]:
+    def idle_to_release(self, idle: list[WorkerRecord]) -> list[WorkerRecord]:
         """The idle workers the policy has no work for that may go: all of them without a plan;
         with one, those beyond the next stage's workers less the workers still busy (the last
         to finish a stage wait for the next, as the plan's DAG holds them to the rung's SYNC)."""

@@ -1,11 +1,15 @@
 """What each part of the scheduling core may use of the core: one narrow interface per part.
 
-The parts (:class:`~hpctune.core.ingest.Ingest`, :class:`~hpctune.core.pool.WorkerPool`,
+The core (:class:`~hpctune.core.loop.SchedulingCore`) is one class composed of parts, each
+built with the core typed as one of these protocols, never as the core's class:
+:class:`~hpctune.core.ingest.Ingest`, :class:`~hpctune.core.pool.WorkerPool`,
 :class:`~hpctune.core.curves.CurveFits`, :class:`~hpctune.core.commands.TrialCommands`,
-:class:`~hpctune.core.elastic.ElasticFollower` and the scheduling strategies) are each given the
-core typed as one of these protocols, never as the core's class, so mypy refuses a part that
-reaches for anything its protocol does not list (the core's private members in particular), and
-a reader sees at a glance what a part depends on. :class:`~hpctune.core.loop.SchedulingCore`
+:class:`~hpctune.core.inbox.Inbox`, :class:`~hpctune.core.actions.TrialActions`,
+:class:`~hpctune.core.views.Views`, :class:`~hpctune.core.elastic.ElasticFollower`,
+:class:`~hpctune.core.storage.StorageWatch`,
+:class:`~hpctune.core.policy_state.PolicyStateJournal` and the scheduling strategies. So mypy
+refuses a part that reaches for anything its protocol does not list (the core's private
+members in particular), and a reader sees at a glance what a part depends on. The core
 satisfies all of them (checked where it builds its parts).
 """
 
@@ -17,22 +21,28 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from hpctune.backends.base import Executor
+    from hpctune.core.actions import TrialActions
     from hpctune.core.commands import TrialCommands
+    from hpctune.core.curves import CurveFits
     from hpctune.core.elastic import ElasticFollower
     from hpctune.core.ingest import Ingest
     from hpctune.core.pool import WorkerPool
+    from hpctune.core.scheduling import Scheduling
+    from hpctune.core.settings import CoreSettings
+    from hpctune.core.storage import StorageWatch
     from hpctune.core.wire import Wire
-    from hpctune.executors._base import Executor
     from hpctune.journal import records as rec
+    from hpctune.journal.entities import TrialRecord, WorkerRecord
     from hpctune.journal.memory import MemoryJournal
-    from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord, WorkerRecord
+    from hpctune.journal.state import StudyRecord
     from hpctune.journal.store import JournalWriter
-    from hpctune.policies import Action, Event, Policy, StudyView
+    from hpctune.policies import Event, Policy, StudyView
     from hpctune.policies.generators import Generator, Proposal
-    from hpctune.study.spec import StudySpec
+    from hpctune.spec import StudySpec
+    from hpctune.study.states import StudyState, TrialStatus
     from hpctune.wire.clock import Clock
     from hpctune.wire.layout import StudyPaths
-    from hpctune.wire.states import Decision, StudyState, TrialStatus
 
 
 class Journaling(Protocol):
@@ -72,7 +82,7 @@ class Journaling(Protocol):
 
 class IngestHost(Journaling, Protocol):
     """What :class:`~hpctune.core.ingest.Ingest` uses: the wire's event lines, the journal's
-    read cursors, and the queue of policy events."""
+    read cursors, the queue of policy events, and the storage watch (a worker's full disk)."""
 
     wire: Wire
     writer: JournalWriter | MemoryJournal
@@ -80,23 +90,19 @@ class IngestHost(Journaling, Protocol):
     cursors: dict[str, int]
     pending_events: list[Event]
     last_event: dict[int, float]
-
-    def storage_failed(self, what: str, where: str) -> None:
-        """Pause new assignments: writes fail."""
+    storage: StorageWatch
 
 
 class PoolHost(Journaling, Protocol):
     """What :class:`~hpctune.core.pool.WorkerPool` uses: the executor, the wire's heartbeats
-    and assignments, the ingest (a dead worker's last lines), the timeouts, and the commit."""
+    and assignments, the ingest (a dead worker's last lines), the actions (decisions and
+    assignments sent again), the settings (timeouts), and the commit."""
 
     wire: Wire
     executor: Executor
     ingest: Ingest
-    worker_timeout: float
-    startup_timeout: float
-    assignment_timeout: float
-    stop_grace: float
-    decision_sent: dict[int, float]
+    actions: TrialActions
+    settings: CoreSettings
     last_event: dict[int, float]
 
     @property
@@ -106,25 +112,11 @@ class PoolHost(Journaling, Protocol):
     def live_workers(self) -> list[WorkerRecord]:
         """The workers not known to have ended."""
 
-    def send_decision(
-        self,
-        seg: SegmentRecord,
-        decision: Decision,
-        reason: str,
-        *,
-        log: bool = True,
-        priority: float | None = None,
-    ) -> None:
-        """Journal and send a decision to a running segment."""
-
     def commit(self) -> None:
         """Commit the journal and write what follows from it."""
 
     def check_lease(self) -> None:
         """Raise ``Fenced`` if another controller took over."""
-
-    def assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
-        """A function that writes the assignment of ``seg``."""
 
 
 class CurvesHost(Journaling, Protocol):
@@ -150,29 +142,91 @@ class CommandsHost(Journaling, Protocol):
         """The generator's proposal for trial ``index``."""
 
 
+class InboxHost(Journaling, Protocol):
+    """What :class:`~hpctune.core.inbox.Inbox` uses: the wire (the inbox's files) and the parts
+    that carry the commands out."""
+
+    wire: Wire
+    commands: TrialCommands
+    actions: TrialActions
+    pool: WorkerPool
+    elastic: ElasticFollower
+    ingest: Ingest
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop the study cooperatively."""
+
+
+class ActionsHost(Journaling, Protocol):
+    """What :class:`~hpctune.core.actions.TrialActions` uses: the policy (its traits), the wire
+    (assignments and decisions), the scheduling (a segment's seed and decision wait) and the
+    generator's proposals."""
+
+    policy: Policy
+    wire: Wire
+    scheduling: Scheduling
+
+    @property
+    def epoch(self) -> int:
+        """The controller's lease epoch (written into its assignments and decisions)."""
+
+    def propose(self, index: int, view: StudyView) -> Proposal:
+        """The generator's proposal for trial ``index``."""
+
+
+class ViewsHost(Journaling, Protocol):
+    """What :class:`~hpctune.core.views.Views` uses: the pool's size (the elastic plan's) and
+    the curve fits' predictions."""
+
+    elastic: ElasticFollower
+    curves: CurveFits
+
+
 class ElasticHost(Journaling, Protocol):
-    """What :class:`~hpctune.core.elastic.ElasticFollower` uses: the worker pool it sizes."""
+    """What :class:`~hpctune.core.elastic.ElasticFollower` uses: the worker pool it sizes, the
+    executor (how its backend bills devices) and the settings (when to plan again)."""
 
     pool: WorkerPool
+    executor: Executor
+    settings: CoreSettings
 
     def live_workers(self) -> list[WorkerRecord]:
         """The workers not known to have ended."""
 
 
+class StorageHost(Journaling, Protocol):
+    """What :class:`~hpctune.core.storage.StorageWatch` uses: the wire (is there room?), the
+    paths and settings (for its error) and the commit (the rows kept pending)."""
+
+    wire: Wire
+    paths: StudyPaths
+    settings: CoreSettings
+
+    def commit(self) -> None:
+        """Commit the journal and write what follows from it."""
+
+
+class PolicyStateHost(Journaling, Protocol):
+    """What :class:`~hpctune.core.policy_state.PolicyStateJournal` uses: the policy."""
+
+    policy: Policy
+
+
 class SchedulingHost(Journaling, Protocol):
     """What the scheduling strategies (:mod:`hpctune.core.scheduling`,
     :mod:`hpctune.core.stages`) use: the policy and generator, the other parts, and the core's
-    rules for turning actions into segments."""
+    free workers and random numbers."""
 
     policy: Policy
     generator: Generator
     paths: StudyPaths
     writer: JournalWriter | MemoryJournal
-    decision_wait: float
+    settings: CoreSettings
     pool: WorkerPool
     ingest: Ingest
     commands: TrialCommands
     elastic: ElasticFollower
+    actions: TrialActions
 
     def view(self, free_slots: int = 0) -> StudyView:
         """The policy's view of the study."""
@@ -185,25 +239,3 @@ class SchedulingHost(Journaling, Protocol):
 
     def idle_workers(self) -> tuple[list[WorkerRecord], int]:
         """Idle workers, and how many slots are free."""
-
-    def trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
-        """The trial an action places (created if new)."""
-
-    def apply_action(self, action: Action, event: Event | None) -> None:
-        """Carry out one policy action."""
-
-    def assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
-        """Start a segment of ``trial`` on a worker."""
-
-    def new_segment(
-        self,
-        trial: TrialRecord,
-        worker_id: str,
-        start: int,
-        until: int,
-        row: int | None,
-        *,
-        checkpoint_steps: list[int] | None = None,
-        stages: list[int] | None = None,
-    ) -> SegmentRecord:
-        """Journal a segment and queue its assignment file."""

@@ -10,16 +10,17 @@ import numpy as np
 
 from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef
-from hpctune.journal.state import SegmentRecord, TrialRecord
+from hpctune.journal.entities import SegmentRecord, TrialRecord
 from hpctune.policies import Event
+from hpctune.study.boundaries import at_boundary
 from hpctune.study.metric_names import metric_name_problem
+from hpctune.study.states import Decision, SegmentStatus, StudyState, TrialStatus
 from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
     EV_REPORT,
     EV_START,
 )
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import IngestHost
@@ -153,7 +154,7 @@ class Ingest:
                 metrics,
             )
             self.c.pending_events.append(Event.report(seg.trial_id, step))
-            if step % self.c.spec.boundary == 0 or step >= seg.until_step:
+            if at_boundary(step, self.c.spec.boundary, seg.until_step):
                 self.c.pending_events.append(Event.boundary(seg.trial_id, step))
         elif kind == EV_CHECKPOINT:
             self._on_checkpoint(seg, record, t)
@@ -171,7 +172,7 @@ class Ingest:
                 return
             storage = str(record.get("storage") or "")
             if storage:  # a write failed for want of space (or an I/O error): not the trial's
-                self.c.storage_failed(storage, f"segment {seg.segment_id}: {record.get('reason')}")
+                self.c.storage.failed(storage, f"segment {seg.segment_id}: {record.get('reason')}")
             self.end_segment(
                 seg,
                 status,

@@ -25,127 +25,285 @@ anything more.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import logging
-import math
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.core.base import EXIT_GRACE, CoreBase
+from hpctune.backends.base import Executor, WorkerState
+from hpctune.core.actions import TrialActions
 from hpctune.core.commands import TrialCommands
+from hpctune.core.curves import CurveFits, ServiceFactory
 from hpctune.core.elastic import ElasticFollower
+from hpctune.core.inbox import Inbox
+from hpctune.core.ingest import Ingest
+from hpctune.core.policy_state import PolicyStateJournal
 from hpctune.core.pool import WorkerPool
 from hpctune.core.scheduling import Scheduling, TrialScheduling
+from hpctune.core.settings import CoreSettings
 from hpctune.core.stages import StageTreeScheduling
+from hpctune.core.storage import StorageWatch
+from hpctune.core.views import Views
 from hpctune.core.wire import Wire
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.curves.fitter import FitOptions
+from hpctune.files import dumps
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
+from hpctune.journal.entities import TrialRecord, WorkerRecord
 from hpctune.journal.memory import MemoryJournal
-from hpctune.journal.state import SegmentRecord, StudyRecord, TrialRecord
-from hpctune.policies import (
-    Action,
-    ActionKind,
-    Event,
-    EventKind,
-    Policy,
-    StudyView,
-    TrialView,
-)
-from hpctune.policies.generators import Generator
-from hpctune.study.seeding import trial_seed
-from hpctune.wire.asktell import VALIDATORS as TRIAL_COMMANDS
+from hpctune.journal.state import StudyRecord
+from hpctune.journal.store import JournalWriter
+from hpctune.policies import Event, EventKind, Policy, StudyView, make_policy
+from hpctune.policies.generators import Generator, Proposal, make_generator
+from hpctune.spec import StudySpec, study_context
+from hpctune.study.seeding import component_seed
+from hpctune.study.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
 from hpctune.wire.clock import Clock
-from hpctune.wire.inbox import RETRYABLE, VALIDATORS, check_command
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.lease import Fenced
-from hpctune.wire.protocol import Assignment, DecisionMessage
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, TrialStatus, WorkerLife
-
-if TYPE_CHECKING:
-    from hpctune.curves.service import CurveService
+from hpctune.wire.lease import Fenced, Lease
+from hpctune.wire.storage import describe, storage_error
 
 logger = logging.getLogger(__name__)
 
-COMMANDS = {**VALIDATORS, **TRIAL_COMMANDS}  # every inbox command kind and its validator
+CONTROLLER_BEAT = 2.0  # seconds between two writes of the controller's heartbeat
+EXIT_GRACE = 30.0  # seconds a worker told to exit at the study's end has before it is cancelled
+
+#: Writes the controller's heartbeat (``controller.json``): the time (0 once the controller
+#: ended: idle workers exit at once), the state shown (``detached`` for a controller that left
+#: its study running) and whether it is the last write.
+BeatWriter = Callable[[float, str, bool], None]
 
 
-class SchedulingCore(CoreBase):
+class SchedulingCore:
     """Run a study to its end (or until stopped) from its journal: the scheduling core.
 
-    See :class:`~hpctune.core.base.CoreBase` for the arguments. The controller of a study
-    directory is this core on files (:class:`hpctune.controller.Controller`); the simulator's is
-    this core in memory (:meth:`in_memory`).
+    It is given everything outside it and builds its parts on what it is given (each part sees
+    the core through its narrow interface, :mod:`hpctune.core.hosts`). The controller of a study
+    directory (:class:`hpctune.controller.Controller`) builds one on the study's files, its
+    lease and the real clock; the simulator (:class:`hpctune.simulator.Simulator`) builds one in
+    memory, on simulated workers and a simulated clock.
+
+    Args:
+        state: The study record folded from the journal so far.
+        writer: The journal it appends to and commits.
+        wire: Reads workers' event lines, heartbeats and users' commands; writes assignments,
+            decisions and answers.
+        executor: Starts, watches and cancels the workers.
+        clock: The time source.
+        paths: The study directory's paths (names only: the core opens no file).
+        lease: The lease its commits are fenced by (``None``: a study in memory).
+        settings: Its timings (default: :class:`~hpctune.core.settings.CoreSettings`'s).
+        curve_service: Builds the fit service when the policy wants predictions (the
+            controller's on the study directory, the simulator's answering from a trace).
+        curve_options: Learning-curve fit options (default: from ``[curves]``; for tests).
+        policy: Replaces the policy the spec names (e.g. one that is not registered).
+        generator: Replaces the generator the spec names (e.g. one answered from a trace).
+        on_progress: Called with the core after every iteration.
+        write_beat: Writes the controller's heartbeat file (``None``: a study in memory has
+            none).
+        after_start: Called once :meth:`start` committed (the controller then prunes the
+            journals of earlier epochs).
     """
 
-    scheduling: Scheduling
-    """How free workers get work, chosen from the spec (``[stages] enabled``: a stage tree)."""
-
-    pool: WorkerPool
-    """The study's workers: liveness, runs, grace, watchdogs, the pool's size."""
-    commands: TrialCommands
-    """The ``add_trials``, ``ask`` and ``tell`` commands' side of the controller."""
-    elastic: ElasticFollower
-    """Follows the elastic plan of a study with a deadline (a fixed pool without one)."""
-
-    def _compose(self) -> None:
-        """Build the parts that need the whole core (called at the end of ``__init__``)."""
-        self.pool = WorkerPool(self)
-        self.commands = TrialCommands(self)
-        self.elastic = ElasticFollower(self)
-        self.scheduling = (
-            StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
-        )
-
-    @staticmethod
-    def in_memory(
+    def __init__(
+        self,
         state: StudyRecord,
-        writer: MemoryJournal,
+        *,
+        writer: JournalWriter | MemoryJournal,
         wire: Wire,
         executor: Executor,
         clock: Clock,
-        *,
+        paths: StudyPaths,
+        lease: Lease | None = None,
+        settings: CoreSettings | None = None,
+        curve_service: ServiceFactory | None = None,
+        curve_options: FitOptions | None = None,
         policy: Policy | None = None,
         generator: Generator | None = None,
-        curve_service: CurveService | None = None,
-        decision_wait: float = 2.0,
-        worker_timeout: float = math.inf,
-        startup_timeout: float = math.inf,
-    ) -> SchedulingCore:
-        """The core of a study that exists only in memory (the simulator's): no study
-        directory, no lease, no files; ``wire`` and ``executor`` stand for the workers.
-
-        ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object
-        that is not registered, or a generator answered from a trace); ``curve_service``
-        answers the curve fits; ``worker_timeout`` and ``startup_timeout``: as the controller's
-        (never, by default: simulated workers do not hang unless told).
-        """
-        core = SchedulingCore(
-            paths=StudyPaths.of(Path(state.spec.get("directory") or "simulated-study")),
-            wire=wire,
-            writer=writer,
-            lease=None,
-            state=state,
-            executor=executor,
-            clock=clock,
-            poll_interval=0.0,
-            worker_timeout=worker_timeout,
-            startup_timeout=startup_timeout,
-            decision_wait=decision_wait,
-            stop_grace=math.inf,
-            on_progress=None,
-            curve_options=None,
-            policy=policy,
-            generator=generator,
+        on_progress: Callable[[SchedulingCore], None] | None = None,
+        write_beat: BeatWriter | None = None,
+        after_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.writer = writer
+        self.wire = wire
+        self.executor = executor
+        self.clock = clock
+        self.paths = paths
+        self.lease = lease
+        self.settings = settings or CoreSettings()
+        self.on_progress = on_progress
+        self._write_beat = write_beat
+        self._after_start = after_start
+        self.spec = StudySpec.from_dict(state.spec)
+        self.policy = policy or make_policy(
+            self.spec.policy.name, self.spec.policy.options, study_context(self.spec)
         )
-        core.curves.service = curve_service
-        core.storage_patience = math.inf
-        core.assignment_timeout = math.inf
-        return core
+        self.policy.load_state_dict(state.policy_state)
+        self.generator = generator or make_generator(
+            self.spec.generator.name,
+            self.spec.generator.options,
+            self.spec.space,
+            component_seed(self.spec.seed, "generator"),
+        )
+        self._policy_seed = component_seed(self.spec.seed, "policy")
+        self.cursors: dict[str, int] = writer.cursors
+        self.pending_events: list[Event] = []
+        self.last_event: dict[int, float] = {}  # segment -> controller time of its last event
+        self.dirty = True
+        self.fenced: Fenced | None = None
+        self.iterations = 0
+        self._outbox: list[Callable[[], None]] = []
+        self._last_beat = -np.inf
+        self._abort = False
+        self._abort_request = False
+        self._detach = False
+        self._stop_request = ""
+        self._exit_ordered_at: float | None = None
+        self._collected_at = -1  # state.checkpoint_changes at the last checkpoint collection
+        self._consulted = True  # the policy was asked since its state was last journaled
+        # the parts, each given the core through its narrow interface (hosts.py)
+        self.storage = StorageWatch(self)
+        self.policy_state = PolicyStateJournal(self)
+        self.curves = CurveFits(self, curve_options, curve_service)
+        self.ingest = Ingest(self)
+        self.actions = TrialActions(self)
+        self.pool = WorkerPool(self)
+        self.commands = TrialCommands(self)
+        self.inbox = Inbox(self)
+        self.elastic = ElasticFollower(self)
+        self.views = Views(self)
+        self.scheduling: Scheduling = (
+            StageTreeScheduling(self) if self.spec.stages.enabled else TrialScheduling(self)
+        )
+
+    # -- the journal -----------------------------------------------------------------------
+
+    def log(self, entry: rec.LogEntry, *, trial: int = -1, segment: int = -1) -> None:
+        """Append a log record and apply it to the in-memory state, exactly as a reader would
+        (read back first: a record a reader would refuse is not written)."""
+        kind = entry.kind
+        if rec.RECORD_TYPES.get(kind) is not type(entry):
+            raise ValueError(
+                f"journal record kind {kind!r} ({type(entry).__name__}) is not registered: add "
+                "its type to RECORD_TYPES in hpctune/journal/records.py and raise FORMAT_MINOR "
+                "in hpctune/journal/store.py"
+            )
+        now = self.clock.now()
+        text = dumps(entry.to_data())
+        read = type(entry).from_data(json.loads(text))
+        self.writer.append("log", kind=kind, trial=trial, segment=segment, time=now, data=text)
+        self.state.apply_entry(read, trial, segment, now)
+        self.dirty = True
+
+    @property
+    def epoch(self) -> int:
+        """This controller's epoch (written into its commits, assignments and decisions)."""
+        return self.lease.epoch if self.lease is not None else 0
+
+    def check_lease(self) -> None:
+        """Raise :class:`Fenced` if another controller took a higher epoch."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (a file write that follows from the journal) after the next commit."""
+        self._outbox.append(action)
+
+    def commit(self) -> None:
+        """Commit the journal, then write the files that follow from it (the outbox).
+
+        The lease is checked before the commit, again just before its record is published, and
+        after it: a fenced controller stops without committing, and never writes the files of a
+        commit the new controller may not have. A write that fails for want of space or with an
+        I/O error does not stop the controller: the rows stay pending (a commit is idempotent),
+        the outbox waits for the next successful commit, and new assignments pause
+        (:class:`~hpctune.core.storage.StorageWatch`).
+        """
+        try:
+            if self.writer.has_pending or self.cursors != self.writer.cursors:
+                if self._consulted:  # a policy's state changes only when it decides
+                    self._consulted = False
+                    self.policy_state.journal()
+                self.check_lease()
+                self.writer.commit(self.cursors)
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            self.storage.failed(describe(exc, "the journal"), "journal commit")
+            return
+        self.check_lease()
+        outbox, self._outbox = self._outbox, []
+        for action in outbox:
+            try:
+                action()
+            except OSError as exc:
+                logger.warning("could not write a file after commit: %s", exc)
+                if storage_error(exc) is not None:
+                    self.storage.failed(describe(exc), "a file after commit")
+
+    def warn(self, code: str, message: str, trial: int = -1) -> None:
+        """Journal a warning (shown by `hpctune status` and the progress lines) and log it."""
+        logger.warning("%s", message)
+        self.log(rec.WarningEntry(code=code, message=message), trial=trial)
+
+    def set_study(self, state: StudyState, reason: str, *, fail: bool = False) -> None:
+        """Journal the study's new state (a study that ends with no metric reported fails);
+        entering STOPPING tells every running segment to suspend."""
+        trials = self.state.trials.values()
+        if state is StudyState.FINISHED and trials and not any(t.curve_values for t in trials):
+            state, reason, fail = StudyState.FAILED, self._no_metric_reason(), True
+        if self.state.state is not state:
+            logger.info("study %s: %s", state.value, reason)
+            self.log(rec.StudyEntry(state=state, reason=reason, fail=fail))
+            if state is StudyState.STOPPING:
+                for seg in self.state.active_segments():
+                    self.actions.send_decision(seg, Decision.SUSPEND, reason)
+
+    def _no_metric_reason(self) -> str:
+        """Why a study in which no trial reported its metric failed."""
+        trials = self.state.trials.values()
+        names = sorted({name for t in trials for name in t.last_metrics})
+        text = f"no trial reported the study metric {self.spec.metric!r} ([study] metric)"
+        if names:
+            return f"{text}; the trials reported: {', '.join(names[:20])}"
+        failed = [t for t in trials if t.status is TrialStatus.FAILED]
+        if failed:
+            return f"{text}; {len(failed)} trials failed, the first: {failed[0].reason}"
+        return f"{text}; no trial reported anything"
+
+    def set_trial(
+        self,
+        trial: TrialRecord,
+        status: TrialStatus,
+        reason: str = "",
+        *,
+        error: str | None = None,
+        retries: int | None = None,
+    ) -> None:
+        """Journal the trial's new status; a final one sweeps its checkpoint files after the
+        commit."""
+        logger.info("trial %d %s %s", trial.trial_id, status.value, reason)
+        entry = rec.TrialStatusEntry(status=status, reason=reason, error=error, retries=retries)
+        self.log(entry, trial=trial.trial_id)
+        if status.is_final:
+            self.after_commit(partial(self._sweep_checkpoints, trial.trial_id))
+
+    def _sweep_checkpoints(self, trial_id: int) -> None:
+        """Delete a finished trial's checkpoint files the journal does not reference.
+
+        They are left by a controller killed between a commit and its deletions, or by a worker
+        killed while writing; nothing can use them.
+        """
+        keep = {ref.path for ref in self.state.live_checkpoints(trial_id)}
+        self.wire.sweep_checkpoints(trial_id, keep)
+
+    def live_workers(self) -> list[WorkerRecord]:
+        """The workers not known to have ended."""
+        return [w for w in self.state.workers.values() if w.state.is_alive]
+
+    # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> StudyState:
         """Run until the study ends or is stopped; return the study's state.
@@ -157,7 +315,7 @@ class SchedulingCore(CoreBase):
         try:
             self.start()
             while not self.step():
-                self.clock.sleep(self.poll_interval)
+                self.clock.sleep(self.settings.poll_interval)
         except Fenced as exc:
             self.fenced = exc
             logger.error("%s", exc)
@@ -182,21 +340,7 @@ class SchedulingCore(CoreBase):
                 self.after_commit(partial(self.wire.reject_command, name, rejected[name]))
             else:
                 self.after_commit(partial(self.wire.remove_command, name))
-        for worker in self.live_workers():
-            if not worker.info:  # created, never confirmed started: it may not exist
-                # (a controller killed while submitting: no sign of workers failing to start)
-                self.pool.worker_gone(
-                    worker, WorkerLife.LOST, "never confirmed started", None, failed_start=False
-                )
-                self.after_commit(
-                    partial(
-                        self.wire.write_assignment,
-                        worker.worker_id,
-                        None,
-                        "unknown to controller",
-                        epoch=self.epoch,
-                    )
-                )
+        self._release_unconfirmed()
         self.pool.startup_failures = 0
         for trial_id in self.wire.checkpoint_folders():  # files a killed one did not delete
             trial = self.state.trials.get(trial_id)
@@ -205,11 +349,30 @@ class SchedulingCore(CoreBase):
         for seg in self.state.active_segments():
             owner = self.state.workers.get(seg.worker_id)
             if owner is not None and owner.state is WorkerLife.STARTED:
-                self.after_commit(self.assignment_writer(seg))
+                self.after_commit(self.actions.assignment_writer(seg))
             if seg.decision:
-                self.send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+                self.actions.send_decision(
+                    seg, Decision(seg.decision), seg.decision_reason, log=False
+                )
         self.curves.start()
         self.commit()
+        if self._after_start is not None:
+            self._after_start()
+
+    def _release_unconfirmed(self) -> None:
+        """Workers journaled but never confirmed started may not exist (a controller killed
+        while submitting): they are lost, with no sign of workers failing to start, and told
+        to exit should they run after all."""
+        for worker in self.live_workers():
+            if worker.info:
+                continue
+            self.pool.worker_gone(
+                worker, WorkerLife.LOST, "never confirmed started", None, failed_start=False
+            )
+            order = partial(
+                self.wire.write_assignment, worker.worker_id, None, "unknown to controller"
+            )
+            self.after_commit(partial(order, epoch=self.epoch))
 
     def step(self) -> bool:
         """Run one iteration; return True when the controller should exit.
@@ -222,8 +385,8 @@ class SchedulingCore(CoreBase):
         if self._stop_request:
             self.request_stop(self._stop_request)
             self._stop_request = ""
-        writable = self._check_storage()
-        self._read_inbox()
+        writable = self.storage.writable()
+        self.inbox.read()
         self.ingest.ingest()
         self.pool.check()
         if self._abort_request and not self._abort:
@@ -294,139 +457,42 @@ class SchedulingCore(CoreBase):
             self.pool.worker_gone(worker, WorkerLife.LOST, reason, beat, failed_start=False)
         self._abort = True
 
-    def _read_inbox(self) -> None:
-        """Carry out new inbox files; journal and set aside (``inbox/rejected/``) bad ones."""
-        for name in self.wire.inbox():
-            if name in self.state.commands_done:
-                continue
-            read = self.wire.read_command(name)
-            if read is None:
-                continue  # unparsable but young: it may still be being written
-            command, problem = read
-            problem = problem or check_command(command, self.state, COMMANDS)
-            if problem:
-                logger.warning("inbox file %s rejected: %s", name, problem)
-                shown = command if isinstance(command, dict | list | str | int | float) else None
-                self.log(rec.CommandEntry(file=name, command=shown, rejected=problem))
-                self.after_commit(partial(self.wire.reject_command, name, problem))
-                continue
-            self.log(rec.CommandEntry(file=name, command=command))
-            self.after_commit(partial(self.wire.remove_command, name))
-            self._apply_command(command, name)
+    def _beat(self, final: bool = False) -> None:
+        """Write the controller's heartbeat (``controller.json``: see :data:`BeatWriter`) every
+        ``CONTROLLER_BEAT`` seconds, and at the end.
 
-    def _apply_command(self, command: dict[str, Any], name: str = "") -> None:
-        """Carry out a command its validator accepted (:mod:`hpctune.wire.inbox`)."""
-        kind = command["command"]
-        if kind in TRIAL_COMMANDS:
-            self.commands.carry_out(command)
-        elif kind == "stop":
-            self.request_stop(str(command.get("reason") or "stopped by the user"))
-        elif kind == "stop_trial":
-            self._terminate(self.state.trials[command["trial"]], "stopped by the user")
-        elif kind == "retry":
-            ids = list(command.get("trials", []))
-            if command.get("failed"):
-                trials = self.state.trials.values()
-                ids += [t.trial_id for t in trials if t.status is TrialStatus.FAILED]
-            self._retry(sorted(set(ids)))
-        elif kind == "slurm":  # `hpctune resume --slurm`: settings for the next jobs
-            self.pool.change_slurm(command)
-        elif kind == "deadline":  # `hpctune resume --deadline`: re-plan to the new one
-            self.elastic.change_deadline(command)
-
-    def _retry(self, trial_ids: list[int]) -> None:
-        """Queue failed (or ended early) trials again from their last good checkpoint.
-
-        A checkpoint whose file is missing or whose SHA-256 differs from the journal's is
-        deleted (journaled) and the trial falls back to its previous one, or to its start.
+        A controller that ends writes time 0 (idle workers then exit at once); one that detaches
+        keeps the time fresh, so its workers wait ``controller_timeout`` for the next one.
         """
-        for trial_id in trial_ids:
-            trial = self.state.trials[trial_id]
-            if trial.status not in RETRYABLE:
-                continue
-            while trial.checkpoint_row is not None:
-                ref = self.state.checkpoints[trial.checkpoint_row]
-                problem = self.wire.checkpoint_problem(ref.path, ref.sha256)
-                if not problem:
-                    break
-                logger.warning("trial %d: checkpoint %s %s; skipped", trial_id, ref.path, problem)
-                self.ingest.delete_checkpoints([ref.row])
-            self.set_trial(trial, TrialStatus.QUEUED, "retried by the user", retries=0, error="")
-        if trial_ids and self.state.state in (StudyState.FINISHED, StudyState.FAILED):
-            self.set_study(StudyState.RUNNING, f"trials {trial_ids} retried")
+        now = self.clock.now()
+        if self._write_beat is None or not (final or now - self._last_beat >= CONTROLLER_BEAT):
+            return
+        self._last_beat = now
+        ended = final and not self._detach
+        shown = "detached" if final and self._detach else self.state.state.value
+        try:
+            self._write_beat(0.0 if ended else now, shown, final)
+        except OSError as exc:
+            if storage_error(exc) is None:
+                raise
+            logger.warning("could not write %s: %s", self.paths.controller_file, exc)
 
-    def _trial_view(self, t: TrialRecord, t0: float) -> TrialView:
-        """The policy's view of one trial, rebuilt only when the trial changed."""
-        key = (
-            t.status,
-            t.step,
-            len(t.curve_steps),
-            id(t.curve_values),
-            t.checkpoint_row,
-            t.priority,
-            t.retries,
-            t.end_step,
-            t.parent_trial,
-            id(t.info),
-            t0,
-        )
-        cached = self._trial_views.get(t.trial_id)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        view = TrialView(
-            trial_id=t.trial_id,
-            status=t.status,
-            params=t.params,
-            step=t.step,
-            steps=np.asarray(t.curve_steps, dtype=np.int64),
-            values=np.asarray(t.curve_values, dtype=float),
-            times=np.asarray(t.curve_times, dtype=float) - t0,
-            checkpoint_step=self.state.checkpoint_step(t.trial_id),
-            parent_trial=t.parent_trial,
-            parent_step=t.parent_step,
-            priority=t.priority,
-            retries=t.retries,
-            info=t.info,
-            end_step=t.end_step,
-            generation=t.generation,
-            initiator=t.initiator,
-            last_metrics=dict(t.last_metrics),
-        )
-        self._trial_views[t.trial_id] = (key, view)
-        return view
+    # -- the policy ------------------------------------------------------------------------
 
     def view(self, free_slots: int = 0) -> StudyView:
-        """The policy's view; trials are looked at again only when the study record says they
-        changed or they have not ended (a study of many ended trials costs little)."""
-        t0 = self.state.started_time or self.state.created_time
-        if t0 != self._views_t0:
-            self._views_t0, self._views = t0, {}
-            self._open_views = set(self.state.trials)
-        changed, self.state.changed = self.state.changed, set()
-        for tid in sorted(changed | self._open_views):  # new trials come last: id order
-            view = self._trial_view(self.state.trials[tid], t0)
-            self._views[tid] = view
-            if view.status.is_final:
-                self._open_views.discard(tid)
-            else:
-                self._open_views.add(tid)
-        trials = dict(self._views)
-        return StudyView(
-            metric=self.spec.metric,
-            mode=self.spec.mode,
-            max_steps=self.spec.max_steps,
-            boundary=self.spec.boundary,
-            now=self.clock.now() - t0,
-            trials=trials,
-            free_slots=free_slots,
-            total_slots=self.elastic.pool_size(),
-            trials_remaining=max(self.spec.num_trials - self.state.generated, 0),
-            bounds=self.spec.metric_bounds,
-            random_level=self.spec.random_level,
-            predictions=dict(self.curves.predictions),
-            space=self.spec.space,
-            objectives=self.spec.objectives,
-        )
+        """The policy's view of the study (:class:`~hpctune.core.views.Views`)."""
+        return self.views.view(free_slots)
+
+    def propose(self, index: int, view: StudyView) -> Proposal:
+        """The generator's proposal for trial ``index``.
+
+        A model-based generator (not :attr:`~Generator.predictable`) gets a view of the journal
+        as it is now, with the trials created since ``view`` was built (several slots filled at
+        once), so its proposal is a function of the journal's trials at the trial's creation.
+        """
+        if not self.generator.predictable:
+            view = self.view()
+        return self.generator.propose(index, view)
 
     def rng_for(self, event: Event) -> np.random.Generator:
         """A fresh generator per decision, seeded by the policy seed and the event: a trial's
@@ -444,9 +510,10 @@ class SchedulingCore(CoreBase):
     def _schedule(self, writable: bool = True) -> None:
         """Give the policy its events, then free slots (not while writes fail: ``writable``)."""
         events, self.pending_events = self.pending_events, []
-        if not self.policy.traits.wants_reports:
+        traits = self.policy.traits
+        if not traits.wants_reports:
             events = [e for e in events if e.kind is not EventKind.REPORT]
-        if not (self.policy.traits.wants_boundaries or self.policy.traits.boundary_decisions):
+        if not (traits.wants_boundaries or traits.boundary_decisions):
             events = [e for e in events if e.kind is not EventKind.BOUNDARY]
         if events:
             view = self.view()
@@ -457,29 +524,19 @@ class SchedulingCore(CoreBase):
                     continue
                 actions = self.policy.decide(view, event, self.rng_for(event)).actions
                 for action in actions:
-                    self.apply_action(action, event)
+                    self.actions.apply(action, event)
                 if event.kind is EventKind.BOUNDARY and not any(
                     a.trial_id == event.trial_id for a in actions
                 ):
-                    self._answer_boundary(trial, int(event.step or 0))
+                    self.actions.answer_boundary(trial, int(event.step or 0))
         if self.state.state is StudyState.RUNNING and self.dirty and writable:
             self.dirty = False
-            self._fill_slots()
+            self.scheduling.fill_slots()
         if self.state.state is StudyState.STOPPING and not self.state.active_segments():
             final = StudyState.FAILED if self.state.failing else StudyState.STOPPED
             self.set_study(final, self.state.reason)
 
-    def _answer_boundary(self, trial: TrialRecord, step: int) -> None:
-        """Tell a worker waiting at a boundary to go on when the policy said nothing of its
-        trial (a policy that decides at boundaries answers every one; the worker would
-        otherwise wait ``decision_wait``)."""
-        seg = self._running_segment(trial)
-        if seg is None or not self.policy.traits.boundary_decisions or seg.decision:
-            return
-        message = DecisionMessage(seg.segment_id, step, Decision.CONTINUE, epoch=self.epoch)
-        self.after_commit(partial(self.wire.write_decision, message))
-
-    def idle_workers(self) -> tuple[list[st.WorkerRecord], int]:
+    def idle_workers(self) -> tuple[list[WorkerRecord], int]:
         """The started workers without a segment (running ones first) and the free slots."""
         active = self.state.active_segments()
         busy = {s.worker_id for s in active}
@@ -498,198 +555,15 @@ class SchedulingCore(CoreBase):
         pending = sum(
             not w.info or self.pool.states.get(w.worker_id) is WorkerState.PENDING for w in live
         )
-        can_submit = max(self.spec.slurm.max_pending - pending, 0)
+        can_submit = max(self.executor.max_pending - pending, 0)
         free_slots = min(self.elastic.pool_size() - len(busy), len(idle) + can_submit)
         return idle, free_slots
-
-    def _fill_slots(self) -> None:
-        """Give free workers work, as the study's scheduling does (:attr:`scheduling`)."""
-        self.scheduling.fill_slots()
-
-    def trial_for(self, action: Action, view: StudyView) -> TrialRecord | None:
-        """Return the trial an action starts or resumes (creating it for START and FORK)."""
-        if action.kind is ActionKind.RESUME:
-            trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
-            if trial is None or trial.status not in (TrialStatus.QUEUED, TrialStatus.SUSPENDED):
-                logger.warning("cannot resume trial %s; ignored", action.trial_id)
-                return None
-            return trial
-        trial_id = len(self.state.trials)
-        seed = action.seed if action.seed is not None else trial_seed(self.spec.seed, trial_id)
-        entry = rec.TrialCreatedEntry(
-            params={},
-            seed=seed,
-            priority=action.priority,
-            end_step=action.end_step,
-            generation=action.generation,
-            initiator=action.initiator,
-        )
-        if action.kind is ActionKind.FORK:
-            parent = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
-            row = self._checkpoint_row(action.trial_id, action.step)
-            own = None if parent is None else parent.checkpoint_row
-            if row is None and own is not None and self.state.checkpoints[own].step == action.step:
-                row = own  # stage trees: another trial's checkpoint answered the parent
-            if parent is None or row is None:
-                logger.warning(
-                    "cannot fork trial %s at step %s; ignored", action.trial_id, action.step
-                )
-                return None
-            entry = dataclasses.replace(
-                entry,
-                params=dict(action.params or {}),
-                parent_trial=parent.trial_id,
-                parent_step=action.step,
-                parent_checkpoint_row=row,
-            )
-        elif action.params is not None:
-            entry = dataclasses.replace(entry, params=dict(action.params))
-        else:
-            if self.state.generated >= self.spec.num_trials:
-                return None
-            index = self.state.generated
-            proposal = self.propose(index, view)
-            entry = dataclasses.replace(
-                entry, params=proposal.params, generator_index=index, info=proposal.info or None
-            )
-        self.log(entry, trial=trial_id)
-        logger.info("trial %d created: %s", trial_id, entry.params)
-        return self.state.trials[trial_id]
-
-    def _checkpoint_row(self, trial_id: int | None, step: int | None) -> int | None:
-        """The row of ``trial_id``'s live checkpoint at ``step`` (the first), or ``None``."""
-        if trial_id is None:
-            return None
-        for ref in self.state.live_checkpoints(trial_id):
-            if ref.step == step:
-                return ref.row
-        return None
-
-    def assign(self, trial: TrialRecord, worker_id: str, until_step: int | None) -> None:
-        """Start a segment of ``trial`` on worker ``worker_id`` from its checkpoint (or its
-        parent's), to ``until_step``; its assignment file is written after the commit."""
-        row = trial.checkpoint_row
-        if row is None:  # a forked trial restarts from its parent's checkpoint until it has one
-            row = trial.parent_checkpoint_row
-        ref = self.state.checkpoints.get(row) if row is not None else None
-        start = ref.step if ref is not None else 0
-        end = min(trial.end_step or self.spec.max_steps, self.spec.max_steps)
-        until = min(until_step or end, end)
-        if start >= end:
-            self.set_trial(trial, TrialStatus.COMPLETED, "its checkpoint is at its last step")
-            return
-        seg = self.new_segment(trial, worker_id, start, max(until, start + 1), row)
-        logger.info(
-            "segment %d: trial %d on worker %s from step %d",
-            seg.segment_id,
-            trial.trial_id,
-            worker_id,
-            start,
-        )
-
-    def new_segment(
-        self,
-        trial: TrialRecord,
-        worker_id: str,
-        start: int,
-        until: int,
-        row: int | None,
-        *,
-        checkpoint_steps: list[int] | None = None,
-        stages: list[int] | None = None,
-    ) -> SegmentRecord:
-        """Journal a segment of ``trial`` on ``worker_id`` and queue its assignment file."""
-        segment_id = len(self.state.segments)
-        entry = rec.SegmentAssignedEntry(
-            worker=worker_id,
-            start_step=start,
-            until_step=until,
-            checkpoint_row=row,
-            checkpoint_steps=checkpoint_steps,
-            stages=stages,
-        )
-        self.log(entry, trial=trial.trial_id, segment=segment_id)
-        seg = self.state.segments[segment_id]
-        self.after_commit(self.assignment_writer(seg))
-        return seg
-
-    def assignment_writer(self, seg: SegmentRecord) -> Callable[[], None]:
-        """A function that writes the assignment of ``seg`` to its worker."""
-        trial = self.state.trials[seg.trial_id]
-        ref = (
-            self.state.checkpoints.get(seg.checkpoint_row)
-            if seg.checkpoint_row is not None
-            else None
-        )
-        entry = self.spec.entry
-        assignment = Assignment(
-            segment_id=seg.segment_id,
-            trial_id=seg.trial_id,
-            params=trial.params,
-            seed=self.scheduling.segment_seed(trial),
-            start_step=seg.start_step,
-            until_step=seg.until_step,
-            max_steps=self.spec.max_steps,
-            boundary=self.spec.boundary,
-            metric=self.spec.metric,
-            mode=self.spec.mode,
-            entry={
-                "file": str(entry.file) if entry.file else None,
-                "module": entry.module,
-                "function": entry.function,
-            },
-            checkpoint=ref.path if ref is not None else None,
-            checkpoint_sha256=ref.sha256 if ref is not None else None,
-            decision_wait=self.scheduling.decision_wait(),
-            checkpoint_steps=seg.checkpoint_steps,
-            epoch=self.epoch,
-        )
-        return partial(self.wire.write_assignment, seg.worker_id, assignment)
-
-    def apply_action(self, action: Action, event: Event | None) -> None:
-        """Carry out one policy action (``event``: the event it answers, if any)."""
-        trial = self.state.trials.get(action.trial_id)  # type: ignore[arg-type]
-        if trial is None:
-            logger.warning("action %s names no trial; ignored", action)
-            return
-        if action.kind is ActionKind.CONTINUE:
-            if action.priority != trial.priority:
-                entry = rec.DecisionEntry(
-                    decision="continue", priority=action.priority, reason=action.reason
-                )
-                self.log(entry, trial=trial.trial_id)
-            if event is not None and event.kind is EventKind.BOUNDARY:
-                self._answer_boundary(trial, int(event.step or 0))
-        elif action.kind is ActionKind.SUSPEND:
-            seg = self._running_segment(trial)
-            if seg is not None:
-                self.send_decision(seg, Decision.SUSPEND, action.reason, priority=action.priority)
-            elif trial.status is TrialStatus.QUEUED:
-                self.set_trial(trial, TrialStatus.SUSPENDED, action.reason)
-        elif action.kind is ActionKind.TERMINATE:
-            self._terminate(trial, action.reason or "terminated by the policy")
-        else:
-            logger.warning("action %s cannot be carried out here; ignored", action)
-
-    def _terminate(self, trial: TrialRecord, reason: str) -> None:
-        seg = self._running_segment(trial)
-        if seg is not None:
-            self.send_decision(seg, Decision.STOP, reason)
-        elif not trial.status.is_final:
-            self.set_trial(trial, TrialStatus.TERMINATED, reason)
-
-    def _running_segment(self, trial: TrialRecord) -> SegmentRecord | None:
-        if trial.segments:
-            seg = self.state.segments[trial.segments[-1]]
-            if not seg.status.is_final:
-                return seg
-        return None
 
     def _can_exit(self) -> bool:
         """True once the study has ended and every worker has gone (or was cancelled)."""
         if self._abort or self._detach:
             return True
-        if self.storage_fault is not None:
+        if self.storage.fault is not None:
             return False  # what the journal must record is not committed yet
         if self.state.state not in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED):
             return False
@@ -716,3 +590,6 @@ class SchedulingCore(CoreBase):
                 )
         self.commit()
         return not self.live_workers()
+
+
+__all__ = ["BeatWriter", "SchedulingCore"]

@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hpctune.core.base import (
-    ASSIGNMENT_RESENDS,
-    REQUEUE_SILENCE,
-    STARTUP_FAILURES_LIMIT,
-)
+from hpctune.backends.base import SUBMIT_TRIES, WorkerState
 from hpctune.errors import SubmissionError
-from hpctune.executors._base import WorkerState
 from hpctune.journal import records as rec
-from hpctune.journal import state as st
-from hpctune.journal.state import SegmentRecord
+from hpctune.journal.entities import SegmentRecord, WorkerRecord
+from hpctune.study.states import Decision, SegmentStatus, StudyState, WorkerLife
 from hpctune.wire.protocol import Heartbeat
-from hpctune.wire.states import Decision, SegmentStatus, StudyState, WorkerLife
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import PoolHost
 
 logger = logging.getLogger(__name__)
 
-#: Worker submissions that fail this many times in a row stop the study (failed).
-SUBMIT_TRIES = 5
+#: Workers in a row that die before their first heartbeat stop the study (failed).
+STARTUP_FAILURES_LIMIT = 3
+#: Re-sends of an assignment not taken before it goes to another worker.
+ASSIGNMENT_RESENDS = 3
+#: Seconds: a queued worker whose heartbeat is older than this was requeued.
+REQUEUE_SILENCE = 10.0
 #: Seconds between two reads of the heartbeat of a worker whose segment runs (its events say
 #: it is alive; an idle, stopping or queued worker is checked at every iteration).
 BUSY_CHECK_PERIOD = 1.0
@@ -36,13 +32,10 @@ BUSY_CHECK_PERIOD = 1.0
 WATCH_PERIOD = 1.0
 
 
-def submit_retry_delay(failures: int) -> float:
-    """Seconds before the next try after ``failures`` failed submissions in a row: 10, 20,
-    40, 80 s (``HPCTUNE_SUBMIT_RETRY_S`` sets the first)."""
-    try:
-        first = float(os.environ.get("HPCTUNE_SUBMIT_RETRY_S", 10.0))
-    except ValueError:
-        first = 10.0
+def submit_retry_delay(failures: int, first: float = 10.0) -> float:
+    """Seconds before the next try after ``failures`` failed submissions in a row: ``first``,
+    then twice as long after each further failure (10, 20, 40, 80 s by default;
+    :attr:`~hpctune.core.settings.CoreSettings.submit_retry`)."""
     return float(first * 2 ** max(failures - 1, 0))
 
 
@@ -80,9 +73,10 @@ class WorkerPool:
         came within ``startup_timeout``.
         """
         now = self.c.clock.now()
+        settings = self.c.settings
         for worker in self.c.live_workers():
             if not worker.info:
-                continue  # not started yet (see _manage_pool)
+                continue  # not started yet (see manage)
             wid = worker.worker_id
             seg = self.c.state.segments.get(worker.segment_id)  # type: ignore[arg-type]
             busy = seg is not None and seg.status is SegmentStatus.RUNNING
@@ -125,18 +119,18 @@ class WorkerPool:
                         )
                 continue
             since = self._running_since.setdefault(wid, now)
-            fresh = beat is not None and beat.time >= since - self.c.worker_timeout
+            fresh = beat is not None and beat.time >= since - settings.worker_timeout
             if fresh:
                 self.startup_failures = 0
             age = now - (beat.time if fresh and beat is not None else since)
-            limit = self.c.worker_timeout if fresh else self.c.startup_timeout
+            limit = settings.worker_timeout if fresh else settings.startup_timeout
             if age > limit:
                 self.c.executor.cancel(wid, worker.info)
                 what = "heartbeat" if fresh else "heartbeat since its start"
                 self.worker_gone(worker, WorkerLife.LOST, f"no {what} for {age:.0f} s", beat)
 
     def _track_runs(
-        self, worker: st.WorkerRecord, beat: Heartbeat | None, state: WorkerState
+        self, worker: WorkerRecord, beat: Heartbeat | None, state: WorkerState
     ) -> None:
         """Journal when each process of a worker ran (``running``/``down``), for accounting."""
         wid = worker.worker_id
@@ -203,7 +197,9 @@ class WorkerPool:
             return  # the watchdogs' delays are tens of seconds
         self._watched_at = now
         active = {seg.segment_id for seg in self.c.state.active_segments()}
-        for table in (self._idle_since, self.c.decision_sent):
+        decision_sent = self.c.actions.decision_sent
+        timeout = self.c.settings.assignment_timeout
+        for table in (self._idle_since, decision_sent):
             for key in [k for k in table if k not in active]:
                 del table[key]
         for seg in self.c.state.active_segments():
@@ -211,26 +207,25 @@ class WorkerPool:
             if worker is None or worker.state is not WorkerLife.STARTED or not worker.info:
                 continue
             beat = self.beats.get(worker.worker_id)
-            fresh = beat is not None and now - beat.time < self.c.worker_timeout
+            fresh = beat is not None and now - beat.time < self.c.settings.worker_timeout
             idle = fresh and beat is not None and beat.state == "idle"
             if not idle:
                 self._idle_since.pop(seg.segment_id, None)
-            elif (
-                now - self._idle_since.setdefault(seg.segment_id, now) > self.c.assignment_timeout
-            ):
+            elif now - self._idle_since.setdefault(seg.segment_id, now) > timeout:
                 self._idle_since[seg.segment_id] = now
                 self._idle_worker(seg, worker)
                 continue
             if seg.status is SegmentStatus.RUNNING:
                 self._check_report_timeout(seg, worker, now)
-            if seg.decision and now - self.c.decision_sent.get(seg.segment_id, now) > (
-                self.c.assignment_timeout
-            ):  # its file may not have been written (a full disk): again, idempotent
-                self.c.send_decision(seg, Decision(seg.decision), seg.decision_reason, log=False)
+            if seg.decision and now - decision_sent.get(seg.segment_id, now) > timeout:
+                # its file may not have been written (a full disk): again, idempotent
+                self.c.actions.send_decision(
+                    seg, Decision(seg.decision), seg.decision_reason, log=False
+                )
             if seg.decision:
-                self.c.decision_sent.setdefault(seg.segment_id, now)
+                decision_sent.setdefault(seg.segment_id, now)
 
-    def _idle_worker(self, seg: SegmentRecord, worker: st.WorkerRecord) -> None:
+    def _idle_worker(self, seg: SegmentRecord, worker: WorkerRecord) -> None:
         """The worker of ``seg`` sits idle: re-send the assignment, or give the segment up."""
         wid = worker.worker_id
         if seg.status is SegmentStatus.ASSIGNED:
@@ -242,7 +237,7 @@ class WorkerPool:
                     seg.segment_id,
                     wid,
                 )
-                self.c.after_commit(self.c.assignment_writer(seg))
+                self.c.after_commit(self.c.actions.assignment_writer(seg))
                 return
             reason = f"worker {wid} did not take the assignment ({sent} re-sends)"
             self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
@@ -256,9 +251,7 @@ class WorkerPool:
             )
             self.c.ingest.end_segment(seg, SegmentStatus.LOST, reason, "", None, count_retry=False)
 
-    def _check_report_timeout(
-        self, seg: SegmentRecord, worker: st.WorkerRecord, now: float
-    ) -> None:
+    def _check_report_timeout(self, seg: SegmentRecord, worker: WorkerRecord, now: float) -> None:
         """End a running segment whose function has not reported for ``report_timeout`` s."""
         limit = self.c.spec.report_timeout
         last = self.c.last_event.setdefault(seg.segment_id, now)
@@ -276,17 +269,17 @@ class WorkerPool:
     def enforce_grace(self) -> None:
         """Cancel the worker of a segment that ignored a stop or suspend beyond ``stop_grace``."""
         now = self.c.clock.now()
+        grace = self.c.settings.stop_grace
         for seg in self.c.state.active_segments():
             if not seg.decision or seg.decision_time is None:
                 continue
-            if now - seg.decision_time <= self.c.stop_grace:
+            if now - seg.decision_time <= grace:
                 continue
             worker = self.c.state.workers.get(seg.worker_id)
             if worker is None or not worker.state.is_alive:
                 continue
             reason = (
-                f"did not {seg.decision} within {self.c.stop_grace:.0f} s; "
-                f"worker {worker.worker_id} cancelled"
+                f"did not {seg.decision} within {grace:.0f} s; worker {worker.worker_id} cancelled"
             )
             self.c.executor.cancel(worker.worker_id, worker.info)
             self.c.ingest.ingest_segment(seg)
@@ -303,7 +296,7 @@ class WorkerPool:
 
     def worker_gone(
         self,
-        worker: st.WorkerRecord,
+        worker: WorkerRecord,
         event: WorkerLife,
         reason: str,
         beat: Heartbeat | None,
@@ -380,7 +373,7 @@ class WorkerPool:
                     fail=True,
                 )
                 return
-            delay = submit_retry_delay(failures)
+            delay = submit_retry_delay(failures, self.c.settings.submit_retry)
             logger.error("%s; try %d of %d in %.0f s", exc, failures + 1, SUBMIT_TRIES, delay)
             self._start_retry_at = self.c.clock.now() + delay
             return
@@ -391,7 +384,7 @@ class WorkerPool:
         for worker_id, info in infos.items():
             self.c.log(rec.WorkerEntry(worker=worker_id, event="submitted", info=info))
 
-    def order_exit(self, worker: st.WorkerRecord, reason: str) -> None:
+    def order_exit(self, worker: WorkerRecord, reason: str) -> None:
         """Journal that ``worker`` is told to exit; the order is written after the commit."""
         self.c.log(rec.WorkerEntry(worker=worker.worker_id, event="stopping", reason=reason))
         order = partial(self.c.wire.write_assignment, worker.worker_id, None, reason)
@@ -426,26 +419,27 @@ class WorkerPool:
                 rec.WorkerEntry(worker=worker.worker_id, event="exited", reason="never started")
             )
 
-    def change_slurm(self, command: dict[str, Any]) -> None:
-        """Use the ``[slurm]`` settings of an inbox ``slurm`` command from now on (journaled)."""
-        from hpctune.slurm.settings import read_command
-
+    def change_settings(self, command: dict[str, Any]) -> None:
+        """Use the backend settings of an inbox ``settings`` command from now on (journaled);
+        settings the executor refuses are ignored with a warning."""
+        section, settings = str(command["section"]), dict(command["settings"])
+        spec = self.c.spec.with_backend_options(section, settings)
         try:
-            slurm = read_command(command)
-        except ValueError as exc:
-            logger.warning("%s; ignored", exc)
+            self.c.executor.use_spec(spec)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.warning("the [%s] settings of an inbox command: %s; ignored", section, exc)
             return
         self.c.log(
-            rec.SlurmChangedEntry(
-                slurm=slurm.to_dict(),
+            rec.SettingsChangedEntry(
+                section=section,
+                settings=settings,
                 changes=command.get("changes", {}),
                 source=str(command.get("source", "")),
             )
         )
-        self.c.spec = dataclasses.replace(self.c.spec, slurm=slurm)
-        self.c.executor.use_spec(self.c.spec)
+        self.c.spec = spec
         self._start_retry_at = 0.0
-        logger.info("[slurm] settings changed: %s", command.get("changes", {}))
+        logger.info("[%s] settings changed: %s", section, command.get("changes", {}))
 
     def new_worker(self, devices: int | None = None) -> str:
         """Journal a new worker (not yet started) and return its id; ``devices``: its size
@@ -455,7 +449,7 @@ class WorkerPool:
         return worker_id
 
 
-def _run_end(worker: st.WorkerRecord, beat: Heartbeat) -> float:
+def _run_end(worker: WorkerRecord, beat: Heartbeat) -> float:
     """When the worker's open run ended, as told by the heartbeat of a later process: the last
     beat of the process before it (the journal's run, or one it never saw), else its start."""
     since = worker.open_run

@@ -14,13 +14,13 @@ import abc
 import logging
 from typing import TYPE_CHECKING
 
-from hpctune.analysis.best import best_checkpoint_rows, keep_mode, keeps_latest
+from hpctune.journal.best import best_checkpoint_rows, keep_mode, keeps_latest
 from hpctune.policies import ActionKind, Event
-from hpctune.wire.states import StudyState
+from hpctune.study.states import StudyState
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import SchedulingHost
-    from hpctune.journal.state import TrialRecord
+    from hpctune.journal.entities import TrialRecord
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +62,13 @@ class TrialScheduling(Scheduling):
     def decision_wait(self) -> float:
         """The controller's wait, for a policy that decides at boundaries; else none."""
         c = self.c
-        return c.decision_wait if c.policy.traits.boundary_decisions else 0.0
+        return c.settings.decision_wait if c.policy.traits.boundary_decisions else 0.0
 
     def collect_checkpoints(self) -> None:
         """Delete the checkpoints nothing needs any more.
 
         Kept: a trial's latest while it has not ended (to resume from) and, after it ended, as
-        ``[study] keep_checkpoints`` says (:mod:`hpctune.analysis.best`); the checkpoint behind
+        ``[study] keep_checkpoints`` says (:mod:`hpctune.journal.best`); the checkpoint behind
         the best value of every trial not ended and of the study's best trial (unless
         ``"last"``); any checkpoint a trial not yet ended was forked from. A policy that forks
         (``makes_configurations``) and names the ended trials it may still fork from
@@ -124,18 +124,18 @@ class TrialScheduling(Scheduling):
         decision = c.policy.decide(view, event, c.rng_for(event))
         for action in decision.actions:
             if action.kind not in (ActionKind.START, ActionKind.RESUME, ActionKind.FORK):
-                c.apply_action(action, None)
+                c.actions.apply(action, None)
                 continue
             if placed >= free_slots:
                 logger.warning("policy asked for more trials than free slots; %s ignored", action)
                 continue
-            trial = c.trial_for(action, view)
+            trial = c.actions.trial_for(action, view)
             if trial is None:
                 continue
             worker_id = (
                 idle.pop(0).worker_id if idle else c.pool.new_worker(c.elastic.worker_size())
             )
-            c.assign(trial, worker_id, action.until_step)
+            c.actions.assign(trial, worker_id, action.until_step)
             placed += 1
         if idle and active and decision.hold_idle_workers:
             return  # work will come when a running trial ends: keep the allocations

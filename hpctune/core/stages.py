@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.analysis.best import best_checkpoint_rows
 from hpctune.core.scheduling import Scheduling
 from hpctune.journal import records as rec
-from hpctune.journal.state import TrialRecord
+from hpctune.journal.best import best_checkpoint_rows
+from hpctune.journal.entities import TrialRecord
 from hpctune.policies import ActionKind, Event, StudyView
 from hpctune.stagetree.from_study import (
     answered_trials,
@@ -48,7 +48,7 @@ from hpctune.stagetree.schedulers import Scheduler, pick
 from hpctune.stagetree.store import StageStore, StoreEntry, link_or_copy
 from hpctune.stagetree.tree import StageTree, build_stage_tree, needed_checkpoints
 from hpctune.study.seeding import stage_seed, trial_seed
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.core.hosts import SchedulingHost
@@ -184,7 +184,7 @@ class StageTreeScheduling(Scheduling):
         event = Event.slot_free(slots)
         for action in c.policy.decide(view, event, c.rng_for(event)).actions:
             if action.kind in (ActionKind.START, ActionKind.FORK):
-                trial = c.trial_for(action, view)
+                trial = c.actions.trial_for(action, view)
                 if trial is not None:
                     until = action.until_step
                     if judging:
@@ -198,7 +198,7 @@ class StageTreeScheduling(Scheduling):
                 ):
                     self._request(trial, action.until_step)
             elif action.kind in (ActionKind.TERMINATE, ActionKind.SUSPEND):
-                c.apply_action(action, None)
+                c.actions.apply(action, None)
             elif action.kind is not ActionKind.RESUME:
                 logger.warning("action %s cannot be carried out in a stage tree; ignored", action)
 
@@ -223,7 +223,7 @@ class StageTreeScheduling(Scheduling):
             actions = c.policy.decide(view, event, c.rng_for(event)).actions
             if any(a.kind is ActionKind.TERMINATE for a in actions):
                 for action in actions:
-                    c.apply_action(action, None)
+                    c.actions.apply(action, None)
             else:
                 self._request(trial, self._next_milestone(trial, step, view))
 
@@ -240,7 +240,7 @@ class StageTreeScheduling(Scheduling):
         trial = c.state.trials[work.trial_id]
         row = self._resolve_checkpoint(trial, work.checkpoint)
         self._go_on_from(trial, row)
-        seg = c.new_segment(
+        seg = c.actions.new_segment(
             trial,
             worker_id,
             work.start_step,
@@ -457,7 +457,7 @@ class StageTreeScheduling(Scheduling):
                     stages=tuple(path),
                 )
             )
-        if work and c.spec.policy.name != "default":  # trials a tuner may ask for later
+        if work and not c.policy.traits.admits_every_trial:  # trials a tuner asks for later
             full = self._stage_plan(full_paths=True)
             work = [
                 replace(
@@ -514,7 +514,7 @@ class StageTreeScheduling(Scheduling):
                 )
             }
         ids = {plan.nodes[p.node].checkpoints[p.step] for p in points}
-        if c.spec.policy.name != "default":  # tuners ask for more steps, and add trials
+        if not c.policy.traits.admits_every_trial:  # tuners ask for more steps, add trials
             ids |= future_checkpoints(c.state, self._stage_plan(full_paths=True), milestones)
         needed = {int(c) for c in ids if not c.startswith(STORE_PREFIX)}
         needed |= {

@@ -1,9 +1,12 @@
 """Learning-curve extrapolation: an amortised network (the default, :func:`predict_curves`) and
 Domhan et al. (IJCAI 2015) as HyperDrive (Middleware 2017) uses.
 
-Predict many curves at once with :func:`predict_curves` (or :func:`fit_many` with
-``FitOptions(model="amortised")``). Fit one curve with Domhan's model with :func:`fit_curve` (a
-:class:`CurvePosterior`), summarise it with
+Each is a curve model (:class:`CurveModel`: a name, its minimum of points, and
+:meth:`~CurveModel.predict`), found by name with :func:`make_curve_model` (``"amortised"``,
+``"domhan"``, another package's through the entry-point group ``hpctune.curve_models``, or an
+importable ``MODULE:CLASS``). Predict many curves at once with :func:`predict_curves` (or
+:func:`fit_many` with ``FitOptions(model="amortised")``). Fit one curve with Domhan's model with
+:func:`fit_curve` (a :class:`CurvePosterior`), summarise it with
 :meth:`CurvePrediction.from_posterior`, or fit many with :class:`CurveFitter` /
 :func:`fit_many`. A :class:`CurvePrediction` answers POP's and EarlyTerm's questions
 (:meth:`~CurvePrediction.prob_at_least`, :meth:`~CurvePrediction.first_reach_mass`,
@@ -11,7 +14,7 @@ Predict many curves at once with :func:`predict_curves` (or :func:`fit_many` wit
 :meth:`~CurvePrediction.prob_final_at_least`) and round-trips through JSON.
 
 The names below are imported on first use (PEP 562): importing a light submodule such as
-:mod:`hpctune.curves.options` (which ``hpctune.study.spec`` needs) does not pay for emcee and
+:mod:`hpctune.curves.options` (which ``hpctune.spec`` needs) does not pay for emcee and
 scipy.stats (about a second).
 """
 
@@ -21,7 +24,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpctune.curves.amortised import predict_curves
+    from hpctune.curves.amortised import AmortisedModel, predict_curves
+    from hpctune.curves.curve_model import CurveModel
+    from hpctune.curves.domhan import DomhanModel
     from hpctune.curves.families import (
         DEFAULT_FAMILIES,
         FAMILIES,
@@ -39,13 +44,29 @@ if TYPE_CHECKING:
         fit_curve,
         normalise,
     )
-    from hpctune.curves.fitter import CurveFitter, CurveRequest, FitOptions, fit_many, fit_one
-    from hpctune.curves.model import CurveModel, PriorCurve, build_model, sample_prior_curve
+    from hpctune.curves.fitter import (
+        CurveFitter,
+        CurveRequest,
+        FitOptions,
+        fit_many,
+        fit_one,
+        unknown_prediction,
+    )
+    from hpctune.curves.model import (
+        CombinationModel,
+        PriorCurve,
+        build_model,
+        sample_prior_curve,
+    )
     from hpctune.curves.predict import DEFAULT_QUANTILES, LEVELS, CurvePrediction
     from hpctune.curves.prior import PriorBatch, sample_curves
+    from hpctune.curves.registry import CURVE_MODELS, curve_model_names, make_curve_model
 
 _MODULES = {
-    "amortised": ("predict_curves",),
+    "amortised": ("AmortisedModel", "predict_curves"),
+    "curve_model": ("CurveModel",),
+    "domhan": ("DomhanModel",),
+    "registry": ("CURVE_MODELS", "curve_model_names", "make_curve_model"),
     "prior": ("PriorBatch", "sample_curves"),
     "families": ("DEFAULT_FAMILIES", "FAMILIES", "Family", "Grid", "Param", "get_families"),
     "fit": (
@@ -57,8 +78,15 @@ _MODULES = {
         "fit_curve",
         "normalise",
     ),
-    "fitter": ("CurveFitter", "CurveRequest", "FitOptions", "fit_many", "fit_one"),
-    "model": ("CurveModel", "PriorCurve", "build_model", "sample_prior_curve"),
+    "fitter": (
+        "CurveFitter",
+        "CurveRequest",
+        "FitOptions",
+        "fit_many",
+        "fit_one",
+        "unknown_prediction",
+    ),
+    "model": ("CombinationModel", "PriorCurve", "build_model", "sample_prior_curve"),
     "predict": ("DEFAULT_QUANTILES", "LEVELS", "CurvePrediction"),
 }
 
@@ -72,17 +100,21 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BUDGETS",
+    "CURVE_MODELS",
     "DEFAULT_FAMILIES",
     "DEFAULT_QUANTILES",
     "FAMILIES",
     "LEVELS",
     "MIN_POINTS",
+    "AmortisedModel",
     "Budget",
+    "CombinationModel",
     "CurveFitter",
     "CurveModel",
     "CurvePosterior",
     "CurvePrediction",
     "CurveRequest",
+    "DomhanModel",
     "Family",
     "FitOptions",
     "Grid",
@@ -90,13 +122,16 @@ __all__ = [
     "PriorBatch",
     "PriorCurve",
     "build_model",
+    "curve_model_names",
     "denormalise",
     "fit_curve",
     "fit_many",
     "fit_one",
     "get_families",
+    "make_curve_model",
     "normalise",
     "predict_curves",
     "sample_curves",
     "sample_prior_curve",
+    "unknown_prediction",
 ]

@@ -22,22 +22,33 @@ quantiles are interpolated linearly.
 
 **Unknown** (as :func:`~.fit.fit_curve`): fewer than 3 points, a non-finite value, or no epoch
 left. Unlike Domhan's model it predicts a constant curve (flat so far).
+
+As a curve model (:class:`~.curve_model.CurveModel`, ``[curves] model = "amortised"``, the
+default): :class:`AmortisedModel`.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from hpctune.curves.families import FloatArray
 from hpctune.curves.fit import MAX_HORIZON, MIN_POINTS, check_scale, normalise
+from hpctune.curves.fitter import unknown_prediction
 from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
+
+if TYPE_CHECKING:
+    from hpctune.curves.fitter import CurveRequest, FitOptions
+
+logger = logging.getLogger(__name__)
 
 #: Bins of the horizon fraction t / x_max the observed curve is averaged into.
 BINS = 32
@@ -308,3 +319,42 @@ def _predict_group(
         noise = float(np.median(np.abs(d2))) / math.sqrt(6.0) if d2.size else math.nan
         results.append((int(n[i]), table, round(noise, 7)))
     return results
+
+
+class AmortisedModel:
+    """The amortised network as a curve model: a whole batch in one pass, in process."""
+
+    name: ClassVar[str] = "amortised"
+    min_points: ClassVar[int] = MIN_POINTS
+    batched: ClassVar[bool] = True
+
+    def predict(
+        self, requests: Sequence[CurveRequest], options: FitOptions
+    ) -> list[CurvePrediction]:
+        """:func:`predict_curves` on every request; a request it refuses (bounds, mode,
+        horizon) gets an unknown prediction, the others are predicted one by one then."""
+        try:
+            return predict_curves(
+                [r.y for r in requests],
+                [r.x_max for r in requests],
+                bounds=[r.bounds for r in requests],
+                mode=[r.mode for r in requests],
+                min_points=options.min_points,
+            )
+        except ValueError:  # one invalid request (bounds, mode, horizon): predict one by one
+            out = []
+            for r in requests:
+                try:
+                    out.extend(
+                        predict_curves(
+                            [r.y],
+                            r.x_max,
+                            bounds=r.bounds,
+                            mode=r.mode,
+                            min_points=options.min_points,
+                        )
+                    )
+                except ValueError as exc:
+                    logger.warning("curve prediction of %r refused: %s", r.key, exc)
+                    out.append(unknown_prediction(r, f"error: ValueError: {exc}"))
+            return out

@@ -29,7 +29,7 @@ import numpy as np
 from hpctune.curves.families import FloatArray, get_families
 from hpctune.curves.model import InitWeights, Monotonicity, build_model, initial_walkers, ml_start
 from hpctune.errors import CurveFitError
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,10 @@
 """Fit many learning curves at once: in process or in a pool of spawned processes.
 
-Two curve models (``FitOptions.model``): ``"amortised"`` (the default; :mod:`.amortised`, one
-vectorised pass for a whole batch, always in process) and ``"domhan"`` (Domhan et al.'s MCMC,
-:mod:`.fit`, one curve at a time, in a pool when ``workers`` > 0).
+The curve model is named by ``FitOptions.model`` and found in :mod:`.registry`
+(:class:`~.curve_model.CurveModel`): ``"amortised"`` (the default; :mod:`.amortised`, one
+vectorised pass for a whole batch, always in process), ``"domhan"`` (Domhan et al.'s MCMC,
+:mod:`.domhan`, one curve at a time, in a pool when ``workers`` > 0), another package's, or a
+``MODULE:CLASS``.
 
 :func:`fit_many` is a plain top-level function of picklable arguments (a list of
 :class:`CurveRequest` and one :class:`FitOptions`), so a Slurm job-array backend can ship chunks
@@ -13,7 +15,6 @@ requests are grouped or on the pool size.
 
 from __future__ import annotations
 
-import logging
 import math
 import multiprocessing
 from collections.abc import Callable, Hashable, Sequence
@@ -21,15 +22,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-
-from hpctune.curves.fit import Budget, fit_curve
+from hpctune.curves.fit import Budget
 from hpctune.curves.model import InitWeights, Monotonicity
-from hpctune.curves.options import CurveModelName
 from hpctune.curves.predict import CurvePrediction
-from hpctune.wire.states import Mode
-
-logger = logging.getLogger(__name__)
+from hpctune.curves.registry import make_curve_model
+from hpctune.study.states import Mode
 
 
 @dataclass(frozen=True)
@@ -60,10 +57,11 @@ class CurveRequest:
 
 @dataclass(frozen=True)
 class FitOptions:
-    """Options shared by a batch: the curve model, and for ``"domhan"`` the options of
-    :func:`~hpctune.curves.fit.fit_curve` (see its docs); ``min_points`` applies to both."""
+    """Options shared by a batch: the curve model (a name of :mod:`.registry`), and for
+    ``"domhan"`` the options of :func:`~hpctune.curves.fit.fit_curve` (see its docs);
+    ``min_points`` applies to every model."""
 
-    model: CurveModelName = "amortised"
+    model: str = "amortised"
     budget: str | Budget = "hyperdrive"
     recency_weighting: bool = True
     families: tuple[str, ...] | None = None
@@ -74,42 +72,27 @@ class FitOptions:
     init: Literal["laplace", "ball"] = "laplace"
     n_keep: int = 500
 
+    @property
+    def fewest_points(self) -> int:
+        """The fewest points of a curve worth a fit: :attr:`min_points`, or the curve model's
+        own minimum (:attr:`~.curve_model.CurveModel.min_points`) where that is larger.
 
-def fit_one(request: CurveRequest, options: FitOptions) -> CurvePrediction:
-    """Fit one request and summarise it; an unexpected error gives an unknown prediction.
+        Raises:
+            PluginError: :attr:`model` names no curve model.
+        """
+        return max(self.min_points, make_curve_model(self.model).min_points)
 
-    Degenerate data already give unknown results inside :func:`fit_curve`; the guard here keeps
-    one broken request (invalid bounds, a bug) from failing a whole batch. It is logged.
-    """
-    if options.model == "amortised":
-        return _amortised_many([request], options)[0]
-    try:
-        posterior = fit_curve(
-            np.asarray(request.y, dtype=float),
-            x_max=request.x_max,
-            rng=np.random.default_rng(request.seed),
-            bounds=request.bounds,
-            mode=request.mode,
-            budget=options.budget,
-            recency_weighting=options.recency_weighting,
-            families=options.families,
-            monotonicity=options.monotonicity,
-            sanity=options.sanity,
-            init_weights=options.init_weights,
-            min_points=options.min_points,
-            init=options.init,
-            n_keep=options.n_keep,
-        )
-    except Exception as exc:  # one request must not sink the batch
-        logger.exception("curve fit of %r failed", request.key)
-        return CurvePrediction.unknown_result(
-            len(request.y),
-            request.x_max,
-            _safe_bounds(request.bounds),
-            request.mode if request.mode in ("max", "min") else "max",
-            f"error: {type(exc).__name__}: {exc}",
-        )
-    return CurvePrediction.from_posterior(posterior)
+
+def unknown_prediction(request: CurveRequest, reason: str) -> CurvePrediction:
+    """The unknown prediction of a request a curve model cannot predict, saying ``reason``;
+    made for any request, even one with invalid bounds, mode or horizon."""
+    return CurvePrediction.unknown_result(
+        len(request.y),
+        max(int(request.x_max), 1),
+        _safe_bounds(request.bounds),
+        request.mode if request.mode in ("max", "min") else "max",
+        reason,
+    )
 
 
 def _safe_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -119,59 +102,26 @@ def _safe_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
     return (0.0, 1.0)
 
 
+def fit_one(request: CurveRequest, options: FitOptions) -> CurvePrediction:
+    """Fit one request and summarise it (:func:`fit_many` of one)."""
+    return fit_many([request], options)[0]
+
+
 def fit_many(
     requests: Sequence[CurveRequest], options: FitOptions | None = None
 ) -> list[CurvePrediction]:
-    """Fit ``requests`` one after the other in this process; results in request order.
+    """Predict ``requests`` in this process with the options' curve model; results in request
+    order (a request the model cannot predict gets an unknown prediction).
 
     A top-level function of picklable arguments: the unit of work shipped to pool workers and,
-    later, to Slurm array tasks. The amortised model predicts the whole batch in one pass.
+    later, to Slurm array tasks. A batched model (the amortised one) predicts the whole batch in
+    one pass, the others one request after the other.
+
+    Raises:
+        PluginError: The options name no curve model.
     """
     opts = FitOptions() if options is None else options
-    if opts.model == "amortised":
-        return _amortised_many(requests, opts)
-    return [fit_one(r, opts) for r in requests]
-
-
-def _amortised_many(
-    requests: Sequence[CurveRequest], options: FitOptions
-) -> list[CurvePrediction]:
-    """The amortised model on every request; a request it refuses gets an unknown prediction."""
-    from hpctune.curves.amortised import predict_curves
-
-    try:
-        return predict_curves(
-            [r.y for r in requests],
-            [r.x_max for r in requests],
-            bounds=[r.bounds for r in requests],
-            mode=[r.mode for r in requests],
-            min_points=options.min_points,
-        )
-    except ValueError:  # one invalid request (bounds, mode, horizon): predict one by one
-        out = []
-        for r in requests:
-            try:
-                out.extend(
-                    predict_curves(
-                        [r.y],
-                        r.x_max,
-                        bounds=r.bounds,
-                        mode=r.mode,
-                        min_points=options.min_points,
-                    )
-                )
-            except ValueError as exc:
-                logger.warning("curve prediction of %r refused: %s", r.key, exc)
-                out.append(
-                    CurvePrediction.unknown_result(
-                        len(r.y),
-                        max(int(r.x_max), 1),
-                        _safe_bounds(r.bounds),
-                        r.mode if r.mode in ("max", "min") else "max",
-                        f"error: ValueError: {exc}",
-                    )
-                )
-        return out
+    return make_curve_model(opts.model).predict(requests, opts)
 
 
 def _chunks(requests: Sequence[CurveRequest], size: int) -> list[list[CurveRequest]]:
@@ -182,7 +132,8 @@ def _chunks(requests: Sequence[CurveRequest], size: int) -> list[list[CurveReque
 class CurveFitter:
     """Fit batches of curves in process (``workers=0``) or in ``workers`` spawned processes.
 
-    The amortised model always runs in process (one vectorised pass is faster than a pool).
+    A batched curve model (:attr:`~.curve_model.CurveModel.batched`: the amortised one) always
+    runs in process (one vectorised pass is faster than a pool).
 
     The pool is created per :meth:`fit` call and shut down afterwards (no state between calls).
     Workers inherit the environment; set ``OMP_NUM_THREADS=1`` (etc.) before starting the
@@ -213,17 +164,18 @@ class CurveFitter:
 
         Deterministic for given seeds whatever ``workers`` and ``chunk_size``. ``on_fitted(n)``
         is called after every ``n`` curves fitted (a progress bar): per curve for MCMC without
-        workers, per chunk with workers, once for the amortised model's single pass.
+        workers, per chunk with workers, once for a batched model's single pass.
 
         Raises:
             ValueError: Two requests share a key.
+            PluginError: The options name no curve model.
         """
         keys = [r.key for r in requests]
         if len(set(keys)) != len(keys):
             raise ValueError("request keys must be unique")
         done = on_fitted or (lambda n: None)
         results: list[CurvePrediction] = []
-        if self.options.model == "amortised" or len(requests) <= 1:
+        if make_curve_model(self.options.model).batched or len(requests) <= 1:
             results = fit_many(requests, self.options)
             done(len(requests))
         elif self.workers == 0:

@@ -51,7 +51,7 @@ from hpctune.study.space import (
     ScheduleParam,
     SearchSpace,
 )
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 #: Bins of ``t / x_max`` the observed curve is averaged into.
 BINS = 16

@@ -57,7 +57,7 @@ def recency_weights(n: int, enabled: bool = True) -> FloatArray:
 
 
 @dataclass(frozen=True)
-class CurveModel:
+class CombinationModel:
     """Log-posterior of the combination model on one observed curve, vectorised over walkers.
 
     Build it with :func:`build_model`. ``log_prob(theta)`` takes all walkers (S, D) at once, as
@@ -198,7 +198,7 @@ def build_model(
     recency_weighting: bool = True,
     sanity: tuple[float, float] = (0.0, 1.0),
     monotonicity: Monotonicity = "soft",
-) -> CurveModel:
+) -> CombinationModel:
     """Build the vectorised log-posterior for normalised observations ``y`` at epochs 1..n.
 
     The evaluation grid is epochs 1..n, then x_max (sanity and soft monotonicity read f_k(1) and
@@ -223,7 +223,7 @@ def build_model(
     sd = [p.p2 if p.prior == "normal" else 1.0 for p in params] + [LOG_SIGMA_PRIOR[1]] + [1.0] * k
     const = -sum(math.log(s) + _LOG_SQRT_2PI for s, m in zip(sd, is_normal, strict=True) if m)
     const -= sum(math.log(p.p2 - p.p1) for p in params if p.prior == "uniform")
-    return CurveModel(
+    return CombinationModel(
         families=families,
         y=y,
         x_max=int(x_max),
@@ -258,7 +258,7 @@ def _ml_box(family: Family) -> tuple[FloatArray, FloatArray]:
 
 
 def _objective(
-    model: CurveModel, family: Family, sigma: float | None
+    model: CombinationModel, family: Family, sigma: float | None
 ) -> tuple[Callable[[FloatArray], FloatArray], Callable[[FloatArray], FloatArray]]:
     """Residuals and Jacobian for one family: ML if ``sigma`` is None, else MAP with that noise.
 
@@ -310,7 +310,7 @@ def _objective(
 
 
 def _solve(
-    model: CurveModel, family: Family, x0: FloatArray, sigma: float | None
+    model: CombinationModel, family: Family, x0: FloatArray, sigma: float | None
 ) -> FloatArray | None:
     """Bounded least squares (see :func:`_objective`); None if it fails or breaks a constraint."""
     residuals, jacobian = _objective(model, family, sigma)
@@ -332,13 +332,13 @@ def _solve(
     return None
 
 
-def _rms(model: CurveModel, family: Family, theta: FloatArray) -> float:
+def _rms(model: CombinationModel, family: Family, theta: FloatArray) -> float:
     """Recency-weighted RMS residual of one family's fit (at least 1e-3)."""
     f = family.evaluate_grid(Grid.of(np.arange(1, model.n + 1)), theta)
     return max(math.sqrt(float(np.average((f - model.y) ** 2, weights=model.omega))), 1e-3)
 
 
-def laplace_cov(model: CurveModel, family: Family, theta: FloatArray) -> FloatArray:
+def laplace_cov(model: CombinationModel, family: Family, theta: FloatArray) -> FloatArray:
     """Laplace approximation (P, P) of one family's posterior covariance at ``theta``.
 
     Gauss-Newton: the inverse of J^T J for the MAP residuals, with the noise at the fit's RMS
@@ -357,7 +357,7 @@ def laplace_cov(model: CurveModel, family: Family, theta: FloatArray) -> FloatAr
     return np.asarray(cov, dtype=float)
 
 
-def fit_family_ml(model: CurveModel, family: Family) -> FloatArray | None:
+def fit_family_ml(model: CombinationModel, family: Family) -> FloatArray | None:
     """Maximum-likelihood fit of one family to ``model.y`` (recency-weighted least squares).
 
     Starts from the reference's ``model_defaults`` (projected into the prior support), then, if
@@ -378,7 +378,7 @@ def fit_family_ml(model: CurveModel, family: Family) -> FloatArray | None:
     return None
 
 
-def refine_map(model: CurveModel, family: Family, theta_ml: FloatArray) -> FloatArray:
+def refine_map(model: CombinationModel, family: Family, theta_ml: FloatArray) -> FloatArray:
     """Move one family's ML point to its MAP point under the proper prior.
 
     The noise is fixed at the ML fit's recency-weighted RMS residual (at least 1e-3). With the
@@ -410,8 +410,8 @@ class StartPoint:
 
 
 def ml_start(
-    model: CurveModel, init_weights: InitWeights = "equal"
-) -> tuple[CurveModel, StartPoint] | None:
+    model: CombinationModel, init_weights: InitWeights = "equal"
+) -> tuple[CombinationModel, StartPoint] | None:
     """Fit every family by ML, drop the failures, refine to MAP, and build the sampler's start.
 
     Weights start equal (0.5 each, the reference's default ``normalize_weights`` mode) or from
@@ -525,7 +525,7 @@ def sample_prior_curve(
 
 
 def initial_walkers(
-    model: CurveModel,
+    model: CombinationModel,
     start: FloatArray,
     nwalkers: int,
     rng: np.random.Generator,

@@ -12,14 +12,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from hpctune.curves.registry import check_curve_model
 from hpctune.errors import StudySpecError, check_table_keys
+from hpctune.plugins import PluginError
 
-Backend = Literal["auto", "pool", "slurm"]
-BACKENDS: tuple[Backend, ...] = ("auto", "pool", "slurm")
+Backend = Literal["auto", "pool", "jobs", "slurm"]
+BACKENDS: tuple[Backend, ...] = ("auto", "pool", "jobs", "slurm")
+#: The values of ``backend`` that send fits to the study's backend's jobs (``slurm``: the name
+#: from before backends were plug-ins).
+JOB_BACKENDS = ("jobs", "slurm")
 BUDGET_NAMES = ("hyperdrive", "domhan")
-CurveModelName = Literal["amortised", "domhan"]
-#: The curve models: the amortised network (default) and Domhan et al.'s MCMC (the paper's).
-MODEL_NAMES: tuple[CurveModelName, ...] = ("amortised", "domhan")
 CURVES_KEYS = ("model", "backend", "workers", "budget", "task_seconds", "recalibrate")
 #: ``recalibrate``: none, the spread only (symmetric), the full map (spread and median).
 RECALIBRATIONS = ("none", "spread", "full")
@@ -30,13 +32,15 @@ class CurvesSpec:
     """How a study fits learning curves.
 
     Attributes:
-        model: The curve model: ``"amortised"`` (a network trained on curves from a prior, one
-            pass per batch of curves; the default) or ``"domhan"`` (Domhan et al.'s model
-            sampled by MCMC, as HyperDrive; ``budget`` applies to it only).
-        backend: ``"pool"``: a process pool in the controller's process; ``"slurm"``: Slurm job
-            arrays (submitit ``map_array``, several curves per task); ``"auto"``: Slurm arrays
-            when the controller runs in a Slurm job and the backlog of pending fits would keep
-            the pool busy longer than ``task_seconds``, the pool otherwise.
+        model: The curve model (:mod:`hpctune.curves.registry`): ``"amortised"`` (a network
+            trained on curves from a prior, one pass per batch of curves; the default),
+            ``"domhan"`` (Domhan et al.'s model sampled by MCMC, as HyperDrive; ``budget``
+            applies to it only), another package's, or an importable ``MODULE:CLASS``.
+        backend: ``"pool"``: a process pool in the controller's process; ``"jobs"`` (or
+            ``"slurm"``): job arrays of the study's backend (on Slurm: submitit ``map_array``,
+            several curves per task); ``"auto"``: job arrays when the controller runs in a job
+            of its backend and the backlog of pending fits would keep the pool busy longer than
+            ``task_seconds``, the pool otherwise.
         workers: Processes of the pool (spawned on first use).
         budget: MCMC budget of the ``domhan`` model: ``"hyperdrive"`` (100 walkers x 700
             steps) or ``"domhan"`` (100 x 3600).
@@ -48,7 +52,7 @@ class CurvesSpec:
             (the intervals' width only) or ``"full"`` (width and median).
     """
 
-    model: CurveModelName = "amortised"
+    model: str = "amortised"
     backend: Backend = "auto"
     workers: int = 1
     budget: str = "hyperdrive"
@@ -93,6 +97,24 @@ def _one_of(
     return value
 
 
+def _curve_model(model: Any, path: Path) -> str:
+    """``[curves] model``: a registered curve model or an importable ``MODULE:CLASS``.
+
+    Raises:
+        StudySpecError: naming ``curves.model``, with a close match and the known names.
+    """
+    if not isinstance(model, str):
+        raise StudySpecError(
+            path,
+            "curves.model",
+            f'`curves.model` must be a curve model\'s name (e.g. "amortised"), but got {model!r}',
+        )
+    try:
+        return check_curve_model(model)
+    except PluginError as exc:
+        raise StudySpecError(path, "curves.model", str(exc)) from None
+
+
 def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
     """Check the ``[curves]`` table.
 
@@ -101,9 +123,7 @@ def parse_curves(table: Mapping[str, Any], path: Path) -> CurvesSpec:
     """
     check_table_keys(table, CURVES_KEYS, "curves", path)
     default = CurvesSpec()
-    model = _one_of(
-        table, "model", MODEL_NAMES, "the amortised network or Domhan et al.'s MCMC", path
-    )
+    model = _curve_model(table.get("model", default.model), path)
     backend = _one_of(table, "backend", BACKENDS, "", path)
     workers = table.get("workers", default.workers)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:

@@ -36,7 +36,7 @@ from scipy.special import ndtri
 
 from hpctune.curves.families import FloatArray
 from hpctune.curves.fit import CurvePosterior, check_scale, denormalise, normalise
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 #: Probability levels of the stored predictive quantiles (dense in the tails for P ~ 0.05).
 LEVELS: tuple[float, ...] = (

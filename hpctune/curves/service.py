@@ -15,11 +15,13 @@ Rules:
 * **Failures are unknown predictions.** A failed fit is resubmitted once; after that (or for an
   unreadable file) the result is an unknown prediction. Nothing raises into the controller.
 
-Backends: for the amortised model :class:`InlineBackend` (fits at once in the controller's
-process, a batch per call: a prediction is there in the iteration that asked for it); for
-Domhan's model :class:`PoolBackend` (spawned processes of the controller) and
-:class:`~hpctune.slurm.curve_fits.SlurmArrayBackend` (submitit ``map_array``, several curves per
-task), which run :func:`run_fit_task`. All call :func:`~hpctune.curves.fitter.fit_many`.
+Backends: for a batched curve model (:attr:`~hpctune.curves.curve_model.CurveModel.batched`:
+the amortised one) :class:`InlineBackend` (fits at once in the controller's process, a batch
+per call: a prediction is there in the iteration that asked for it); for the others (Domhan's)
+:class:`PoolBackend` (spawned processes of the controller) and the study's backend's jobs
+(:meth:`hpctune.backends.Backend.fit_backend`: on Slurm, submitit ``map_array`` with several
+curves per task), which run :func:`run_fit_task`. All call
+:func:`~hpctune.curves.fitter.fit_many`.
 """
 
 from __future__ import annotations
@@ -41,12 +43,14 @@ from typing import Any
 
 import numpy as np
 
+from hpctune.curves.curve_model import CurveModel
 from hpctune.curves.fitter import CurveRequest, FitOptions, fit_many
-from hpctune.curves.options import CurvesSpec
+from hpctune.curves.options import JOB_BACKENDS, CurvesSpec
 from hpctune.curves.predict import CurvePrediction
+from hpctune.curves.registry import make_curve_model
+from hpctune.files import read_json, write_json_atomic
 from hpctune.study.seeding import component_seed
-from hpctune.wire.files import read_json, write_json_atomic
-from hpctune.wire.states import Mode
+from hpctune.study.states import Mode
 
 logger = logging.getLogger(__name__)
 
@@ -293,8 +297,9 @@ class PoolBackend(FitBackend):
 
 
 class InlineBackend(FitBackend):
-    """Fits run at once in the controller's process, a whole batch in one call (the amortised
-    model: about a millisecond per curve, so a pool would only add start-up and lag)."""
+    """Fits run at once in the controller's process, a whole batch in one call (a batched curve
+    model, the amortised one: about a millisecond per curve, so a pool would only add start-up
+    and lag)."""
 
     name = "inline"
 
@@ -340,8 +345,10 @@ class CurveService:
         folder: Where result files go (``<study>/curves``).
         spec: The ``[curves]`` section.
         options: Fit options (from ``spec.budget`` unless given).
-        on_slurm: The controller runs in a Slurm job (``auto`` may then use Slurm arrays).
-        slurm_backend: Builds the Slurm array backend when first needed.
+        in_job: The controller runs in one of its backend's jobs (``auto`` may then use job
+            arrays).
+        jobs_backend: Builds the backend's fit jobs (Slurm arrays) when first needed;
+            ``None``: the backend has none.
         clock: Monotonic seconds (to order waiting requests).
     """
 
@@ -351,22 +358,23 @@ class CurveService:
         spec: CurvesSpec,
         options: FitOptions | None = None,
         *,
-        on_slurm: bool = False,
-        slurm_backend: Callable[[], FitBackend] | None = None,
+        in_job: bool = False,
+        jobs_backend: Callable[[], FitBackend] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.folder = Path(folder)
         self.spec = spec
         self.options = options or FitOptions(model=spec.model, budget=spec.budget)
-        self.on_slurm = on_slurm
-        self._make_slurm = slurm_backend
+        self.model: CurveModel = make_curve_model(self.options.model)
+        self.in_job = in_job
+        self._make_jobs = jobs_backend
         self._clock = clock
         self.pool: FitBackend = (
             InlineBackend(self.options)
-            if self.options.model == "amortised"
+            if self.model.batched
             else PoolBackend(spec.workers, self.options)
         )
-        self.slurm: FitBackend | None = None
+        self.jobs: FitBackend | None = None
         self._pending: dict[int, FitJob] = {}  # newest waiting request per trial, oldest first
         self._running: dict[int, tuple[FitJob, FitBackend]] = {}
         self._attempts: dict[tuple[int, int, str], int] = {}
@@ -383,6 +391,12 @@ class CurveService:
             self._pending.pop(job.trial_id, None)
             return
         self._pending[job.trial_id] = job
+
+    def load(self, trial_id: int, n: int) -> CurvePrediction | None:
+        """The prediction of a finished fit of trial ``trial_id`` on ``n`` points, read back
+        from its result file (``None``: missing or malformed)."""
+        loaded = read_result(result_path(self.folder, trial_id, n))
+        return None if loaded is None else loaded[0]
 
     @property
     def pending(self) -> dict[int, FitJob]:
@@ -404,7 +418,7 @@ class CurveService:
     def poll(self) -> list[FitResult]:
         """Collect finished fits, then start waiting ones; never blocks on a fit."""
         results: list[FitResult] = []
-        for backend in (self.pool, self.slurm):
+        for backend in (self.pool, self.jobs):
             if backend is not None and backend.in_flight():
                 results.extend(self._collect(backend))
         results.extend(self._submit())
@@ -458,25 +472,25 @@ class CurveService:
         return results
 
     def _choose(self, ready: int) -> FitBackend:
-        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`); the
-        amortised model always fits inline."""
+        """The backend for ``ready`` jobs (see :class:`~hpctune.curves.options.CurvesSpec`); a
+        batched curve model always fits inline."""
         if isinstance(self.pool, InlineBackend):
             return self.pool
         backlog = (ready + len(self._pending)) * self.fit_seconds / self.spec.workers
-        use_slurm = self.spec.backend == "slurm" or (
-            self.spec.backend == "auto" and self.on_slurm and backlog > self.spec.task_seconds
+        use_jobs = self.spec.backend in JOB_BACKENDS or (
+            self.spec.backend == "auto" and self.in_job and backlog > self.spec.task_seconds
         )
-        if use_slurm and self._make_slurm is not None:
-            if self.slurm is None:
+        if use_jobs and self._make_jobs is not None:
+            if self.jobs is None:
                 try:
-                    self.slurm = self._make_slurm()
+                    self.jobs = self._make_jobs()
                 except Exception as exc:  # no submitit, no sbatch: fall back to the pool
                     logger.warning(
-                        "cannot use Slurm arrays for curve fits (%s); using the pool", exc
+                        "cannot use job arrays for curve fits (%s); using the pool", exc
                     )
-                    self._make_slurm = None
+                    self._make_jobs = None
                     return self.pool
-            return self.slurm
+            return self.jobs
         return self.pool
 
     def _load(self, job: FitJob, backend: str) -> FitResult | None:
@@ -519,8 +533,8 @@ class CurveService:
         return FitResult(job, prediction, None, "controller")
 
     def close(self) -> None:
-        """Stop the pool and cancel Slurm fit jobs still running; forget waiting requests."""
-        for backend in (self.pool, self.slurm):
+        """Stop the pool and cancel fit jobs still running; forget waiting requests."""
+        for backend in (self.pool, self.jobs):
             if backend is not None:
                 try:
                     backend.close()

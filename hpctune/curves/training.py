@@ -31,6 +31,7 @@ from hpctune.curves.amortised import (
     N_QUERY,
     features,
     query_features,
+    scales,
 )
 from hpctune.curves.families import FloatArray
 from hpctune.curves.predict import LEVELS
@@ -72,8 +73,6 @@ def batch(
     rng: np.random.Generator, groups: int = 8, per_group: int = 32, cuts: int = 4, queries: int = 3
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """Training rows: features (B, F), query features (B, Q, 4), targets (B, Q), c, s (B,)."""
-    from hpctune.curves.amortised import scales
-
     xs, qs, ys, cs, ss = [], [], [], [], []
     lo, hi = math.log(HORIZONS[0]), math.log(HORIZONS[1])
     for _ in range(groups):

@@ -18,8 +18,8 @@ from hpctune.elastic.experiment import (
     experiment_from_study,
 )
 from hpctune.elastic.planner import Plan, PlanOptions, PlanResult, plan_elastic
+from hpctune.elastic.predict import Prediction, Spread, simulate
 from hpctune.elastic.profile import Profile
-from hpctune.elastic.simulate import Prediction, Spread, simulate
 
 __all__ = [
     "Allocation",

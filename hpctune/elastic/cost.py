@@ -135,39 +135,4 @@ def device_billing(
     return total + (gpu_weight if gpu else 0.0)
 
 
-def partition_billing(spec: Any, partition: str | None, *, gpu: bool = True) -> tuple[float, str]:
-    """Billed units per device-hour on ``partition`` (``None``: the study's ``[slurm]
-    partition``, else the cluster's default) for a study spec's workers, and where it came from.
-
-    Reads ``scontrol show partition``; one device comes with ``cpus_per_worker /
-    gpus_per_worker`` CPUs and its share of ``[slurm] mem``.
-
-    Raises:
-        PlanningError: The partition is not known to Slurm (or Slurm cannot be asked).
-    """
-    from hpctune.slurm.cluster import find_partition, partitions
-
-    name = partition or spec.slurm.worker.partition
-    part = find_partition(partitions(), name)
-    if part is None:
-        raise PlanningError(
-            f"partition {name or '(the default)'} is not known to `scontrol show partition`; "
-            "name one with --partition or give --billing-weight (in a study.toml: [slurm] "
-            "partition, or a number as [resources] billing_weight)"
-        )
-    resources = spec.resources
-    per_device = max(resources.gpus_per_worker, 1) if gpu else resources.cpus_per_worker
-    mem = spec.slurm.worker.mem_gb or 0.0
-    weight = device_billing(
-        parse_tres_weights(part.billing_weights),
-        cpus_per_device=resources.cpus_per_worker / per_device,
-        mem_gb_per_device=mem / per_device,
-        gpu=gpu,
-    )
-    where = (
-        f"TRESBillingWeights of partition {part.name}: {part.billing_weights or '(none: CPUs)'}"
-    )
-    return weight, where
-
-
-__all__ = ["BASES", "CostModel", "device_billing", "parse_tres_weights", "partition_billing"]
+__all__ = ["BASES", "CostModel", "device_billing", "parse_tres_weights"]

@@ -14,15 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpctune.errors import HpctuneError
-
-POLICIES_PLANNED = ("sha", "hyperband", "asha")
-
-
-class PlanningError(HpctuneError):
-    """A plan was asked for with inputs that cannot work (exit 2): the message says the fix."""
-
-    exit_code = 2
+from hpctune.errors import PlanningError
+from hpctune.policies import make_policy, policy_names
+from hpctune.policies._common import geometric_rungs
+from hpctune.policies._halving import SyncHalvingPolicy
+from hpctune.spec import study_context
 
 
 @dataclass(frozen=True)
@@ -152,7 +148,7 @@ def halving_stages(
 
 
 def experiment_from_study(spec: Any) -> ExperimentSpec:
-    """The stages of a study spec (a :class:`~hpctune.study.spec.StudySpec`) under its policy.
+    """The stages of a study spec (a :class:`~hpctune.spec.StudySpec`) under its policy.
 
     SHA: brackets of the policy's shape, one after another, until ``num_trials`` trials are
     used (the last bracket may be smaller); Hyperband: the policy's cycle of brackets, in order,
@@ -162,19 +158,16 @@ def experiment_from_study(spec: Any) -> ExperimentSpec:
     Raises:
         PlanningError: The policy is not one the planner knows.
     """
-    from hpctune.policies import make_policy
-    from hpctune.policies._common import geometric_rungs
-    from hpctune.policies._halving import SyncHalvingPolicy
-    from hpctune.study.spec import study_context
-
     name = spec.policy.name
-    if name not in POLICIES_PLANNED:
+    policy = make_policy(name, spec.policy.options, study_context(spec))
+    if not policy.traits.rungs_known:
+        names = policy_names(rungs_known=True)
+        planned = [f'"{n}"' for n in names]
         raise PlanningError(
             f"{spec.source}: the elastic planner plans policies whose rungs are known in "
-            f"advance ({', '.join(POLICIES_PLANNED)}), not {name!r}; set [policy] name = "
-            '"sha" (or "hyperband", "asha")'
+            f"advance ({', '.join(names)}), not {name!r}; set [policy] name = "
+            f"{planned[0]} (or {', '.join(planned[1:])})"
         )
-    policy = make_policy(name, spec.policy.options, study_context(spec))
     options = policy.options  # type: ignore[attr-defined]
     max_t = min(options.max_t or spec.max_steps, spec.max_steps)
     left = spec.num_trials
@@ -260,11 +253,23 @@ class Progress:
 
 
 __all__ = [
-    "POLICIES_PLANNED",
     "ExperimentSpec",
     "PlanningError",
     "Progress",
     "Stage",
+    "bracket_trials",
     "experiment_from_study",
     "halving_stages",
 ]
+
+
+def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
+    """The trial ids of each bracket: brackets take trials in id order, each as many as its
+    first stage has (as the policies fill them: :func:`experiment_from_study`)."""
+    out: dict[int, range] = {}
+    first = 0
+    for stage in spec.stages:
+        if stage.bracket not in out:
+            out[stage.bracket] = range(first, first + stage.trials)
+            first += stage.trials
+    return out

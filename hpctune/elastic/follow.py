@@ -2,10 +2,10 @@
 is in, and what was predicted against what was measured (issue 18, items 5 and 6).
 
 Everything here is pure but :func:`load_study_profile` and :func:`plan_study` (they read the
-profile) and :func:`study_plan_status` (the clock). The controller
+profile). The controller
 (:mod:`hpctune.core.elastic`) journals the plan (an ``elastic_plan`` record, again at each
 re-plan: :func:`drift_reason`, :func:`replan`) and each stage it moves to (``elastic_stage``);
-``hpctune status`` and :func:`plan_status` read them.
+``hpctune status`` reads them (:mod:`hpctune.elastic.status`).
 
 A study follows a plan by the number of workers it keeps busy in each stage; every worker holds
 one device and runs one trial at a time (the planner is asked for one device per trial: the
@@ -21,20 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hpctune.elastic.allocation import StageShape
-from hpctune.elastic.cost import CostModel, partition_billing
+from hpctune.elastic.cost import CostModel
 from hpctune.elastic.dag import finish_times, to_dag
 from hpctune.elastic.experiment import (
     ExperimentSpec,
     PlanningError,
     Progress,
+    bracket_trials,
     experiment_from_study,
 )
+from hpctune.elastic.measured import segment_stages, study_decisions, study_latencies
 from hpctune.elastic.planner import PlanOptions, PlanResult, plan_elastic
+from hpctune.elastic.predict import mean_latencies
 from hpctune.elastic.profile import PROFILE_FILE, Profile
-from hpctune.elastic.simulate import mean_latencies
+from hpctune.spec import BILLING_FROM_PARTITION
+from hpctune.study.formatting import format_duration
 
 PLAN_REASON_LAUNCH = "planned at the study's start"
 
@@ -72,23 +74,35 @@ def load_study_profile(spec: Any) -> Profile:
         raise PlanningError(f"{spec.source}: [resources] deadline: {exc}") from None
 
 
-def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) -> PlanResult:
+#: Billed units per device-hour of a study's workers on a partition (``None``: theirs), and
+#: where the figure came from: its backend's (:meth:`hpctune.backends.Backend.billing_weight`).
+Billing = Callable[[Any, str | None, bool], tuple[float, str]]
+
+
+def plan_study(
+    spec: Any,
+    *,
+    profile: Profile | None = None,
+    samples: int = 64,
+    billing: Billing | None = None,
+) -> PlanResult:
     """The plan of a study spec with ``[resources] deadline``: its rungs as stages, its
     profile, up to ``[resources] max_devices`` devices per trial (no more than the profile
     measured; above ``node_devices`` in whole nodes), at most ``slots`` devices held at once;
     the cost in device-hours held, billed and priced as ``[resources] billing_weight`` and
-    ``price`` say. ``profile``: default :func:`load_study_profile`.
+    ``price`` say. ``profile``: default :func:`load_study_profile`; ``billing``: the backend's
+    billing weights (``billing_weight = "partition"``).
 
     Raises:
         PlanningError: No deadline, a policy the planner does not know, no profile, or a
-            billing weight to read from a partition Slurm does not know.
+            billing weight to read from a partition the backend does not know.
     """
     deadline = spec.resources.deadline
     if deadline is None:
         raise PlanningError(f"{spec.source}: [resources] deadline is not set; nothing to plan")
     experiment = experiment_from_study(spec)
     profile = profile or load_study_profile(spec)
-    cost = study_cost_model(spec)
+    cost = study_cost_model(spec, billing)
     resources = spec.resources
     options = PlanOptions(
         samples=samples,
@@ -99,21 +113,24 @@ def plan_study(spec: Any, *, profile: Profile | None = None, samples: int = 64) 
     return plan_elastic(experiment, profile, deadline, cost, options=options)
 
 
-def study_cost_model(spec: Any) -> CostModel:
+def study_cost_model(spec: Any, billing: Billing | None = None) -> CostModel:
     """The cost model of a study's plan: device-hours held, times ``[resources]
-    billing_weight`` (a number, or ``"partition"``: the workers' partition's
-    ``TRESBillingWeights``, read with ``scontrol``), times ``price``.
+    billing_weight`` (a number, or ``"partition"``: the workers' partition's weight as its
+    backend's ``billing`` says, on Slurm its ``TRESBillingWeights``), times ``price``.
 
     Raises:
-        PlanningError: The partition is not known to Slurm (or Slurm cannot be asked).
+        PlanningError: The backend does not know the partition (or cannot be asked).
     """
-    from hpctune.study.spec import BILLING_FROM_PARTITION
-
     resources = spec.resources
     gpu = resources.gpus_per_worker > 0
     weight, source = resources.billing_weight, ""
     if weight == BILLING_FROM_PARTITION:
-        weight, source = partition_billing(spec, None, gpu=gpu)
+        if billing is None:
+            raise PlanningError(
+                f'{spec.source}: [resources] billing_weight = "partition" needs the backend '
+                "that bills the partition (Slurm); give a number instead"
+            )
+        weight, source = billing(spec, None, gpu)
     elif weight is not None:
         source = "[resources] billing_weight"
     return CostModel(
@@ -191,16 +208,14 @@ def measured_profile(profile: Profile, study: Any, spec: ExperimentSpec) -> Prof
     """``profile`` with the latencies the running study measured (a
     :class:`~hpctune.journal.state.StudyRecord` whose stages are ``spec``) in place of the
     profile's, where it has any: SCALE and INIT of its workers
-    (:func:`~hpctune.elastic.profiling.study_latencies`; INIT as its workers started, together
+    (:func:`~hpctune.profiler.from_traces.study_latencies`; INIT as its workers started, together
     as they were, so the profile's start-ups with workers together are dropped), the gaps
     between two segments of one worker in one stage (the previous one's end to the next one's
     start: the controller seeing the end, the assignment; one across a rung also holds the
     wait for the rung's last trial and its decision, which the plan's DAG has apart), and
     SYNC: for each stage it finished, its last segment end to the next stage's first segment
-    start (:func:`~hpctune.elastic.profiling.study_decisions`). The seconds per step, the
+    start (:func:`~hpctune.profiler.from_traces.study_decisions`). The seconds per step, the
     warm-up and the crowding stay the profile's."""
-    from hpctune.elastic.profiling import segment_stages, study_decisions, study_latencies
-
     queue, startup = study_latencies(study)
     stages = segment_stages(study, spec)
     decisions = study_decisions(study, spec, stages)
@@ -286,8 +301,6 @@ def replan(
 
 def deadline_reason(deadline: float) -> str:
     """The reason of the ``elastic_plan`` record made for ``hpctune resume --deadline``."""
-    from hpctune.analysis.formatting import format_duration
-
     return f"deadline changed to {format_duration(deadline)} at resume"
 
 
@@ -308,18 +321,6 @@ def stage_steps_left(
         reverse=True,
     )[: stage.trials]
     return (stage.steps,) * (stage.trials - len(started)) + tuple(started)
-
-
-def bracket_trials(spec: ExperimentSpec) -> dict[int, range]:
-    """The trial ids of each bracket: brackets take trials in id order, each as many as its
-    first stage has (as the policies fill them: :func:`experiment_from_study`)."""
-    out: dict[int, range] = {}
-    first = 0
-    for stage in spec.stages:
-        if stage.bracket not in out:
-            out[stage.bracket] = range(first, first + stage.trials)
-            first += stage.trials
-    return out
 
 
 @dataclass(frozen=True)
@@ -425,266 +426,18 @@ def shapes_text(result: PlanResult) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class StageStatus:
-    """One stage of a followed plan: planned shape, predicted and measured end.
-
-    Attributes:
-        stage: Its index.
-        bracket: Its bracket.
-        trials: Trials it trains.
-        start_step: The step they start from.
-        end_step: The step they train to.
-        devices_per_trial: Devices per trial (planned).
-        workers: Workers at once (planned).
-        pool: Devices held (planned).
-        predicted_end: Seconds from the study's start (mean latencies).
-        measured_end: Seconds from the study's start when the controller saw it done, or
-            ``None``.
-    """
-
-    stage: int
-    bracket: int
-    trials: int
-    start_step: int
-    end_step: int
-    devices_per_trial: int
-    workers: int
-    pool: int
-    predicted_end: float
-    measured_end: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class PlanStatus:
-    """A followed plan as ``hpctune status`` shows it.
-
-    Attributes:
-        result: The plan in force (the last journaled).
-        reason: Why it was made.
-        planned_at: Seconds from the study's start when it was made.
-        plans: How many plans were journaled.
-        stages: Per stage, planned, predicted and measured.
-        stage: The stage the study is in (``len(stages)`` when all are done).
-        elapsed: Seconds since the study's start (to its end once it ended).
-        spent: The cost so far, in the plan's cost unit and basis.
-        predicted_time: The plan's predicted completion, seconds from the start (mean).
-        predicted_cost: The plan's predicted cost (mean).
-        latencies: The mean SCALE, INIT, gap between segments and SYNC of the profile the
-            plan was made with (seconds; empty for a record without its profile).
-        measured: Those of them a re-plan took from the study (:func:`measured_profile`):
-            they differ from the first plan's.
-    """
-
-    result: PlanResult
-    reason: str
-    planned_at: float
-    plans: int
-    stages: tuple[StageStatus, ...]
-    stage: int
-    elapsed: float
-    spent: float
-    predicted_time: float
-    predicted_cost: float
-    latencies: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    measured: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (``hpctune status --json``'s ``elastic``)."""
-        return {
-            "reason": self.reason,
-            "planned_at": self.planned_at,
-            "plans": self.plans,
-            "kind": self.result.plan.kind,
-            "feasible": self.result.feasible,
-            "deadline_s": self.result.deadline,
-            "cost_unit": self.result.cost.unit,
-            "cost_basis": self.result.cost.basis,
-            "stage": self.stage,
-            "elapsed_s": self.elapsed,
-            "spent": self.spent,
-            "predicted_time_s": self.predicted_time,
-            "predicted_cost": self.predicted_cost,
-            "stages": [s.to_dict() for s in self.stages],
-            "latencies_s": dict(self.latencies),
-            "latencies_measured": list(self.measured),
-        }
-
-
-def plan_latencies(profile: Profile) -> dict[str, float]:
-    """The mean SCALE (over worker sizes), INIT (one worker alone), gap between segments and
-    SYNC of ``profile``, as ``hpctune status`` shows those a plan was made with."""
-    queue = [v for samples in profile.queue_wait.values() for v in samples]
-    return {
-        "SCALE": float(np.mean(queue)),
-        "INIT": float(np.mean(profile.startup)),
-        "gap": float(np.mean(profile.segment_gap)),
-        "SYNC": float(np.mean(profile.decision)),
-    }
-
-
-def plan_status(
-    record: Mapping[str, Any],
-    stage_times: Sequence[tuple[int, float]],
-    *,
-    plans: int,
-    started: float,
-    now: float,
-    held_seconds: float,
-    used_seconds: float,
-    launched: Mapping[str, Any] | None = None,
-) -> PlanStatus:
-    """The status of the plan of an ``elastic_plan`` record's data.
-
-    Args:
-        record: The data of the last ``elastic_plan`` record, with its ``time``.
-        launched: The data of the first ``elastic_plan`` record, when ``record`` is a re-plan
-            (the latencies that differ from its profile's are the study's).
-        plans: How many ``elastic_plan`` records the journal holds.
-        stage_times: ``(stage, time)`` of every ``elastic_stage`` record, in order.
-        started: When the study started (Unix time).
-        now: Now, or when the study ended.
-        held_seconds: Device-seconds held by the study's workers so far.
-        used_seconds: Device-seconds in segments so far.
-    """
-    result = PlanResult.from_dict(record["plan"])
-    ends = [float(e) for e in record["stage_ends"]]
-    measured: dict[int, float] = {}
-    for stage, at in stage_times:  # entering stage s ends the stages before it
-        for done in range(stage):
-            measured.setdefault(done, at - started)
-    rows = result.plan.rows(result.spec)
-    ran = replanned_after(result)
-    for row in rows[:ran]:  # the stages a re-plan started after ran with their own workers
-        row["pool"] = row["devices_per_trial"] * row["workers"]
-    stages = tuple(
-        StageStatus(
-            stage=row["stage"],
-            bracket=row["bracket"],
-            trials=row["trials"],
-            start_step=row["start_step"],
-            end_step=row["end_step"],
-            devices_per_trial=row["devices_per_trial"],
-            workers=row["workers"],
-            pool=row["pool"],
-            predicted_end=ends[i],
-            measured_end=measured.get(i),
-        )
-        for i, row in enumerate(rows)
-    )
-    current = stage_times[-1][0] if stage_times else 0
-    seconds = held_seconds if result.cost.basis == "held" else used_seconds
-    latencies: dict[str, float] = {}
-    if "profile_data" in record:
-        latencies = plan_latencies(Profile.from_dict(record["profile_data"]))
-    first: dict[str, float] = {}
-    if launched is not None and "profile_data" in launched:
-        first = plan_latencies(Profile.from_dict(launched["profile_data"]))
-    from_study = tuple(k for k, v in latencies.items() if k in first and v != first[k])
-    return PlanStatus(
-        result=result,
-        reason=str(record.get("reason", "")),
-        planned_at=max(float(record.get("time", started)) - started, 0.0),  # launch's: 0
-        plans=plans,
-        stages=stages,
-        stage=current,
-        elapsed=max(now - started, 0.0),
-        spent=float(result.cost.of(seconds)),
-        predicted_time=result.plan.prediction.time.mean,
-        predicted_cost=result.plan.prediction.cost.mean,
-        latencies=latencies,
-        measured=from_study,
-    )
-
-
-def study_plan_status(record: Any, now: float | None = None) -> PlanStatus | None:
-    """The followed plan of a study record (:class:`~hpctune.journal.state.StudyRecord`) as
-    of ``now`` (default: the time; the end of a study that ended), or ``None`` without one."""
-    import time
-
-    from hpctune.analysis.usage import study_usage
-
-    data = record.elastic_plan
-    if data is None:
-        return None
-    now = time.time() if now is None else now
-    started = record.started_time or record.created_time
-    usage = study_usage(record, now)
-    return plan_status(
-        data,
-        record.elastic_stages,
-        plans=len(record.elastic_plans),
-        started=started,
-        now=record.ended_time or now,
-        held_seconds=usage.device_s,
-        used_seconds=usage.training_device_s,
-        launched=record.elastic_plans[0] if len(record.elastic_plans) > 1 else None,
-    )
-
-
-def format_plan_status(status: PlanStatus) -> list[str]:
-    """``hpctune status`` lines of a followed plan."""
-    from hpctune.analysis.formatting import format_duration
-
-    result = status.result
-    cost = result.cost
-    meets = "meets the deadline" if result.feasible else "no plan meets the deadline"
-    made = (
-        status.reason
-        if status.plans == 1
-        else f"re-planned {format_duration(status.planned_at)} after the start (plan "
-        f"{status.plans}): {status.reason}"
-    )
-    lines = [
-        f"elastic plan ({result.plan.kind}, {meets}): deadline "
-        f"{format_duration(result.deadline)}, {made}",
-        f"  predicted {format_duration(status.predicted_time)}, "
-        f"{cost.format(status.predicted_cost)}; so far {format_duration(status.elapsed)}, "
-        f"{cost.format(status.spent)} ({cost.basis})",
-    ]
-    if status.latencies:
-        figures = ", ".join(
-            f"{k} {v:.3g} s{'*' if k in status.measured else ''}"
-            for k, v in status.latencies.items()
-        )
-        note = " (* measured in the study)" if status.measured else ""
-        lines.append(f"  latencies planned with: {figures}{note}")
-    lines.append(
-        "  stage bracket   steps trials devices/trial workers pool  predicted end  measured end"
-    )
-    for s in status.stages:
-        mark = ">" if s.stage == status.stage else " "
-        measured = "-" if s.measured_end is None else format_duration(s.measured_end)
-        lines.append(
-            f" {mark}{s.stage:>5} {s.bracket:>7} {s.start_step:>3}-{s.end_step:<4} {s.trials:>6} "
-            f"{s.devices_per_trial:>13} {s.workers:>7} {s.pool:>4}  "
-            f"{format_duration(s.predicted_end):>13}  {measured:>12}"
-        )
-    return lines
-
-
 __all__ = [
     "MEASURED_IN_STUDY",
     "PLAN_REASON_LAUNCH",
     "REPLAN_DRIFT",
-    "PlanStatus",
-    "StageStatus",
     "StageTracker",
     "TrialProgress",
-    "bracket_trials",
     "current_stage",
     "deadline_reason",
     "drift_reason",
-    "format_plan_status",
     "load_study_profile",
     "measured_profile",
-    "plan_latencies",
     "plan_record",
-    "plan_status",
     "plan_study",
     "predicted_stage_ends",
     "profile_path",
@@ -694,5 +447,4 @@ __all__ = [
     "stage_shape",
     "stage_steps_left",
     "stage_workers",
-    "study_plan_status",
 ]

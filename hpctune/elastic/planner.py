@@ -45,8 +45,8 @@ from hpctune.elastic.allocation import (
 )
 from hpctune.elastic.cost import CostModel
 from hpctune.elastic.experiment import ExperimentSpec, PlanningError, Progress
+from hpctune.elastic.predict import Prediction, simulate
 from hpctune.elastic.profile import Profile
-from hpctune.elastic.simulate import Prediction, simulate
 
 PLAN_VERSION = 1
 

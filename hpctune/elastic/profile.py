@@ -33,6 +33,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from hpctune.elastic.experiment import PlanningError
+from hpctune.files import write_json_atomic
 
 T = TypeVar("T")
 
@@ -372,8 +373,6 @@ class Profile:
 
     def save(self, path: Path) -> Path:
         """Write the profile as JSON (atomically); return the path."""
-        from hpctune.wire.files import write_json_atomic
-
         write_json_atomic(Path(path), self.to_dict())
         return Path(path)
 

@@ -6,37 +6,10 @@ writes one PNG).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from hpctune.analysis.formatting import format_duration
-from hpctune.elastic.experiment import PlanningError
 from hpctune.elastic.planner import Plan, PlanResult
-
-_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-
-
-def parse_duration(text: str, what: str = "--deadline") -> float:
-    """Seconds of ``"2h"``, ``"1h30m"``, ``"90m"``, ``"45s"`` or a plain number of seconds.
-
-    Raises:
-        PlanningError: Not a positive duration (the message names ``what``).
-    """
-    value = text.strip().lower()
-    seconds: float | None = None
-    try:
-        seconds = float(value)
-    except ValueError:
-        match = _DURATION_RE.fullmatch(value)
-        if match is not None and any(match.groups()):
-            h, m, s = (float(g) if g else 0.0 for g in match.groups())
-            seconds = h * 3600 + m * 60 + s
-    if seconds is None or not seconds > 0:
-        raise PlanningError(
-            f"{what} must be a positive duration such as 2h, 1h30m, 90m, 45s or seconds, "
-            f"not {text!r}"
-        )
-    return seconds
+from hpctune.study.formatting import format_duration, parse_duration
 
 
 def _plan_lines(result: PlanResult, plan: Plan, title: str) -> list[str]:
@@ -96,7 +69,7 @@ def format_plan(result: PlanResult) -> str:
 
 def plot_plan(result: PlanResult, path: Path) -> None:
     """Draw the devices held in each stage, plan against best static plan, to a PNG."""
-    from hpctune.analysis.plotting import pyplot
+    from hpctune.plotting import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))

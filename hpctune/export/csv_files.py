@@ -8,14 +8,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.best import peak_value, trial_value
-from hpctune.wire.files import atomic_path
+from hpctune.files import atomic_path
+from hpctune.journal.best import peak_value, trial_value
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 
-def trial_rows(study: Study) -> tuple[list[str], list[list[Any]]]:
+def trial_rows(study: StudyReader) -> tuple[list[str], list[list[Any]]]:
     """The header and rows of ``trials.csv``: id, status, steps, values, lineage, every
     parameter (schedules as JSON)."""
     names = list(dict.fromkeys(k for t in study.trials for k in t.params))
@@ -61,7 +61,7 @@ def _num(value: float) -> Any:
     return "" if math.isnan(value) else value
 
 
-def write_csv(study: Study, out: Path) -> list[Path]:
+def write_csv(study: StudyReader, out: Path) -> list[Path]:
     """Write ``out/trials.csv`` and ``out/metrics.csv`` (valid reports only); return them.
 
     The folder is built under a temporary name and renamed into place.

@@ -21,23 +21,22 @@ from typing import TYPE_CHECKING, Any
 import h5py
 import numpy as np
 
+from hpctune import __version__
 from hpctune.errors import JournalError
+from hpctune.files import atomic_path
+from hpctune.journal.best import peak_value
 from hpctune.journal.store import TABLES
-from hpctune.wire.files import atomic_path
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 FORMAT = "hpctune.study"
 VERSION = 1
 _STR = h5py.string_dtype("utf-8")
 
 
-def write_hdf5(study: Study, out: Path) -> Path:
+def write_hdf5(study: StudyReader, out: Path) -> Path:
     """Write ``study`` to the HDF5 file ``out`` (through a temporary name, then renamed)."""
-    from hpctune import __version__
-    from hpctune.analysis.best import peak_value
-
     out = Path(out)
     reader = study.journal
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:

@@ -15,18 +15,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.formatting import format_value
 from hpctune.errors import UsageError
-from hpctune.wire.files import atomic_path
-from hpctune.wire.states import TrialStatus
+from hpctune.files import atomic_path
+from hpctune.study.formatting import format_value
+from hpctune.study.states import TrialStatus
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 ALLOW = "MLFLOW_ALLOW_FILE_STORE"
 
 
-def write_mlflow(study: Study, out: Path) -> Path:
+def write_mlflow(study: StudyReader, out: Path) -> Path:
     """Write an MLflow file store to ``out`` (built beside it, then renamed); return ``out``.
 
     Raises:
@@ -52,7 +52,7 @@ def write_mlflow(study: Study, out: Path) -> Path:
     return out
 
 
-def _write_runs(study: Study, client: Any) -> None:
+def _write_runs(study: StudyReader, client: Any) -> None:
     """One experiment, one run per trial (see the module's docstring)."""
     from mlflow.entities import Metric, Param, RunTag
 

@@ -12,13 +12,13 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.best import trial_value
-from hpctune.analysis.formatting import format_value
 from hpctune.errors import UsageError
-from hpctune.wire.files import atomic_path
+from hpctune.files import atomic_path
+from hpctune.journal.best import trial_value
+from hpctune.study.formatting import format_value
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 
 def _hparam(value: Any) -> Any:
@@ -27,7 +27,7 @@ def _hparam(value: Any) -> Any:
     return format_value(value)
 
 
-def write_tensorboard(study: Study, out: Path) -> list[Path]:
+def write_tensorboard(study: StudyReader, out: Path) -> list[Path]:
     """Write one event-file folder per trial under ``out`` (built beside it, then renamed).
 
     Raises:

@@ -1,9 +1,11 @@
-"""The study's journal: a zarr store written only by the controller, and its read API."""
+"""The study's journal: a zarr store written only by the controller, the fold of its log, and
+reading it (the public read API is :func:`hpctune.open_study`, :mod:`hpctune.api`)."""
 
 from __future__ import annotations
 
-from hpctune.journal.reader import JOURNAL_DIR, Curve, Study, load_state, open_study
-from hpctune.journal.state import StudyRecord, TrialRecord
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.reader import JOURNAL_DIR, Curve, StudyReader, load_state, read_study
+from hpctune.journal.state import StudyRecord
 from hpctune.journal.store import JournalReader, JournalWriter
 
 __all__ = [
@@ -11,9 +13,9 @@ __all__ = [
     "Curve",
     "JournalReader",
     "JournalWriter",
-    "Study",
+    "StudyReader",
     "StudyRecord",
     "TrialRecord",
     "load_state",
-    "open_study",
+    "read_study",
 ]

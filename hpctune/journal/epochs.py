@@ -22,7 +22,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from hpctune.wire.files import fsync_dir
+from hpctune.errors import JournalError
+from hpctune.files import fsync_dir
 
 JOURNAL_DIR = "journal.zarr"
 _DIR_RE = re.compile(r"journal-e(\d+)\.zarr$")
@@ -106,8 +107,6 @@ def _link_tree(source: Path, dest: Path) -> None:
     """Hard-link every file of ``source`` into a new tree ``dest`` (copy where links fail);
     the commit record (``zarr.json`` at the top) first."""
     if not (source / "zarr.json").is_file():
-        from hpctune.errors import JournalError
-
         raise JournalError(
             f"no journal at {source} (its zarr.json is missing); the study directory is "
             "incomplete: restore it from a copy"

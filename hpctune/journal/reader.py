@@ -1,5 +1,8 @@
 """Read a study from its journal: offline, read-only, also while the study runs.
 
+The fold of the log (:func:`load_state`), the metric rows and their valid rows, and
+:class:`StudyReader`, which the public :class:`hpctune.Study` (:mod:`hpctune.api`) builds on.
+
 >>> study = open_study("runs/digits-20261122-101500")       # doctest: +SKIP
 >>> best = study.best_trial()                                 # doctest: +SKIP
 >>> best.params, best.value, best.step, best.checkpoint       # doctest: +SKIP
@@ -19,28 +22,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from hpctune.errors import JournalError, UnknownNameError
+from hpctune.journal.best import BestTrial, describe_best, peak_value
 from hpctune.journal.checkpoints import ReadRows
+from hpctune.journal.curve_rows import valid_rows
+from hpctune.journal.entities import TrialRecord
 from hpctune.journal.epochs import JOURNAL_DIR, current_journal
 from hpctune.journal.state import (
     CHECKPOINT_DELETED,
     LOG_KINDS,
     StudyRecord,
-    TrialRecord,
     decode_data,
     inherit_prefix_curves,
-    valid_rows,
 )
 from hpctune.journal.store import DAMAGED_HINT, FORMAT_MINOR, FORMAT_VERSION, JournalReader
-from hpctune.wire.states import Mode, as_mode
+from hpctune.study.states import Mode, as_mode
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpctune.analysis.best import BestTrial
-    from hpctune.analysis.pareto import FrontTrial
-    from hpctune.elastic.follow import PlanStatus
-    from hpctune.export.hdf5 import Hdf5Journal
-    from hpctune.wire.asktell import AskedTrial, AskTellClient
+    from hpctune.journal.best import BestTrial
 
 
 class JournalTables(Protocol):
@@ -50,23 +50,32 @@ class JournalTables(Protocol):
     path: Path
 
     @property
-    def metric_names(self) -> list[str]: ...
+    def metric_names(self) -> list[str]:
+        """Every metric name reported."""
 
-    def table(self, table: str, start: int = 0) -> dict[str, np.ndarray]: ...
+    @property
+    def cursors(self) -> dict[str, int]:
+        """The committed byte cursor of every open event file."""
 
-    def column(self, table: str, column: str, start: int = 0) -> np.ndarray: ...
+    def table(self, table: str, start: int = 0) -> dict[str, np.ndarray]:
+        """The committed rows of ``table`` from ``start``, by column."""
 
-    def metric_values(self, name: str, start: int = 0) -> np.ndarray: ...
+    def column(self, table: str, column: str, start: int = 0) -> np.ndarray:
+        """One column of ``table`` from ``start``."""
+
+    def metric_values(self, name: str, start: int = 0) -> np.ndarray:
+        """The values of the metric ``name`` in the metrics table, NaN where not reported."""
 
 
 __all__ = [
     "JOURNAL_DIR",
     "Curve",
+    "JournalTables",
     "MetricRows",
-    "Study",
+    "StudyReader",
     "load_state",
-    "open_study",
     "read_spec",
+    "read_study",
 ]
 
 
@@ -343,36 +352,28 @@ class Curve:
         return len(self.steps)
 
 
-class Study:
-    """A read-only view of a study directory, as of the journal's last commit.
+class StudyReader:
+    """A read-only view of a study, as of the journal's last commit: its trials, curves and
+    reports (the public :class:`hpctune.Study` adds the rest, :mod:`hpctune.api`).
 
     Args:
-        directory: The study directory (holding ``journal.zarr``), or an HDF5 file written by
-            ``hpctune export --format hdf5`` (read as the study was when exported; checkpoint
-            paths point into the study directory it came from).
+        directory: The study directory (holding ``journal.zarr``); with ``tables``, the
+            directory the study ran in (checkpoint paths point into it).
+        tables: The journal's tables when they come from elsewhere (an HDF5 export); ``None``:
+            the study directory's current journal.
     """
 
-    def __init__(self, directory: str | Path) -> None:
-        path = Path(directory).resolve()
-        self._reader: JournalReader | Hdf5Journal
-        if path.is_file():  # an HDF5 export (h5py is imported only for one)
-            from hpctune.export.hdf5 import Hdf5Journal, is_hdf5_export
-
-            if not is_hdf5_export(path):
-                raise JournalError(
-                    f"{path} is a file but not a study export (`hpctune export --format "
-                    "hdf5`); give a study directory or an exported .h5 file"
-                )
-            self._reader = Hdf5Journal(path)
-            self.directory = self._reader.directory
+    def __init__(self, directory: str | Path, tables: JournalTables | None = None) -> None:
+        self.directory = Path(directory).resolve()
+        self._reader: JournalTables
+        if tables is None:
+            self._reader, self.record, self._metrics = _open_directory(self.directory)
         else:
-            self.directory = path
-            self._reader, self.record, self._metrics = _open_directory(path)
-            return
-        self.record, self._metrics = _load(self._reader)
+            self._reader = tables
+            self.record, self._metrics = _load(tables)
 
     @property
-    def journal(self) -> JournalReader | Hdf5Journal:
+    def journal(self) -> JournalTables:
         """The journal snapshot this view was read from (its tables, as committed)."""
         return self._reader
 
@@ -449,20 +450,8 @@ class Study:
             np.concatenate([parent.times[keep], own.times[mine]]),
         )
 
-    def elastic_plan(self, now: float | None = None) -> PlanStatus | None:
-        """The elastic plan a study with ``[resources] deadline`` follows: per stage its
-        trials, devices per trial and workers, predicted against measured stage ends, and the
-        predicted completion time and cost against those so far; ``None`` without a plan."""
-        if self.record.elastic_plan is None:
-            return None  # (the planner's modules are not imported for other studies)
-        from hpctune.elastic.follow import study_plan_status
-
-        return study_plan_status(self.record, now)
-
     def best_value(self, trial_id: int) -> float:
         """The best value of the study metric a trial reached at any step (NaN if none)."""
-        from hpctune.analysis.best import peak_value
-
         return peak_value(self.record, self.trial(trial_id))[0]
 
     def best_trial(self) -> BestTrial | None:
@@ -473,56 +462,7 @@ class Study:
         result has ``trial_id``, ``params``, ``value``, ``step``, ``mode`` and ``checkpoint``
         (the file with the model at ``step``, or ``None`` when none was saved or kept there).
         """
-        from hpctune.analysis.best import describe_best
-
         return describe_best(self.record, self.directory)
-
-    _writable = False
-
-    def _client(self) -> AskTellClient:
-        from hpctune.wire.asktell import AskTellClient
-
-        if not self._writable:
-            raise JournalError(
-                f"{self.directory} was opened read-only; open it with "
-                "hpctune.open_study(directory, write=True) to ask for and tell trials"
-            )
-        return AskTellClient(self.directory)
-
-    def ask(self, timeout: float = 120.0) -> AskedTrial:
-        """Ask the running controller for a new trial from the study's generator.
-
-        The trial is *external*: no worker trains it; report it with :meth:`tell`. Waits up to
-        ``timeout`` seconds for the controller's answer (see :mod:`hpctune.wire.asktell`).
-        """
-        return self._client().ask(timeout)
-
-    def tell(
-        self,
-        trial: AskedTrial | int,
-        values: float | dict[str, float],
-        *,
-        step: int | None = None,
-        state: str = "completed",
-    ) -> None:
-        """Report an asked trial's values (a number: the study metric) and end it
-        (``state="running"``: an intermediate report at ``step``)."""
-        self._client().tell(trial, values, step=step, state=state)
-
-    def add_trials(self, params: list[dict[str, Any]]) -> None:
-        """Enqueue hand-picked configurations (missing parameters are drawn at random)."""
-        self._client().add_trials(params)
-
-    def refresh(self) -> Study:
-        """A new snapshot of the study (same mode)."""
-        return open_study(self.directory, write=self._writable)
-
-    def pareto_front(self) -> list[FrontTrial]:
-        """The completed trials no other completed trial dominates in the study's objectives
-        (``[study] objectives``; with one metric: the best trial and its ties), by id."""
-        from hpctune.analysis.pareto import pareto_front
-
-        return pareto_front(self.record)
 
     def checkpoint_path(self, trial_id: int) -> Path | None:
         """The file of a trial's latest checkpoint, or ``None``."""
@@ -602,16 +542,6 @@ def _open_directory(directory: Path) -> tuple[JournalReader, StudyRecord, Metric
     raise AssertionError("unreachable")
 
 
-def open_study(directory: str | Path, *, write: bool = False) -> Study:
-    """Open a study directory (safe while its controller runs).
-
-    Args:
-        directory: The study directory.
-        write: Also allow :meth:`Study.ask`, :meth:`Study.tell` and :meth:`Study.add_trials`,
-            which go through the study's inbox to its running controller (the journal keeps
-            its one writer); reading stays a snapshot of the last commit (:meth:`Study.refresh`
-            is a new one).
-    """
-    study = Study(directory)
-    study._writable = write
-    return study
+def read_study(directory: str | Path) -> StudyReader:
+    """Read a study directory's journal (safe while its controller runs)."""
+    return StudyReader(directory)

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from hpctune.errors import JournalError
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 
 _Convert = Callable[[Any], Any]
 
@@ -164,7 +164,7 @@ class DecisionEntry(LogEntry):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerEntry(LogEntry):
-    """A worker's life: ``event`` is a :class:`~hpctune.wire.states.WorkerLife` value or
+    """A worker's life: ``event`` is a :class:`~hpctune.study.states.WorkerLife` value or
     ``submitted``, ``running`` (a process of it started ``since``) or ``down`` (it ended
     ``at``)."""
 
@@ -310,8 +310,21 @@ class SubmissionEntry(LogEntry):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SettingsChangedEntry(LogEntry):
+    """New settings of the backend's section (``hpctune resume --set``) for the jobs it starts
+    next: ``settings`` is the section's JSON form, ``changes`` ``{key: [old, new]}``."""
+
+    kind: ClassVar[str] = "settings_changed"
+    section: str
+    settings: dict[str, Any]
+    changes: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SlurmChangedEntry(LogEntry):
-    """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
+    """New ``[slurm]`` settings, as journals before backends were plug-ins wrote them (read
+    as a :class:`SettingsChangedEntry` of the section ``slurm``)."""
 
     kind: ClassVar[str] = "slurm_changed"
     slurm: dict[str, Any]
@@ -377,6 +390,7 @@ RECORD_TYPES: dict[str, type[LogEntry]] = {
         CorruptLinesEntry,
         SubmissionEntry,
         SlurmChangedEntry,
+        SettingsChangedEntry,
         ElasticPlanEntry,
         ElasticStageEntry,
         DeadlineChangedEntry,

@@ -16,8 +16,19 @@ import numpy as np
 
 from hpctune.journal import records as rec
 from hpctune.journal.checkpoints import CheckpointRef, CheckpointTable
+from hpctune.journal.curve_rows import copy_prefix
 from hpctune.journal.delta import apply_delta
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
+from hpctune.journal.entities import (
+    PredictionRef,
+    RejectedCommand,
+    SegmentRecord,
+    StatusChange,
+    StudyWarning,
+    TrialRecord,
+    WorkerRecord,
+    WorkerRun,
+)
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus, WorkerLife
 
 # Log record kinds (their record types: hpctune/journal/records.py).
 STUDY = rec.StudyEntry.kind
@@ -40,7 +51,8 @@ IMPORTED = rec.ImportedEntry.kind
 WARNING = rec.WarningEntry.kind
 CORRUPT_LINES = rec.CorruptLinesEntry.kind
 SUBMISSION = rec.SubmissionEntry.kind
-SLURM_CHANGED = rec.SlurmChangedEntry.kind
+SLURM_CHANGED = rec.SlurmChangedEntry.kind  # older journals' SETTINGS_CHANGED
+SETTINGS_CHANGED = rec.SettingsChangedEntry.kind
 ELASTIC_PLAN = rec.ElasticPlanEntry.kind  # the plan a study with a deadline follows
 ELASTIC_STAGE = rec.ElasticStageEntry.kind  # the controller moved to a stage of that plan
 
@@ -49,160 +61,6 @@ _CHECKPOINT_KINDS = frozenset(
     {TRIAL_CREATED, TRIAL_STATUS, SEGMENT_ASSIGNED, SEGMENT_ENDED, CHECKPOINT_DELETED, LINEAGE}
 )
 LOG_KINDS = tuple(rec.RECORD_TYPES)  # the registered kinds
-
-
-@dataclass
-class StatusChange:
-    """One entry of a trial's status history."""
-
-    time: float
-    status: TrialStatus
-    step: int
-    reason: str = ""
-
-
-@dataclass
-class SegmentRecord:
-    """A stretch of one trial on one worker between two checkpoints."""
-
-    segment_id: int
-    trial_id: int
-    worker_id: str
-    start_step: int
-    until_step: int
-    checkpoint_row: int | None
-    assigned_time: float
-    status: SegmentStatus = SegmentStatus.ASSIGNED
-    started_time: float | None = None
-    ended_time: float | None = None
-    end_step: int | None = None
-    reason: str = ""
-    host: str = ""
-    pid: int | None = None
-    decision: str = ""  # the last non-continue decision sent to it ("suspend" or "stop")
-    decision_reason: str = ""
-    decision_time: float | None = None
-    checkpoint_steps: tuple[int, ...] = ()  # stage trees: save a checkpoint at these steps
-
-
-@dataclass
-class TrialRecord:
-    """Everything the journal knows of one trial."""
-
-    trial_id: int
-    params: dict[str, Any]
-    created_time: float
-    seed: int
-    generator_index: int | None = None
-    parent_trial: int | None = None
-    parent_step: int | None = None
-    parent_checkpoint_row: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    end_step: int | None = None  # the step at which it is complete (None: max_steps)
-    generation: int | None = None  # PBT
-    initiator: int | None = None  # PBT: the trial whose reproduction created it
-    shares_prefix: bool = False  # stage trees: its steps up to parent_step are its parent's
-    request_step: int | None = None  # stage trees: train it up to here for now (a rung)
-    status: TrialStatus = TrialStatus.QUEUED
-    history: list[StatusChange] = field(default_factory=list)
-    segments: list[int] = field(default_factory=list)
-    step: int = 0
-    checkpoint_row: int | None = None
-    priority: float = 0.0
-    retries: int = 0
-    reason: str = ""
-    error: str = ""
-    # The study metric's curve (valid rows only), kept by the controller and the reader.
-    curve_steps: list[int] = field(default_factory=list)
-    curve_values: list[float] = field(default_factory=list)
-    curve_times: list[float] = field(default_factory=list)
-    last_metrics: dict[str, float] = field(default_factory=dict)  # latest value of each metric
-    # Corrupt event lines that may have held a report, as (segment, step reached before it);
-    # dropped when a later segment retrains from a step at or before it.
-    missing: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def missing_rows(self) -> int:
-        """Metric rows lost to corrupt event lines (skipped, never silently)."""
-        return len(self.missing)
-
-    def truncate_curve(self, step: int) -> None:
-        """Drop curve points after ``step`` (a new segment restarts there)."""
-        keep = 0
-        while keep < len(self.curve_steps) and self.curve_steps[keep] <= step:
-            keep += 1
-        del self.curve_steps[keep:], self.curve_values[keep:], self.curve_times[keep:]
-
-
-@dataclass
-class PredictionRef:
-    """A learning-curve prediction of a trial: a result file in ``curves/``.
-
-    Attributes:
-        trial_id: The trial.
-        n: Points of its curve the fit used (steps 1..n).
-        path: The result file, relative to the study directory.
-        time: Controller's time of the ``prediction`` record.
-        unknown: The fit gave no prediction (too few points, degenerate curve, failed job).
-        median: Predicted median of the metric at ``max_steps`` (None if unknown).
-        y_sha256: Digest of the fitted values (tells a stale file from the right one).
-    """
-
-    trial_id: int
-    n: int
-    path: str
-    time: float
-    unknown: bool = False
-    median: float | None = None
-    y_sha256: str = ""
-
-
-@dataclass
-class WorkerRun:
-    """When one process of a worker ran."""
-
-    since: float
-    until: float | None = None
-
-
-@dataclass
-class WorkerRecord:
-    """A worker process or Slurm job known to the journal."""
-
-    worker_id: str
-    started_time: float
-    info: dict[str, Any] = field(default_factory=dict)
-    state: WorkerLife = WorkerLife.STARTED
-    segment_id: int | None = None  # the segment assigned and not ended
-    ended_time: float | None = None
-    reason: str = ""
-    submitted_time: float | None = None
-    runs: list[WorkerRun] = field(default_factory=list)  # one per process (Slurm: per requeue)
-    devices: int | None = None  # its size, when the elastic plan gave it one (else the spec's)
-
-    @property
-    def open_run(self) -> float | None:
-        """The start of the process running now (as far as the journal knows), or ``None``."""
-        return self.runs[-1].since if self.runs and self.runs[-1].until is None else None
-
-
-@dataclass
-class RejectedCommand:
-    """An inbox file the controller refused (moved to ``inbox/rejected/``)."""
-
-    file: str
-    reason: str
-    time: float
-
-
-@dataclass
-class StudyWarning:
-    """Something the user should know, journaled once (``code`` tells its kind)."""
-
-    code: str
-    message: str
-    time: float
-    trial: int = -1
 
 
 @dataclass
@@ -225,7 +83,7 @@ class StudyRecord:
     controller_starts: int = 0
     submit_failures: int = 0  # worker submissions failed in a row (this controller)
     submit_error: str = ""  # the last failure's message (Slurm's own)
-    slurm_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --slurm`
+    settings_changes: list[dict[str, Any]] = field(default_factory=list)  # `resume --set`
     # `resume --deadline`: each ``deadline_changed`` record's data and ``time``
     deadline_changes: list[dict[str, Any]] = field(default_factory=list)
     generated: int = 0  # trials created from the generator
@@ -250,7 +108,7 @@ class StudyRecord:
     forked: set[int] = field(default_factory=set, repr=False, compare=False)
     # trials changed since the controller last took this set (its views of them are stale)
     changed: set[int] = field(default_factory=set, repr=False, compare=False)
-    # completed trials' values under the study's ``best`` rule (hpctune.analysis.best.best_trial's
+    # completed trials' values under the study's ``best`` rule (hpctune.journal.best.best_trial's
     # memo)
     best_values: dict[int, tuple[Any, Any]] = field(
         default_factory=dict, repr=False, compare=False
@@ -510,7 +368,7 @@ class StudyRecord:
             and (current is None or current.step <= step)
         ):
             self.hold_checkpoint(record, row)  # its latest until it writes its own
-        _copy_prefix(parent, record, step)
+        copy_prefix(parent, record, step)
         record.step = max(record.step, step) if record.status.is_final else step
 
     def _on_request(self, trial: int, segment: int, time: float, e: rec.RequestEntry) -> None:
@@ -537,13 +395,24 @@ class StudyRecord:
         self.submit_failures += 1
         self.submit_error = e.error
 
+    def _on_settings_changed(
+        self, trial: int, segment: int, time: float, e: rec.SettingsChangedEntry
+    ) -> None:
+        """New settings of the backend's section (``resume --set``) for the jobs started next."""
+        self.spec = {**self.spec, e.section: e.settings}
+        self.settings_changes.append(
+            {"time": time, "section": e.section, "changes": e.changes, "source": e.source}
+        )
+        self.submit_failures, self.submit_error = 0, ""
+
     def _on_slurm_changed(
         self, trial: int, segment: int, time: float, e: rec.SlurmChangedEntry
     ) -> None:
-        """New ``[slurm]`` settings (``hpctune resume --slurm``) for the jobs submitted next."""
-        self.spec = {**self.spec, "slurm": e.slurm}
-        self.slurm_changes.append({"time": time, "changes": e.changes, "source": e.source})
-        self.submit_failures, self.submit_error = 0, ""
+        """New ``[slurm]`` settings, as older journals record them."""
+        changed = rec.SettingsChangedEntry(
+            section="slurm", settings=e.slurm, changes=e.changes, source=e.source
+        )
+        self._on_settings_changed(trial, segment, time, changed)
 
     def _on_prediction(
         self, trial: int, segment: int, time: float, e: rec.PredictionEntry
@@ -639,15 +508,9 @@ def _needed(value: float | None, entry: rec.LogEntry, key: str) -> float:
     return value
 
 
-def _copy_prefix(parent: TrialRecord, child: TrialRecord, step: int) -> None:
-    """Make ``child``'s curve the parent's up to ``step``, then its own points after it."""
-    keep = [i for i, s in enumerate(parent.curve_steps) if s <= step]
-    own = [i for i, s in enumerate(child.curve_steps) if s > step]
-    child.curve_steps, child.curve_values, child.curve_times = (
-        [parent.curve_steps[i] for i in keep] + [child.curve_steps[i] for i in own],
-        [parent.curve_values[i] for i in keep] + [child.curve_values[i] for i in own],
-        [parent.curve_times[i] for i in keep] + [child.curve_times[i] for i in own],
-    )
+def decode_data(text: str) -> dict[str, Any]:
+    """Decode the JSON ``data`` column of a log row."""
+    return json.loads(text) if text else {}
 
 
 def inherit_prefix_curves(record: StudyRecord) -> None:
@@ -670,33 +533,8 @@ def inherit_prefix_curves(record: StudyRecord) -> None:
         for t in reversed(chain):
             parent = trials.get(t.parent_trial)  # type: ignore[arg-type]
             if parent is not None:
-                _copy_prefix(parent, t, int(t.parent_step or 0))
+                copy_prefix(parent, t, int(t.parent_step or 0))
             done.add(t.trial_id)
 
     for trial in list(trials.values()):
         visit(trial)
-
-
-def decode_data(text: str) -> dict[str, Any]:
-    """Decode the JSON ``data`` column of a log row."""
-    return json.loads(text) if text else {}
-
-
-def valid_rows(
-    segment: np.ndarray, step: np.ndarray, segments: dict[int, SegmentRecord]
-) -> np.ndarray:
-    """Return the mask of metric rows still valid.
-
-    A row of segment ``s`` at step ``x`` is superseded when a later segment of the same trial
-    started at a step below ``x`` (training was redone from an earlier checkpoint).
-    """
-    if not len(segment):
-        return np.zeros(0, dtype=bool)
-    lut = np.full(max(max(segments, default=0), int(segment.max())) + 1, np.inf)
-    running_min: dict[int, float] = {}
-    for seg_id in sorted(segments, reverse=True):
-        seg = segments[seg_id]
-        lut[seg_id] = running_min.get(seg.trial_id, np.inf)
-        running_min[seg.trial_id] = min(running_min.get(seg.trial_id, np.inf), seg.start_step)
-    known = segment >= 0  # rows without a segment are never superseded
-    return ~known | (step <= lut[np.where(known, segment, 0)])

@@ -28,10 +28,13 @@ from hpctune.errors import JournalError
 from hpctune.study.metric_names import metric_key, metric_name_problem
 
 FORMAT_VERSION = 2  # 2: metric_keys, ended_early, warning and corrupt_lines records
+#: The oldest format this hpctune reads (journals of format 1 stored metrics under their names,
+#: unchecked; tests/assets/journals holds a journal of every format and change still read).
+OLDEST_FORMAT = 2
 # Additions within a format (new record kinds) raise the minor version: a reader refuses a log
 # record of a kind it does not know (journal/records.py RECORD_TYPES) unless the journal's minor
 # version is newer than its own (then the record is from a newer hpctune and is skipped).
-FORMAT_MINOR = 2  # 1: every kind written is registered; 2: deadline_changed
+FORMAT_MINOR = 3  # 1: every kind written is registered; 2: deadline_changed; 3: settings_changed
 ATTR = "hpctune"
 NO_ID = -1
 
@@ -317,6 +320,13 @@ def read_state(group: zarr.Group, path: Path) -> dict[str, Any]:
             f"{path} has journal format {state['format']}, newer than this hpctune "
             f"({FORMAT_VERSION}); upgrade hpctune to read it"
         )
+    if int(state.get("format", 0)) < OLDEST_FORMAT:
+        raise JournalError(
+            f"{path} has journal format {state.get('format', 0)}, older than this hpctune reads "
+            f"({OLDEST_FORMAT} to {FORMAT_VERSION}: hpctune from 2026-11-25 on); read it with "
+            "the hpctune that wrote it (`hpctune export --format hdf5` keeps it), or run the "
+            "study again"
+        )
     return dict(state)
 
 
@@ -409,5 +419,5 @@ class JournalReader:
         n = int(self.state["lengths"]["metrics"])
         if name not in self.state["metric_names"] or start >= n:
             return np.full(max(n - start, 0), math.nan)
-        key = self.state.get("metric_keys", {}).get(name, name)  # older journals: the name
+        key = self.state["metric_keys"][name]
         return np.asarray(self._read(f"{VALUES}/{key}", start, n, False), dtype="f8")

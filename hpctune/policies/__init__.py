@@ -1,22 +1,21 @@
 """Pure policies (schedulers) and configuration generators.
 
 Policies decide what runs; generators propose hyperparameter configurations. Both are pure: no
-I/O, no Slurm, no clock. See :mod:`hpctune.policies._base` for the interface.
+I/O, no Slurm, no clock. See :mod:`hpctune.policies._base` for the interface and
+:mod:`hpctune.policies.registry` for how a policy is found by name (hpctune's own, another
+package's, or ``MODULE:CLASS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from hpctune.policies._base import (
     Action,
     ActionKind,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -35,42 +34,9 @@ from hpctune.policies.one_epoch import OneEpochPolicy
 from hpctune.policies.pbt import PbtPolicy
 from hpctune.policies.pbt_truncation import TruncationPbtPolicy
 from hpctune.policies.pop import PopPolicy
+from hpctune.policies.registry import POLICIES, make_policy, policy_class, policy_names
 from hpctune.policies.replay import ReplayPolicy
 from hpctune.policies.sha import ShaPolicy
-
-POLICIES: Mapping[str, type[Policy]] = {
-    DefaultPolicy.name: DefaultPolicy,
-    BanditPolicy.name: BanditPolicy,
-    ShaPolicy.name: ShaPolicy,
-    AshaPolicy.name: AshaPolicy,
-    HyperbandPolicy.name: HyperbandPolicy,
-    MedianStoppingPolicy.name: MedianStoppingPolicy,
-    PopPolicy.name: PopPolicy,
-    EarlyTermPolicy.name: EarlyTermPolicy,
-    HybridPolicy.name: HybridPolicy,
-    FreezeThawPolicy.name: FreezeThawPolicy,
-    OneEpochPolicy.name: OneEpochPolicy,
-    PbtPolicy.name: PbtPolicy,
-    TruncationPbtPolicy.name: TruncationPbtPolicy,
-    ReplayPolicy.name: ReplayPolicy,
-}
-
-
-def make_policy(name: str, options: Mapping[str, Any], context: StudyContext) -> Policy:
-    """Build the policy ``name`` with ``options`` (the ``[policy]`` table without ``name``)
-    for the study ``context`` (:func:`hpctune.study.spec.study_context`).
-
-    Raises:
-        OptionError: The name is unknown or an option is invalid (``key`` names which).
-    """
-    if name not in POLICIES:
-        raise OptionError(
-            "name", f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-        )
-    cls = POLICIES[name]
-    parsed = parse_options(cls.Options, options)  # type: ignore[attr-defined]
-    return cls(context, parsed)  # type: ignore[call-arg]
-
 
 __all__ = [
     "POLICIES",
@@ -78,7 +44,6 @@ __all__ = [
     "ActionKind",
     "AshaPolicy",
     "BanditPolicy",
-    "Decision",
     "DefaultPolicy",
     "EarlyTermPolicy",
     "Event",
@@ -91,6 +56,7 @@ __all__ = [
     "OptionError",
     "PbtPolicy",
     "Policy",
+    "PolicyDecision",
     "PolicyTraits",
     "PopPolicy",
     "ReplayPolicy",
@@ -101,4 +67,6 @@ __all__ = [
     "TruncationPbtPolicy",
     "make_policy",
     "parse_options",
+    "policy_class",
+    "policy_names",
 ]

@@ -4,8 +4,8 @@ A policy is built with its study's :class:`StudyContext` and declares what it ca
 :class:`PolicyTraits`. It sees a read-only :class:`StudyView` and one :class:`Event` at a time
 (HyperDrive's up-calls, §4.2 of the paper: *AllocateJobs* is :attr:`EventKind.SLOT_FREE`,
 *ApplicationStat* is :attr:`EventKind.REPORT`, *OnIterationFinish* is
-:attr:`EventKind.BOUNDARY`) and returns a :class:`Decision` (its :class:`Action` list and what
-goes with it). It does no I/O, reads no clock (the view carries the time) and draws random
+:attr:`EventKind.BOUNDARY`) and returns a :class:`PolicyDecision` (its :class:`Action` list and
+what goes with it). It does no I/O, reads no clock (the view carries the time) and draws random
 numbers only from the generator it is given. The same object runs under the local executor, on
 Slurm and in the simulator. Whatever it must remember across restarts goes through
 :meth:`Policy.state_dict`, which the controller writes to the journal.
@@ -19,12 +19,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import numpy as np
 
 from hpctune.errors import HpctuneError
-from hpctune.wire.states import Mode, TrialStatus
+from hpctune.study.states import Mode, TrialStatus
 
 if TYPE_CHECKING:
     from hpctune.curves.predict import CurvePrediction
@@ -228,7 +228,7 @@ class Action:
 
 
 @dataclass(frozen=True)
-class Decision:
+class PolicyDecision:
     """What a policy decided on one event: its actions, and what the controller asks with them.
 
     Build one with :meth:`of`. The controller carries the actions out in order.
@@ -249,7 +249,9 @@ class Decision:
             object.__setattr__(self, "actions", tuple(self.actions))
 
     @classmethod
-    def of(cls, actions: Iterable[Action] = (), *, hold_idle_workers: bool = False) -> Decision:
+    def of(
+        cls, actions: Iterable[Action] = (), *, hold_idle_workers: bool = False
+    ) -> PolicyDecision:
         """A decision of ``actions`` (a list, a generator, ...)."""
         return cls(tuple(actions), hold_idle_workers)
 
@@ -363,7 +365,7 @@ class StudyContext:
     """What a policy knows of its study from the start: it is built with it and sets itself
     up in its constructor (rungs, brackets), never on its first decision.
 
-    Built from the study's spec by :func:`hpctune.study.spec.study_context` (the controller,
+    Built from the study's spec by :func:`hpctune.spec.study_context` (the controller,
     the spec's own checks), from the simulated study by the simulator and from each random
     study by the conformance kit. Every view the policy is given agrees with it.
 
@@ -420,6 +422,9 @@ class PolicyTraits:
         runs_on_stage_trees: The policy can run over a stage tree (``[stages] enabled``): it
             admits every trial, asks for trials trained to a step (``until_step``), judges
             trials at known steps (:meth:`Policy.stage_milestones`) or forks from checkpoints.
+        rungs_known: Its rungs are known before anything runs (how many trials each trains,
+            to which step: SHA, Hyperband, ASHA), so the elastic planner can plan a deadline
+            for it (``[resources] deadline``, :mod:`hpctune.elastic.experiment`).
     """
 
     boundary_decisions: bool = True
@@ -430,6 +435,7 @@ class PolicyTraits:
     tracks_state_changes: bool = False
     admits_every_trial: bool = False
     runs_on_stage_trees: bool = False
+    rungs_known: bool = False
 
 
 class Policy(abc.ABC):
@@ -456,10 +462,29 @@ class Policy(abc.ABC):
     def __init__(self, context: StudyContext) -> None:
         self.context = context
 
+    @classmethod
+    def from_options(cls, context: StudyContext, options: Mapping[str, Any]) -> Self:
+        """Build the policy for ``context`` from its options (the ``[policy]`` table without
+        ``name``): ``cls(context, parsed)`` with its ``Options`` dataclass parsed by
+        :func:`parse_options`, or ``cls(context)`` for a policy without one.
+
+        Raises:
+            OptionError: An option is unknown or invalid (``key`` names which).
+        """
+        options_type = getattr(cls, "Options", None)
+        if options_type is None:
+            for key in options:
+                raise OptionError(
+                    key, f"unknown option; {cls.__name__} has no Options dataclass, so no options"
+                )
+            return cls(context)
+        return cls(context, parse_options(options_type, options))  # type: ignore[call-arg]
+
     @abc.abstractmethod
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
-        """Return the decision on ``event``: its actions (:meth:`Decision.of`) and, on
-        SLOT_FREE, whether idle workers without work wait (:attr:`Decision.hold_idle_workers`)."""
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
+        """Return the decision on ``event``: its actions (:meth:`PolicyDecision.of`) and, on
+        SLOT_FREE, whether idle workers without work wait
+        (:attr:`PolicyDecision.hold_idle_workers`)."""
 
     def wants_fit(self, step: int) -> bool:
         """Whether a trial reaching ``step`` should get a new learning-curve fit."""
@@ -482,6 +507,12 @@ class Policy(abc.ABC):
 
     def check_space(self, space: SearchSpace) -> None:  # noqa: B027
         """Check the options against the study's search space (raise :class:`OptionError`)."""
+
+    def stage_tree_problem(self) -> tuple[str, str]:
+        """Why the policy, with its options, cannot run over a stage tree (``[stages]
+        enabled``) although its class can (:attr:`PolicyTraits.runs_on_stage_trees`): the
+        option at fault and the message; ``("", "")`` when it can."""
+        return "", ""
 
     def needed_checkpoints(self, view: StudyView) -> set[int] | None:
         """The ended trials whose latest checkpoint the policy may still fork from.

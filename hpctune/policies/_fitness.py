@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpctune.policies._base import OptionError, StudyView, TrialView
-from hpctune.wire.states import Mode, as_mode
+from hpctune.study.states import Mode, as_mode
 
 COMPARISONS = ("lexicographic", "pareto")
 

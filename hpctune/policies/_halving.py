@@ -23,17 +23,17 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
     TrialView,
 )
 from hpctune.policies._common import value_at
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 _WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 _GONE = (TrialStatus.TERMINATED, TrialStatus.FAILED)
@@ -202,7 +202,7 @@ class SyncHalvingPolicy(Policy):
     """
 
     traits: ClassVar[PolicyTraits] = PolicyTraits(
-        boundary_decisions=False, runs_on_stage_trees=True
+        boundary_decisions=False, runs_on_stage_trees=True, rungs_known=True
     )
     eta: int = 3
 
@@ -260,10 +260,10 @@ class SyncHalvingPolicy(Policy):
             room -= take
         return out
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Halve complete rungs and fill free slots on SLOT_FREE; nothing else."""
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         self._absorb(view)
         trials = view.trials
         if view.trials_remaining == 0 and self.brackets:
@@ -302,7 +302,7 @@ class SyncHalvingPolicy(Policy):
             new = min(new, view.trials_remaining)
         for milestone in self._start_milestones(max(new, 0)):
             placing.append(Action.start(until_step=milestone))
-        return Decision.of(actions + placing)
+        return PolicyDecision.of(actions + placing)
 
     def stage_milestones(
         self, view: StudyView, trial_id: int | None, rng: np.random.Generator

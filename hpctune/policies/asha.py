@@ -24,14 +24,14 @@ from hpctune.policies._base import (
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
 )
-from hpctune.policies._base import Decision as PolicyDecision
 from hpctune.policies._common import geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
-from hpctune.wire.states import Decision
+from hpctune.study.states import Decision
 
 
 @dataclass(frozen=True)
@@ -131,13 +131,6 @@ class AshaBracket:
             return decision
         return Decision.CONTINUE
 
-    def rung_of(self, trial_id: int) -> int | None:
-        """The highest milestone ``trial_id`` was recorded at, ``None`` if none."""
-        for milestone, recorded in self.rungs:
-            if trial_id in recorded:
-                return milestone
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """The recorded values (lists, JSON-able) and the stopped trials."""
         return {
@@ -185,7 +178,7 @@ class AshaPolicy(Policy):
 
     name: ClassVar[str] = "asha"
     traits: ClassVar[PolicyTraits] = PolicyTraits(
-        tracks_state_changes=True, runs_on_stage_trees=True
+        tracks_state_changes=True, runs_on_stage_trees=True, rungs_known=True
     )
     Options = AshaOptions
 

@@ -16,15 +16,16 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     StudyContext,
     StudyView,
 )
 from hpctune.policies._common import best_until, require
+from hpctune.study.boundaries import at_boundary
 
 
 @dataclass(frozen=True)
@@ -73,19 +74,19 @@ class BanditPolicy(Policy):
         if not self.options.epsilon >= 0:
             raise OptionError("epsilon", f"must be >= 0, but got {self.options.epsilon!r}")
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots on SLOT_FREE; at a boundary that is a multiple of ``b``, eliminate."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return Decision()
+            return PolicyDecision()
         step = int(event.step if event.step is not None else trial.step)
         tid = trial.trial_id
-        if step % self.options.boundary != 0 or step >= view.max_steps:
-            return Decision.of([Action.continue_(tid)])
+        if not at_boundary(step, self.options.boundary) or step >= view.max_steps:
+            return PolicyDecision.of([Action.continue_(tid)])
         sign = view.sign
         job_best = sign * best_until(trial, step, sign)
         bests = [best_until(t, view.max_steps, sign) for t in view.trials.values()]
@@ -96,5 +97,5 @@ class BanditPolicy(Policy):
                 f"bandit: best {view.metric} {job_best:.6g} by step {step} is not within "
                 f"(1 + {self.options.epsilon:g}) of the global best {global_best:.6g}"
             )
-            return Decision.of([Action.terminate(tid, reason=reason)])
-        return Decision.of([Action.continue_(tid)])
+            return PolicyDecision.of([Action.terminate(tid, reason=reason)])
+        return PolicyDecision.of([Action.continue_(tid)])

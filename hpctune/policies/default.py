@@ -8,10 +8,10 @@ from typing import ClassVar
 import numpy as np
 
 from hpctune.policies._base import (
-    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -42,8 +42,8 @@ class DefaultPolicy(Policy):
         super().__init__(context)
         self.options = options or DefaultOptions()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill free slots on SLOT_FREE; let everything else run."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
-        return Decision()
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
+        return PolicyDecision()

@@ -16,18 +16,19 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.wire.states import TrialStatus
+from hpctune.study.boundaries import at_boundary
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -57,33 +58,33 @@ class EarlyTermPolicy(Policy):
 
     def wants_fit(self, step: int) -> bool:
         """Fit at evaluation boundaries only."""
-        return step % self.options.boundary == 0
+        return at_boundary(step, self.options.boundary)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots as Default; at boundaries and on predictions apply the criterion."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
-            return Decision()
-        at_boundary = (
+            return PolicyDecision()
+        judged = (
             event.kind is EventKind.BOUNDARY
             and event.step is not None
-            and (event.step % self.options.boundary == 0)
+            and at_boundary(event.step, self.options.boundary)
         )
-        if not (at_boundary or event.kind is EventKind.PREDICTION):
-            return Decision()
+        if not (judged or event.kind is EventKind.PREDICTION):
+            return PolicyDecision()
         prediction = view.predictions.get(trial.trial_id)
         if self._best_memo is None or self._best_memo[0] is not view:
             self._best_memo = (view, best_value(view, self._trial_best))
         best = self._best_memo[1]
         if prediction is None or prediction.unknown or best is None:
-            return Decision()
+            return PolicyDecision()
         p_val = prediction.prob_final_at_least(best)
         if not math.isnan(p_val) and p_val < self.options.delta:
-            return Decision.of(
+            return PolicyDecision.of(
                 [
                     Action.terminate(
                         trial.trial_id,
@@ -91,4 +92,4 @@ class EarlyTermPolicy(Policy):
                     )
                 ]
             )
-        return Decision()
+        return PolicyDecision()

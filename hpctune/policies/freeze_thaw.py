@@ -55,18 +55,18 @@ from hpctune.curves.joint import (
 from hpctune.curves.predict import BOUND_TOLERANCE, LEVELS
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
     TrialView,
 )
 from hpctune.policies._common import require
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 #: Most future steps at which each option's expected improvement is evaluated.
 HORIZONS = 12
@@ -147,10 +147,10 @@ class FreezeThawPolicy(Policy):
         self._space: Any = None
         self._space_layout: Any = None
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill free slots on SLOT_FREE (queued, then the best of frozen and new); else none."""
         if event.kind is not EventKind.SLOT_FREE or event.free_slots <= 0:
-            return Decision()
+            return PolicyDecision()
         free = event.free_slots
         actions: list[Action] = []
         for trial in view.with_status(TrialStatus.QUEUED)[:free]:
@@ -158,13 +158,13 @@ class FreezeThawPolicy(Policy):
         free -= len(actions)
         frozen = view.with_status(TrialStatus.SUSPENDED)
         if free <= 0:
-            return Decision.of(actions)
+            return PolicyDecision.of(actions)
         if view.space is None:  # no space to draw from: the generator's order, frozen after
             new = free if view.trials_remaining is None else min(free, view.trials_remaining)
             actions += [Action.start(until_step=self.first) for _ in range(new)]
             for trial in frozen[: free - new]:
                 actions.append(Action.resume(trial.trial_id, until_step=self._until(view, trial)))
-            return Decision.of(actions)
+            return PolicyDecision.of(actions)
         # every new trial is the policy's own configuration, so the generator's count stays at
         # 0 and ``trials_remaining`` is the study's num_trials: the trials made so far count
         new_left = free
@@ -175,7 +175,7 @@ class FreezeThawPolicy(Policy):
         ]
         if not view.trials:  # nothing to learn from yet: the first configurations at random
             configs = [view.space.sample(rng) for _ in range(new_left)]
-            return Decision.of(
+            return PolicyDecision.of(
                 actions
                 + [
                     Action.start(params=c, until_step=self.first, reason="freeze-thaw: first")
@@ -218,7 +218,7 @@ class FreezeThawPolicy(Policy):
                     )
                 )
             free -= 1
-        return Decision.of(actions)
+        return PolicyDecision.of(actions)
 
     def _until(self, view: StudyView, trial: TrialView) -> int:
         """Another segment past the trial's progress: its last report or checkpoint, whichever

@@ -53,11 +53,11 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -65,7 +65,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import best_until, best_value, geometric_rungs, require
 from hpctune.policies._order import percentile_of_sorted
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -261,22 +261,24 @@ class HybridPolicy(Policy):
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots as ASHA; judge a trial at its rungs and by its curve's prediction."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self.fill_slots(view, event.free_slots))
+            return PolicyDecision.of(self.fill_slots(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials or event.step is None:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials[event.trial_id]
         if trial.status is not TrialStatus.RUNNING:
-            return Decision()
+            return PolicyDecision()
         if event.kind is EventKind.PREDICTION:
             reason = self._rung_reason(view, trial, event.step, predicted=True)
             if not reason and event.step % self.options.check_every == 0:
                 reason = self._curve_reason(view, trial)
-            return Decision.of([Action.terminate(trial.trial_id, reason=reason)] if reason else [])
+            return PolicyDecision.of(
+                [Action.terminate(trial.trial_id, reason=reason)] if reason else []
+            )
         if event.kind is not EventKind.BOUNDARY:
-            return Decision()
+            return PolicyDecision()
         adaptive = self._held_reason(view, trial, event.step)
         if adaptive is None:
             adaptive = self._asha_reason(view, trial, event.step)
@@ -286,8 +288,8 @@ class HybridPolicy(Policy):
             else adaptive
         )
         if reason:
-            return Decision.of([Action.terminate(trial.trial_id, reason=reason)])
-        return Decision.of([Action.continue_(trial.trial_id)])
+            return PolicyDecision.of([Action.terminate(trial.trial_id, reason=reason)])
+        return PolicyDecision.of([Action.continue_(trial.trial_id)])
 
     def _rung_reason(self, view: StudyView, trial: TrialView, step: int, predicted: bool) -> str:
         """Judge the trial if ``step`` is a rung it was not judged at; why it stops there.

@@ -23,10 +23,10 @@ from sortedcontainers import SortedList
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -34,7 +34,7 @@ from hpctune.policies._base import (
 )
 from hpctune.policies._common import best_until, last_step, require
 from hpctune.policies._order import median_skipping
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -365,6 +365,16 @@ class MedianStoppingPolicy(Policy):
         self.stopped_at: dict[int, int] = {}  # trial -> step it was stopped at (soft stop)
         self._index: _MedianIndex | None = None  # derived from the views, not journaled
 
+    def stage_tree_problem(self) -> tuple[str, str]:
+        """Over a stage tree a stopped trial holds no worker to yield: it is terminated."""
+        if self.options.hard_stop:
+            return "", ""
+        return "hard_stop", (
+            "over a stage tree (`stages.enabled = true`) the median rule terminates the trials "
+            "it stops (a trial holds no worker to yield); remove `policy.hard_stop = false` or "
+            "set stages.enabled = false"
+        )
+
     def _index_of(self, view: StudyView) -> _MedianIndex:
         """The running-mean index, brought up to ``view``."""
         index = self._index
@@ -373,16 +383,16 @@ class MedianStoppingPolicy(Policy):
         index.sync(view)
         return index
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill slots FIFO on SLOT_FREE; apply the rule at a BOUNDARY."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self._fifo(view, event.free_slots))
+            return PolicyDecision.of(self._fifo(view, event.free_slots))
         if event.kind is not EventKind.BOUNDARY or event.trial_id is None:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials.get(event.trial_id)
         if trial is None:
-            return Decision()
-        return Decision.of([self._rule(view, trial, int(event.step or trial.step))])
+            return PolicyDecision()
+        return PolicyDecision.of([self._rule(view, trial, int(event.step or trial.step))])
 
     def _rule(self, view: StudyView, trial: TrialView, step: int) -> Action:
         o = self.options

@@ -43,11 +43,11 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -62,9 +62,9 @@ from hpctune.policies._fitness import (
     fitness,
     parse_objectives,
 )
-from hpctune.policies._mutation import FACTORS, is_mutable, mutate
+from hpctune.policies._mutation import FACTORS, mutate
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 WAITING = (TrialStatus.QUEUED, TrialStatus.SUSPENDED)
 
@@ -271,11 +271,11 @@ class PbtPolicy(Policy):
 
     # -- the events ---------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill free slots: waiting trials first (lost workers', a stopped study's), then new
         suggestions; at other events stop what :meth:`get_early_stopping_trials` names."""
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision.of(
+            return PolicyDecision.of(
                 [
                     Action.terminate(t, reason="PBT: early stopping")
                     for t in self.get_early_stopping_trials(view)
@@ -287,7 +287,7 @@ class PbtPolicy(Policy):
         ]
         holds = self.holds_idle_workers(view)  # as the view shows the study before the actions
         actions += self.get_new_suggestions(view, event.free_slots - len(actions), rng)
-        return Decision.of(actions, hold_idle_workers=holds)
+        return PolicyDecision.of(actions, hold_idle_workers=holds)
 
     def get_early_stopping_trials(self, view: StudyView) -> list[int]:
         """Running trials to stop now (§3.4); none: trials are short sessions already."""
@@ -480,7 +480,3 @@ class PbtPolicy(Policy):
         if best is not None:
             needed.add(best.trial_id)
         return needed
-
-    def mutable_parameters(self, space: SearchSpace) -> list[str]:
-        """The parameters mutation changes (for docs and checks)."""
-        return [n for n, p in space.params.items() if n not in self.exclude and is_mutable(p)]

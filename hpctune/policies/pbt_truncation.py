@@ -24,11 +24,11 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
@@ -111,14 +111,14 @@ class TruncationPbtPolicy(Policy):
         """``exclude`` must name parameters of the space."""
         check_exclude_in_space(self.exclude, space)
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """SLOT_FREE: waiting trials, then clones, then the initial population; BOUNDARY: the
         exploit check."""
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self._fill(view, event.free_slots))
+            return PolicyDecision.of(self._fill(view, event.free_slots))
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return Decision.of(self._check(view, event.trial_id, int(event.step or 0), rng))
-        return Decision()
+            return PolicyDecision.of(self._check(view, event.trial_id, int(event.step or 0), rng))
+        return PolicyDecision()
 
     def _fill(self, view: StudyView, free: int) -> list[Action]:
         actions = [Action.resume(t.trial_id) for t in view.with_status(*WAITING)[:free]]

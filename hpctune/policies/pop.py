@@ -38,18 +38,19 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
     TrialView,
 )
 from hpctune.policies._common import best_value, require
-from hpctune.wire.states import TrialStatus
+from hpctune.study.boundaries import at_boundary
+from hpctune.study.states import TrialStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -195,25 +196,28 @@ class PopPolicy(Policy):
 
     def wants_fit(self, step: int) -> bool:
         """Fit at evaluation boundaries only."""
-        return step % self.options.boundary == 0
+        return at_boundary(step, self.options.boundary)
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Classify at boundaries and on new predictions; fill slots by class."""
         self._update_target(view)
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of(self._fill(view, event.free_slots))
+            return PolicyDecision.of(self._fill(view, event.free_slots))
         if event.trial_id is None or event.trial_id not in view.trials:
-            return Decision()
+            return PolicyDecision()
         trial = view.trials[event.trial_id]
         if event.kind is EventKind.PREDICTION:
-            return Decision.of(self._prune_on_prediction(view, trial))
+            return PolicyDecision.of(self._prune_on_prediction(view, trial))
         if event.kind is not EventKind.BOUNDARY or event.step is None:
-            return Decision()
-        if event.step % self.options.boundary != 0 or trial.status is not TrialStatus.RUNNING:
-            return Decision()
-        return Decision.of(self._at_boundary(view, trial))
+            return PolicyDecision()
+        if (
+            not at_boundary(event.step, self.options.boundary)
+            or trial.status is not TrialStatus.RUNNING
+        ):
+            return PolicyDecision()
+        return PolicyDecision.of(self._at_boundary(view, trial))
 
     def _at_boundary(self, view: StudyView, trial: TrialView) -> list[Action]:
         poor = self._poor_reason(view, trial)

@@ -19,18 +19,18 @@ import numpy as np
 
 from hpctune.policies._base import (
     Action,
-    Decision,
     Event,
     EventKind,
     OptionError,
     Policy,
+    PolicyDecision,
     PolicyTraits,
     StudyContext,
     StudyView,
 )
 from hpctune.policies.pbt import WAITING
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -122,10 +122,10 @@ class ReplayPolicy(Policy):
                 "trials", "the replay plan is empty; create replays with `hpctune replay`"
             )
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         """Fill free slots with waiting trials, then the next plan entries whose parent is done."""
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         actions = [
             Action.resume(t.trial_id) for t in view.with_status(*WAITING)[: event.free_slots]
         ]
@@ -161,7 +161,7 @@ class ReplayPolicy(Policy):
                 )
             actions.append(action)
             index += 1
-        return Decision.of(actions, hold_idle_workers=self.holds_idle_workers(view))
+        return PolicyDecision.of(actions, hold_idle_workers=self.holds_idle_workers(view))
 
     def holds_idle_workers(self, view: StudyView) -> bool:
         """True while plan entries wait for a parent that is still running."""

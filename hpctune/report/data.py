@@ -12,20 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpctune.analysis.best import describe_best, peak_value, trial_value
-from hpctune.analysis.formatting import format_duration, format_params, format_value
+from hpctune.analysis.lineage import schedule
 from hpctune.analysis.params import dimensions
-from hpctune.analysis.summary import policy_lines, stage_steps, study_line
+from hpctune.analysis.summary import best_trial, policy_lines, stage_steps, study_line
 from hpctune.analysis.timeline import best_so_far, time_to_best
-from hpctune.analysis.usage import study_usage
 from hpctune.journal import state as st
+from hpctune.journal.best import describe_best, peak_value, trial_value
 from hpctune.journal.delta import policy_states
 from hpctune.journal.state import decode_data
+from hpctune.journal.usage import study_usage
+from hpctune.stagetree.pieces import describe_config
+from hpctune.stagetree.plots import stage_rows
+from hpctune.stagetree.status import status_counts, study_stage_tree
+from hpctune.study.formatting import format_duration, format_params, format_value
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 REPORT_VERSION = 1
 MAX_PREDICTIONS = 40  # curves whose latest prediction is drawn (the best trials first)
@@ -38,7 +42,7 @@ def _r(value: float) -> float | None:
     return float(f"{value:.6g}")
 
 
-def report_data(study: Study, *, importance: bool = True) -> dict[str, Any]:
+def report_data(study: StudyReader, *, importance: bool = True) -> dict[str, Any]:
     """The report's content (see the module docstring)."""
     space = SearchSpace.from_dict(study.spec["space"])
     dims = dimensions(space, (t.params for t in study.trials))
@@ -68,7 +72,7 @@ def report_data(study: Study, *, importance: bool = True) -> dict[str, Any]:
     }
 
 
-def _overview(study: Study) -> dict[str, Any]:
+def _overview(study: StudyReader) -> dict[str, Any]:
     record = study.record
     usage = study_usage(record)
     best = describe_best(record, study.directory)
@@ -125,7 +129,7 @@ def _overview(study: Study) -> dict[str, Any]:
     return out
 
 
-def _trials(study: Study, dims: list[Any]) -> list[dict[str, Any]]:
+def _trials(study: StudyReader, dims: list[Any]) -> list[dict[str, Any]]:
     record = study.record
     out = []
     for t in study.trials:
@@ -161,7 +165,7 @@ def _dim_value(value: Any) -> Any:
     return format_value(value)
 
 
-def _best_so_far(study: Study) -> dict[str, Any]:
+def _best_so_far(study: StudyReader) -> dict[str, Any]:
     curve = best_so_far(study.record)
     return {
         "seconds": [_r(x) for x in curve.seconds],
@@ -172,8 +176,9 @@ def _best_so_far(study: Study) -> dict[str, Any]:
     }
 
 
-def _predictions(study: Study) -> list[dict[str, Any]] | None:
+def _predictions(study: StudyReader) -> list[dict[str, Any]] | None:
     """The latest learning-curve prediction of the trials that had one (the best first)."""
+    # imported here: the curve fits pull in emcee and SciPy (1.6 s), only for predicted studies
     from hpctune.curves.service import read_result
 
     refs = study.record.predictions
@@ -207,16 +212,7 @@ def _predictions(study: Study) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _log_records(study: Study, kind: str) -> list[tuple[float, dict[str, Any]]]:
-    log = study.journal.table("log")
-    return [
-        (float(t), decode_data(str(d)))
-        for k, t, d in zip(log["kind"], log["time"], log["data"], strict=True)
-        if k == kind
-    ]
-
-
-def _pools(study: Study) -> dict[str, Any] | None:
+def _pools(study: StudyReader) -> dict[str, Any] | None:
     """POP's promising and opportunistic slots over time, from its journaled policy states."""
     log = study.journal.table("log")
     records = (
@@ -239,13 +235,11 @@ def _pools(study: Study) -> dict[str, Any] | None:
     }
 
 
-def _lineage(study: Study) -> dict[str, Any] | None:
+def _lineage(study: StudyReader) -> dict[str, Any] | None:
     """The PBT population (each trial with its parent) and the schedule of the best lineage."""
     record = study.record
     if not any(t.generation is not None for t in record.trials.values()):
         return None
-    from hpctune.analysis.lineage import schedule
-    from hpctune.analysis.summary import best_trial
 
     best = best_trial(record)
     chain = []
@@ -260,14 +254,11 @@ def _lineage(study: Study) -> dict[str, Any] | None:
             "generations": generations}  # fmt: skip
 
 
-def _stages(study: Study) -> dict[str, Any] | None:
+def _stages(study: StudyReader) -> dict[str, Any] | None:
     """The stage tree with each stage's status, trials served and the metric at its end."""
     record = study.record
     if not study.spec.get("stages", {}).get("enabled"):
         return None
-    from hpctune.stagetree.pieces import describe_config
-    from hpctune.stagetree.plots import stage_rows
-    from hpctune.stagetree.status import status_counts, study_stage_tree
 
     tree, statuses = study_stage_tree(record, int(study.spec.get("max_steps", 0)))
     rows = stage_rows(tree)
@@ -310,13 +301,14 @@ def _stages(study: Study) -> dict[str, Any] | None:
     }
 
 
-def _importance(study: Study) -> dict[str, Any] | None:
+def _importance(study: StudyReader) -> dict[str, Any] | None:
+    # imported here: fANOVA pulls in Optuna (0.6 s), only for studies with enough trials
     from hpctune.analysis.importance import parameter_importance
 
     return parameter_importance(study)
 
 
-def _failures(study: Study) -> list[dict[str, Any]]:
+def _failures(study: StudyReader) -> list[dict[str, Any]]:
     """Trials that ended without completing, with their reasons (failed first)."""
     out = []
     for t in study.trials:

@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.plotting import INSTALL
 from hpctune.errors import UsageError
-from hpctune.wire.files import atomic_path
+from hpctune.files import atomic_path
+from hpctune.plotting import INSTALL
+from hpctune.report.data import report_data
+from hpctune.report.pngs import write_pngs
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 SECTIONS = (
     ("overview", "At a glance"),
@@ -308,12 +310,9 @@ def render_page(data: dict[str, Any], pngs: dict[str, str]) -> str:
     )
 
 
-def write_report(study: Study, out: Path, *, pngs: bool = True) -> Path:
+def write_report(study: StudyReader, out: Path, *, pngs: bool = True) -> Path:
     """Write the report folder ``out`` (built under a temporary name, then renamed); return
     the path of its ``index.html``."""
-    from hpctune.report.data import report_data
-    from hpctune.report.pngs import write_pngs
-
     library = plotly_js()
     data = report_data(study)
     out = Path(out)

@@ -6,10 +6,13 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctune.analysis.plotting import metric_scale, pyplot
+from hpctune.analysis.lineage import plot_lineage
+from hpctune.plotting import metric_scale, pyplot
+from hpctune.stagetree.plots import plot_stage_tree
+from hpctune.stagetree.status import study_stage_tree
 
 if TYPE_CHECKING:
-    from hpctune.journal.reader import Study
+    from hpctune.journal.reader import StudyReader
 
 STATE_COLOURS = {
     "completed": "tab:green",
@@ -29,7 +32,7 @@ def state_colour(state: str, states: list[str]) -> str:
     return SPARE[max(states.index(state), 0) % len(SPARE) if state in states else 0]
 
 
-def write_pngs(study: Study, data: dict[str, Any], out: Path) -> dict[str, str]:
+def write_pngs(study: StudyReader, data: dict[str, Any], out: Path) -> dict[str, str]:
     """Write the PNGs into ``out``; return ``{section: file name}``."""
     plt = pyplot()
     from matplotlib.collections import LineCollection
@@ -111,15 +114,10 @@ def write_pngs(study: Study, data: dict[str, Any], out: Path) -> dict[str, str]:
         save(fig, "pools", "pools.png")
 
     if data["lineage"] is not None:
-        from hpctune.analysis.lineage import plot_lineage
-
         plot_lineage(study.record, out / "lineage.png", highlight=data["lineage"]["best"])
         written["lineage"] = "lineage.png"
 
     if data["stages"] is not None:
-        from hpctune.stagetree.plots import plot_stage_tree
-        from hpctune.stagetree.status import study_stage_tree
-
         tree, statuses = study_stage_tree(study.record, int(ov["max_steps"]))
         plot_stage_tree(tree, out / "stages.png", title=f"{ov['name']}: stage tree",
                         unit=unit, statuses=statuses)  # fmt: skip

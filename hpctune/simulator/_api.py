@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.analysis.nearest import trace_space
-from hpctune.analysis.traces import Trace
 from hpctune.policies import OptionError, Policy, StudyContext, make_policy
 from hpctune.policies.generators import Generator, make_generator
 from hpctune.simulator._config import SimulatorConfig, SimulatorError
 from hpctune.simulator._engine import Simulator, simulation_context
 from hpctune.simulator._predictions import PredictionCache
 from hpctune.simulator._results import SimulationResult, summarize
+from hpctune.simulator.nearest import trace_space
+from hpctune.simulator.traces import Trace
 from hpctune.study.seeding import component_seed
 
 PolicySpec = str | tuple[str, Mapping[str, Any]]
@@ -81,7 +81,8 @@ def simulate(
 
     Args:
         trace: A :class:`Trace` or the path of a trace file.
-        policy: A name of :data:`hpctune.policies.POLICIES`, or a policy object.
+        policy: A policy name (:func:`hpctune.policies.make_policy`: hpctune's own, another
+            package's, or ``MODULE:CLASS``), or a policy object.
         options: The policy's options (as under ``[policy]``), with a name.
         slots: Workers at once.
         seed: The configuration order and the policy's random numbers.

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves.options import RECALIBRATIONS
 from hpctune.errors import HpctuneError
+from hpctune.simulator.traces import Trace
 from hpctune.stagetree.options import SCHEDULERS
 
 
@@ -29,6 +31,9 @@ class Faults:
         crashes: Trial id -> the step whose training raises (the user's code fails there, in
             every segment of the trial that trains it): the segment ends ``failed`` with the
             error, as a real worker's end line tells a traceback.
+        ends_early: Trial id -> the step after whose report its function returns without
+            being told to (a training loop that stops short): the segment ends ``ended_early``
+            (each segment of the trial that reports that step, before its last).
         lost: Worker number -> the time its process dies (a lost node, an OOM kill): no end
             line, no more heartbeats, and the executor finds it gone.
         hung: Worker number -> the time it stops (a stuck collective, a frozen file system):
@@ -43,6 +48,7 @@ class Faults:
     """
 
     crashes: Mapping[int, int] = field(default_factory=dict)
+    ends_early: Mapping[int, int] = field(default_factory=dict)
     lost: Mapping[int, float] = field(default_factory=dict)
     hung: Mapping[int, float] = field(default_factory=dict)
     worker_timeout: float = math.inf
@@ -50,11 +56,13 @@ class Faults:
 
     def check(self) -> None:
         """Raise :class:`SimulatorError` naming the first fault that cannot happen."""
-        for trial, step in self.crashes.items():
-            if trial < 0 or step < 1:
-                raise SimulatorError(
-                    f"faults.crashes: trial {trial} at step {step}: trials are >= 0 and steps >= 1"
-                )
+        for name in ("crashes", "ends_early"):
+            for trial, step in getattr(self, name).items():
+                if trial < 0 or step < 1:
+                    raise SimulatorError(
+                        f"faults.{name}: trial {trial} at step {step}: trials are >= 0 and "
+                        "steps >= 1"
+                    )
         for name in ("lost", "hung"):
             for number, t in getattr(self, name).items():
                 if number < 1 or not (t >= 0 and math.isfinite(t)):
@@ -82,6 +90,11 @@ class SimulatorConfig:
         checkpoint_cost: Seconds of the checkpoint a worker writes at each boundary.
         fit_seconds: Seconds from the controller asking for a learning-curve fit (POP, EarlyTerm,
             hybrid) to its answer (the fit runs beside the study: nothing waits for it).
+        poll_interval: Seconds between two iterations of the controller; 0 (the default): an
+            iteration at every instant something happens, again while it changes something (a
+            controller that answers at once). Above 0, the workers' events in between are
+            carried out at their times and a worker waiting at a boundary may go on before the
+            decision comes (a busy controller).
         boundary: The study's evaluation boundary in steps (``[study].boundary``).
         max_steps: The last step of a trial; ``None``: the trace's epochs.
         num_trials: How many configurations the generator offers; ``None``: all.
@@ -108,6 +121,7 @@ class SimulatorConfig:
     segment_start: float = 0.0
     checkpoint_cost: float = 0.0
     fit_seconds: float = 0.0
+    poll_interval: float = 0.0
     boundary: int = 1
     max_steps: int | None = None
     num_trials: int | None = None
@@ -128,7 +142,7 @@ class SimulatorConfig:
     def check(self, trace: Trace) -> None:
         """Raise :class:`SimulatorError` naming the first setting that cannot work."""
         costs = ("queue_wait", "startup", "suspend_cost", "resume_cost", "checkpoint_cost")
-        for name in (*costs, "fit_seconds", "segment_start"):
+        for name in (*costs, "fit_seconds", "segment_start", "poll_interval"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise SimulatorError(f"{name} must be a finite number >= 0, but got {value!r}")
@@ -159,6 +173,56 @@ class SimulatorConfig:
         self.faults.check()
 
 
+@dataclass(frozen=True)
+class SimulationOptions:
+    """A comparison of policies on a trace: what ``hpctune simulate`` runs (its options) and
+    :func:`hpctune.api.simulate` takes; each simulated study's costs and settings are
+    :attr:`config`.
+
+    Attributes:
+        trace: The trace file (HDF5, ``docs/traces.md``).
+        policies: ``(name, options)`` of each policy to compare (options as under
+            ``[policy]``); each runs once per seed.
+        slots: Workers at once.
+        seeds: Configuration orders: every policy runs with seeds ``0 .. seeds - 1``.
+        budget: Also summarise the best value found by this time (seconds).
+        generator: A generator proposing configurations (``"tpe"``, ``"gp"``, ...), each
+            answered with the nearest unused configuration of the trace; ``None``: each
+            seed's random order.
+        generator_options: Its options (as under ``[generator]``).
+        config: The simulated study's costs and settings.
+        curve_model: The learning-curve model of POP and EarlyTerm (``[curves] model``).
+        predictions: A JSON-lines file keeping learning-curve fits between runs; ``None``:
+            kept for this comparison only.
+        fit_workers: Processes fitting learning curves before the runs (``domhan``).
+    """
+
+    trace: Path
+    policies: tuple[tuple[str, Mapping[str, Any]], ...]
+    slots: int = 4
+    seeds: int = 8
+    budget: float | None = None
+    generator: str | None = None
+    generator_options: Mapping[str, Any] = field(default_factory=dict)
+    config: SimulatorConfig = field(default_factory=SimulatorConfig)
+    curve_model: str = "amortised"
+    predictions: Path | None = None
+    fit_workers: int = 2
+
+    def check(self) -> None:
+        """Raise :class:`SimulatorError` naming the first option that cannot work (the
+        trace-dependent settings of :attr:`config` are checked with the trace)."""
+        if not self.policies:
+            raise SimulatorError("policies must name at least one policy")
+        for name in ("slots", "seeds"):
+            if getattr(self, name) < 1:
+                raise SimulatorError(f"{name} must be >= 1, but got {getattr(self, name)}")
+        if self.generator_options and self.generator is None:
+            raise SimulatorError("generator_options are given without a generator")
+        if self.fit_workers < 0:
+            raise SimulatorError(f"fit_workers must be >= 0, but got {self.fit_workers}")
+
+
 class SimClock:
     """Simulated time (the :class:`~hpctune.wire.clock.Clock` protocol): starts at 0."""
 
@@ -180,4 +244,4 @@ class SimClock:
         self._now = t
 
 
-__all__ = ["Faults", "SimClock", "SimulatorConfig", "SimulatorError"]
+__all__ = ["Faults", "SimClock", "SimulationOptions", "SimulatorConfig", "SimulatorError"]

@@ -1,7 +1,7 @@
 """The engine: the controller itself, run on a trace in simulated time.
 
 A simulated study is a real :class:`~hpctune.core.SchedulingCore` built in memory
-(:meth:`~hpctune.core.SchedulingCore.in_memory`): its journal is a
+(:func:`memory_core`): its journal is a
 :class:`~hpctune.journal.memory.MemoryJournal`, its clock a :class:`SimClock`, its workers the
 simulated ones of :mod:`._workers` (a wire and an executor in memory) and its curve fits come
 from the trace (:class:`SimCurveService`). Every rule that turns events into assignments and
@@ -17,26 +17,29 @@ trace's seconds can tell), and the clock moves to the next event.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpctune.analysis.nearest import NearestConfigurations, trace_space
-from hpctune.analysis.traces import Trace
-from hpctune.core import SchedulingCore
+from hpctune.core import CoreSettings, SchedulingCore
+from hpctune.core.wire import Wire
+from hpctune.curves.fitter import FitOptions
+from hpctune.curves.predict import CurvePrediction
 from hpctune.curves.service import FitJob, FitResult
+from hpctune.files import dumps
 from hpctune.journal import state as st
 from hpctune.journal.delta import policy_states
 from hpctune.journal.memory import MemoryJournal
+from hpctune.journal.reader import load_state
 from hpctune.journal.state import StudyRecord
 from hpctune.policies import ActionKind, Policy, StudyContext, StudyView
 from hpctune.policies.generators import Generator, Proposal
 from hpctune.simulator._config import SimClock, SimulatorConfig, SimulatorError
-from hpctune.simulator._predictions import PredictionCache
+from hpctune.simulator._predictions import PredictionCache, Predictions
 from hpctune.simulator._results import (
     DecisionRecord,
     SegmentSpan,
@@ -45,14 +48,16 @@ from hpctune.simulator._results import (
     WorkerSpan,
 )
 from hpctune.simulator._workers import TraceRows, Workers
+from hpctune.simulator.nearest import NearestConfigurations, trace_space
+from hpctune.simulator.traces import Trace
+from hpctune.spec import StudySpec, study_context
 from hpctune.stagetree.options import stage_policies
 from hpctune.study.seeding import component_seed, index_rng
-from hpctune.study.spec import StudySpec, study_context
-from hpctune.wire.files import dumps
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.wire.layout import StudyPaths
 
 if TYPE_CHECKING:
-    from hpctune.curves.fitter import FitOptions
+    from hpctune.backends.base import Executor
 
 MAX_ITERATIONS_PER_INSTANT = 50  # iterations at one instant before the clock must move
 # records after which another iteration at the same instant has nothing new to do
@@ -79,7 +84,7 @@ class TraceOrder(Generator):
 
 class NearestInTrace(Generator):
     """A generator's proposals answered with the nearest configuration of the trace not used
-    yet (:mod:`hpctune.analysis.nearest`)."""
+    yet (:mod:`hpctune.simulator.nearest`)."""
 
     name: ClassVar[str] = "nearest-in-trace"
     predictable: ClassVar[bool] = False
@@ -113,11 +118,11 @@ class SimCurveService:
     lost, as a killed controller's fits are; the new controller asks for it again.
     """
 
-    cache: PredictionCache
+    cache: Predictions
     rows: TraceRows
     record: StudyRecord
     x_max: int
-    folder: Any
+    folder: Path
     options: FitOptions
     clock: SimClock = field(default_factory=SimClock)
     fit_seconds: float = 0.0
@@ -134,6 +139,11 @@ class SimCurveService:
         )
         self.requested += 1
 
+    def load(self, trial_id: int, n: int) -> CurvePrediction:
+        """A prediction journaled before (as a controller reads it back from its result
+        file, when it restarts)."""
+        return self.cache.get(self.rows.row(self.record, trial_id), n, self.x_max)
+
     def poll(self) -> list[FitResult]:
         """The answers due by now, in the order they were asked for."""
         done: list[FitResult] = []
@@ -148,6 +158,41 @@ class SimCurveService:
     def close(self) -> None:
         """Drop the fits in flight (the controller that asked for them is gone)."""
         self._pending.clear()
+
+
+def memory_core(
+    record: StudyRecord,
+    journal: MemoryJournal,
+    wire: Wire,
+    executor: Executor,
+    clock: SimClock,
+    *,
+    policy: Policy | None = None,
+    generator: Generator | None = None,
+    curve_service: SimCurveService | None = None,
+    settings: CoreSettings | None = None,
+) -> SchedulingCore:
+    """The scheduling core of a study that exists only in memory: no study directory, no lease,
+    no files; ``wire`` and ``executor`` stand for the workers.
+
+    ``policy`` and ``generator`` replace the ones the spec names (e.g. a policy object that is
+    not registered, or a generator answered from a trace); ``curve_service`` answers the curve
+    fits; ``settings``: :meth:`CoreSettings.in_memory` by default (simulated workers do not
+    hang unless told).
+    """
+    service = curve_service
+    return SchedulingCore(
+        record,
+        writer=journal,
+        wire=wire,
+        executor=executor,
+        clock=clock,
+        paths=StudyPaths.of(record.spec.get("directory") or "simulated-study"),
+        settings=settings or CoreSettings.in_memory(),
+        curve_service=None if service is None else lambda options: service,
+        policy=policy,
+        generator=generator,
+    )
 
 
 def simulation_spec(
@@ -187,13 +232,12 @@ def simulation_spec(
         "keep_checkpoints": "last",
         "curves": {"recalibrate": config.recalibrate},
     }
-    spec = StudySpec.from_dict(data)
-    return dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, max_pending=slots))
+    return StudySpec.from_dict(data)
 
 
 def simulation_context(trace: Trace, config: SimulatorConfig | None = None) -> StudyContext:
     """The study context a policy simulated on ``trace`` with ``config`` is built with (that
-    of :func:`simulation_spec`'s study: :func:`~hpctune.study.spec.study_context`)."""
+    of :func:`simulation_spec`'s study: :func:`~hpctune.spec.study_context`)."""
     config = config or SimulatorConfig()
     return StudyContext(
         max_steps=config.max_steps or trace.num_epochs, mode=trace.mode, boundary=config.boundary
@@ -216,9 +260,12 @@ class Simulator:
             ``None``: fitted on demand, in this process.
         generator: A generator that proposes each new trial's configuration from the view (TPE,
             GP, ...; built on the trace's search space); each proposal is answered with the
-            nearest configuration of the trace not used yet (:mod:`hpctune.analysis.nearest`).
+            nearest configuration of the trace not used yet (:mod:`hpctune.simulator.nearest`).
             ``None``:
             the configuration order ``order``.
+        inbox: A list the study's users append inbox commands to while it runs (``stop_trial``,
+            ``retry``, ...: :mod:`hpctune.wire.inbox`); the controller reads them at its next
+            iteration, as it reads its inbox.
     """
 
     def __init__(
@@ -230,8 +277,9 @@ class Simulator:
         seed: int = 0,
         config: SimulatorConfig | None = None,
         order: list[int] | None = None,
-        predictions: PredictionCache | None = None,
+        predictions: Predictions | None = None,
         generator: Generator | None = None,
+        inbox: list[dict[str, Any]] | None = None,
     ) -> None:
         self.config = config or SimulatorConfig()
         self.config.check(trace)
@@ -297,13 +345,10 @@ class Simulator:
         self.journal.commit({})
         self.rows = TraceRows(trace, nearest)
         self.workers = Workers(
-            trace, self.config, self.clock, slots, self.rows, self.record, self._on_report
+            trace, self.config, self.clock, slots, self.rows, self.record, self._on_report, inbox
         )
         self.curves: SimCurveService | None = None
         if policy.traits.wants_predictions:
-            from hpctune.curves.fitter import FitOptions
-            from hpctune.wire.layout import StudyPaths
-
             source = predictions or PredictionCache(trace, bounds=self.config.metric_bounds(trace))
             self.curves = SimCurveService(
                 source,
@@ -315,22 +360,28 @@ class Simulator:
                 clock=self.clock,
                 fit_seconds=self.config.fit_seconds,
             )
-        self.controller = SchedulingCore.in_memory(
-            self.record,
+        self.controller = self._core(self.record, policy)
+        self.restarts = 0
+        self._reached: tuple[float, int] | None = None  # (time, trial) of the first target hit
+        self._incumbent: list[tuple[float, float, int]] = []
+        self._end_time = 0.0
+
+    def _core(self, record: StudyRecord, policy: Policy) -> SchedulingCore:
+        """A scheduling core of this simulation's study, on ``record`` (the journal's fold)."""
+        faults = self.config.faults
+        return memory_core(
+            record,
             self.journal,
             self.workers.wire,
             self.workers.executor,
             self.clock,
             policy=policy,
             generator=self.generator,
-            curve_service=self.curves,  # type: ignore[arg-type]
-            worker_timeout=self.config.faults.worker_timeout,
-            startup_timeout=self.config.faults.startup_timeout,
+            curve_service=self.curves,
+            settings=CoreSettings.in_memory(
+                worker_timeout=faults.worker_timeout, startup_timeout=faults.startup_timeout
+            ),
         )
-        self.restarts = 0
-        self._reached: tuple[float, int] | None = None  # (time, trial) of the first target hit
-        self._incumbent: list[tuple[float, float, int]] = []
-        self._end_time = 0.0
 
     @property
     def proposals(self) -> list[dict[str, Any]]:
@@ -347,37 +398,19 @@ class Simulator:
     def restart_controller(self) -> None:
         """Replace the controller with a new one built from what the journal holds, as a killed
         controller resumed: its state, the policy's, the read positions of the workers' event
-        lines; the workers go on and are adopted. For registered policies only."""
-        from hpctune.journal.reader import load_state
-        from hpctune.policies import make_policy
-
+        lines; the workers go on and are adopted. The new policy is built as the old one was
+        (its class, options and study)."""
         self.controller.curves.close()
         record = load_state(self.journal)
         self.record = self.workers.record = record
         if self.curves is not None:
             self.curves.record = record
-        self.controller = SchedulingCore.in_memory(
+        self.controller = self._core(
             record,
-            self.journal,
-            self.workers.wire,
-            self.workers.executor,
-            self.clock,
-            policy=make_policy(self.policy.name, _options_dict(self.policy), self.policy.context),
-            generator=self.generator,
-            curve_service=self.curves,  # type: ignore[arg-type]
-            worker_timeout=self.config.faults.worker_timeout,
-            startup_timeout=self.config.faults.startup_timeout,
+            type(self.policy).from_options(self.policy.context, _options_dict(self.policy)),
         )
-        if self.curves is not None:  # the journaled predictions, as the controller reloads
-            # them from the result files their records name
-            fits = self.controller.curves
-            for trial_id, refs in fits.restore_refs().items():
-                row = self.rows.row(record, trial_id)
-                for ref in refs:
-                    fits.restore(trial_id, self.curves.cache.get(row, ref.n, self.max_steps))
-            fits.settle()
-            fits.resubmit()  # the fits the killed controller had in flight
-        self.controller.start()
+        self.controller.start()  # reloads the journaled predictions, asks again for the fits
+        # the killed controller had in flight
         self.restarts += 1
 
     def run(self, restart_at: Sequence[float] = ()) -> SimulationResult:
@@ -406,31 +439,45 @@ class Simulator:
                 break
             now = self.clock.now()
             due = self._next_time()
-            if due is not None and due <= now:  # the workers act at this instant
+            poll = self.config.poll_interval
+            if not poll and due is not None and due <= now:  # the workers act at this instant
                 self.workers.run_until(now)
                 continue
             changed = writes != self.workers.writes or any(
                 row["kind"] not in _BOOKKEEPING for row in self.journal.rows["log"][logged:]
             )
-            if changed and quiet < MAX_ITERATIONS_PER_INSTANT:
+            if not poll and changed and quiet < MAX_ITERATIONS_PER_INSTANT:
                 quiet += 1
                 continue  # the controller goes on at this instant (e.g. workers exiting)
             quiet = 0
             if due is None and self.workers.tick():
                 due = self._next_time()
+            if due is None and poll and changed:
+                due = now  # nothing is due, but the controller polls again (workers exiting)
             if due is None:
                 raise SimulatorError(
                     "the simulated study does not end: nothing runs and the controller keeps "
                     f"waiting (study {controller.state.state.value}: {controller.state.reason})"
                 )
-            if due > self.config.max_time:
+            if max(due, now + poll) > self.config.max_time:
                 self.clock.advance_to(self.config.max_time)
                 break
-            self.clock.advance_to(due)
-            self.workers.run_until(due)
+            if poll:
+                self._advance(max(due, now + poll))
+            else:
+                self.clock.advance_to(due)
+                self.workers.run_until(due)
         self._end_time = self.clock.now()
         self.controller.curves.close()
         return self._result()
+
+    def _advance(self, until: float) -> None:
+        """Carry out every worker event up to ``until``, each at its own time, then move the
+        clock there (the controller's next iteration, ``poll_interval`` after its last)."""
+        while (due := self.workers.next_time()) is not None and due <= until:
+            self.clock.advance_to(due)
+            self.workers.run_until(due)
+        self.clock.advance_to(until)
 
     def _next_time(self) -> float | None:
         """When the next worker event or curve fit is due, ``None`` when none is."""

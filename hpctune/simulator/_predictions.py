@@ -17,11 +17,20 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves import CurveFitter, CurvePrediction, CurveRequest, FitOptions
 from hpctune.policies import Policy
+from hpctune.simulator.traces import Trace
 from hpctune.study.seeding import component_seed
+
+
+class Predictions(Protocol):
+    """Where the simulator's curve fits get their answers: :class:`PredictionCache` (fitted on
+    the trace), or any source of predictions (the conformance kit's are made up)."""
+
+    def get(self, config: int, n: int, x_max: int) -> CurvePrediction:
+        """The prediction of configuration ``config`` from its first ``n`` values."""
 
 
 class PredictionCache:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpctune.policies import ActionKind
-from hpctune.wire.states import Mode, SegmentStatus, TrialStatus
+from hpctune.study.states import Mode, SegmentStatus, TrialStatus
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ value at every step and saves a checkpoint at every boundary:
 - a segment writes its ``start`` line, loads its checkpoint (``resume_cost``) if it has one, then
   trains the trial's steps, each taking the trace's seconds, and writes a ``report`` line per step
   (the study metric's value, if the trace has one);
-- at a boundary (``step % boundary == 0``, the segment's last step, or a stage end of
-  ``checkpoint_steps``) it waits for the controller's decision of that step when the assignment
-  says so (``decision_wait``; the controller answers at the same instant), saves a checkpoint
-  (``checkpoint_cost``) and writes its ``checkpoint`` line; elsewhere it reads the decision in
-  force without waiting (a decision taken at this report is read at the next one);
+- at a boundary (:func:`~hpctune.study.boundaries.checkpoint_due`: a multiple of ``boundary``,
+  the segment's last step, or a stage end of ``checkpoint_steps``) it waits for the
+  controller's decision of that step when the assignment says so (``decision_wait``; the
+  controller answers at the same instant), saves a checkpoint (``checkpoint_cost``) and writes
+  its ``checkpoint`` line; elsewhere it reads the decision in force without waiting (a decision
+  taken at this report is read at the next one);
 - a stop or suspend decision, or the segment's last step, ends it: the function returns, the
   ``end`` line says how (:func:`hpctune.worker.loop._from_decision`'s rule), a suspended segment
   costs
@@ -23,7 +24,9 @@ value at every step and saves a checkpoint at every boundary:
 - a step the trace does not hold (NaN seconds) fails the segment ("out of trace").
 
 Faults (:class:`~hpctune.simulator._config.Faults`, none by default): a trial's crash step fails
-each of its segments that trains it (the end line carries the error); a lost worker's process
+each of its segments that trains it (the end line carries the error); a trial's early end step
+ends each of its segments that reports it (``ended_early``: the function returned without being
+told to stop); a lost worker's process
 dies at its time (no end line, no more heartbeats, the executor finds it gone); a hung worker
 stops at its time but still runs as far as the executor can tell, its heartbeat frozen, so only
 the controller's heartbeat timeout ends it.
@@ -43,12 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from hpctune.analysis.nearest import NearestConfigurations
-from hpctune.analysis.traces import Trace
+from hpctune.backends.base import Executor, WorkerState
 from hpctune.core.wire import EventLines, Wire
-from hpctune.executors._base import Executor, WorkerState
 from hpctune.journal.state import StudyRecord
 from hpctune.simulator._config import SimClock, SimulatorConfig
+from hpctune.simulator.nearest import NearestConfigurations
+from hpctune.simulator.traces import Trace
+from hpctune.study.boundaries import at_boundary, checkpoint_due
+from hpctune.study.states import Decision, SegmentStatus
+from hpctune.wire.layout import checkpoint_path
 from hpctune.wire.protocol import (
     EV_CHECKPOINT,
     EV_END,
@@ -58,7 +64,6 @@ from hpctune.wire.protocol import (
     DecisionMessage,
     Heartbeat,
 )
-from hpctune.wire.states import Decision, SegmentStatus
 
 
 class TraceRows:
@@ -68,7 +73,7 @@ class TraceRows:
     with given parameters and no parent (a policy's own proposal, as freeze-thaw makes them; a
     user's) takes the nearest row no other trial uses, as a generator's proposal does (the
     nearest row when every row is used). A forked trial (a PBT child, a replayed fork) takes the
-    row nearest to its parameters (:class:`~hpctune.analysis.nearest.NearestConfigurations`'
+    row nearest to its parameters (:class:`~hpctune.simulator.nearest.NearestConfigurations`'
     distance, used rows included) among the rows that recorded the first step it trains (a
     child forked at step s: step s + 1), else the nearest row: a forked child therefore
     continues, from its parent's checkpoint step, on the curve of the recorded configuration
@@ -169,6 +174,7 @@ class Workers:
         rows: Each trial's trace row.
         record: The controller's study record (read only: to find trials' rows).
         on_report: Called with (time, trial, row, step, value) for every value reported.
+        inbox: The list the study's users append their commands to (:class:`MemoryWire`).
     """
 
     def __init__(
@@ -180,6 +186,7 @@ class Workers:
         rows: TraceRows,
         record: StudyRecord,
         on_report: Callable[[float, int, int, int, float], None],
+        inbox: list[dict[str, Any]] | None = None,
     ) -> None:
         self.trace = trace
         self.config = config
@@ -196,7 +203,7 @@ class Workers:
         self.checkpoints_deleted = 0
         self._heap: list[tuple[float, int, _Kind, str, int]] = []
         self._counter = 0
-        self.wire = MemoryWire(self)
+        self.wire = MemoryWire(self, inbox)
         self.executor = SimExecutor(self)
 
     # -- the event queue ----------------------------------------------------------------------
@@ -420,13 +427,18 @@ class Workers:
         run.step = step
         if not math.isnan(value):
             self.on_report(now, a.trial_id, run.row, step, value)
+        if step < a.until_step and self.config.faults.ends_early.get(a.trial_id) == step:
+            run.status = SegmentStatus.ENDED_EARLY  # the function returns (a fault)
+            run.reason = f"the function returned at step {step}"
+            self.push(now, _Kind.END, worker.worker_id)
+            return
         if step >= a.until_step:  # the function's last step: it returns
             stop = step >= a.max_steps
             run.decision = Decision.STOP if stop else Decision.SUSPEND
             run.reason = "last step" if stop else f"end of segment at {step}"
             self._after_report(worker, run, step, now)
             return
-        boundary = step % a.boundary == 0
+        boundary = at_boundary(step, a.boundary)
         self._read_decision(run, step)
         if boundary and a.decision_wait > 0 and not self._answered(run, step):
             run.waiting = step  # the controller answers at this instant, or the wait runs out
@@ -452,8 +464,7 @@ class Workers:
     def _after_report(self, worker: SimWorker, run: Run, step: int, now: float) -> None:
         """Save a checkpoint at a boundary, then go on or end."""
         a = run.assignment
-        boundary = step % a.boundary == 0 or step >= a.until_step or step in a.checkpoint_steps
-        if boundary:
+        if checkpoint_due(step, a.boundary, a.until_step, a.checkpoint_steps):
             self.push(now + self.config.checkpoint_cost, _Kind.SAVED, worker.worker_id, step)
         else:
             self._go_on(worker, run, now)
@@ -488,7 +499,7 @@ class Workers:
 
     def _checkpoint(self, run: Run, step: int) -> dict[str, Any]:
         a = run.assignment
-        path = f"checkpoints/trial-{a.trial_id:06d}/step-{step:08d}-segment-{a.segment_id:06d}.pt"
+        path = checkpoint_path(a.trial_id, step, a.segment_id)
         return {"path": path, "sha256": "", "nbytes": 0}
 
 
@@ -504,10 +515,34 @@ def _status(run: Run) -> SegmentStatus:
 
 class MemoryWire(Wire):
     """The controller's wire to the simulated workers: event lines and heartbeats are read from
-    them, assignments and decisions handed to them at once."""
+    them, assignments and decisions handed to them at once; the users' commands are read from
+    the list they append them to (``inbox``), each a file of the inbox once the controller
+    lists it."""
 
-    def __init__(self, workers: Workers) -> None:
+    def __init__(self, workers: Workers, inbox: list[dict[str, Any]] | None = None) -> None:
         self.workers = workers
+        self.posted = inbox if inbox is not None else []
+        self._listed = 0  # commands of ``posted`` named as inbox files so far
+        self._files: dict[str, dict[str, Any]] = {}
+
+    def inbox(self) -> list[str]:
+        """The names of the commands not yet carried out, in the order they were posted."""
+        for command in self.posted[self._listed :]:
+            self._listed += 1
+            self._files[f"{self._listed:08d}-user.json"] = command
+        return sorted(self._files)
+
+    def read_command(self, name: str) -> tuple[Any, str] | None:
+        """A command as the users posted it."""
+        return self._files[name], ""
+
+    def remove_command(self, name: str) -> None:
+        """The controller carried the command out."""
+        self._files.pop(name, None)
+
+    def reject_command(self, name: str, reason: str) -> None:
+        """The controller refused the command (journaled with ``reason``)."""
+        self._files.pop(name, None)
 
     def event_name(self, segment_id: int) -> str:
         return f"segment-{segment_id:06d}.jsonl"
@@ -538,6 +573,7 @@ class SimExecutor(Executor):
 
     def __init__(self, workers: Workers) -> None:
         self.workers = workers
+        self.max_pending = workers.slots  # every slot's worker may start at once
 
     def start(
         self, worker_ids: list[str], devices: int | None = None

@@ -16,7 +16,7 @@ def plot_split(result: SimulationResult, path: str | Path) -> Path:
     Raises:
         ValueError: The run recorded no ``s_promising`` (not a POP run).
     """
-    from hpctune.analysis.plotting import pyplot
+    from hpctune.plotting import pyplot
 
     plt = pyplot()
 

@@ -1,15 +1,11 @@
-"""What the cluster allows: partitions, a dry run of the jobs hpctune submits, pending reasons.
+"""What the cluster allows: partitions, ``sbatch --test-only``, job states, pending reasons.
 
 Used on the login node by ``hpctune launch`` and ``hpctune resume`` (before anything is created
-or submitted) and by ``hpctune status``; in the controller job to choose the default time limits.
-Every call has a timeout; a cluster that does not answer is reported, never waited on forever.
+or submitted, :mod:`hpctune.slurm.checks`) and by ``hpctune status``; in the controller job to
+choose the default time limits. Every call has a timeout; a cluster that does not answer is
+reported, never waited on forever.
 
-* :func:`check_jobs` runs ``sbatch --test-only`` with the controller's and the workers' options
-  (partition, account, QOS, time, CPUs, GPUs, memory, constraint, extra options) and compares
-  each time limit with its partition's ``MaxTime`` (Slurm's default ``EnforcePartLimits=NO``
-  accepts a job over the limit, which then pends forever with ``PartitionTimeLimit``). A
-  rejection is a :class:`~hpctune.errors.StudySpecError` (exit 2) with Slurm's own message and
-  the study.toml key to change.
+* :func:`test_only` asks ``sbatch --test-only`` about a job's options.
 * :func:`resolve_times` fills the time limits left unset: the controller gets
   ``min(1 day, MaxTime)``, the workers ``min(1 hour, MaxTime)`` of their partition.
 * :func:`job_status` gives a job's state and squeue's reason (``Resources``,
@@ -23,17 +19,19 @@ import logging
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from hpctune.errors import StudySpecError, SubmissionError
+from hpctune.elastic.cost import device_billing, parse_tres_weights
+from hpctune.errors import PlanningError, SubmissionError
 from hpctune.slurm.options import (
     DEFAULT_CONTROLLER_TIME_MIN,
     DEFAULT_WORKER_TIME_MIN,
     JobOptions,
     parse_time,
+    slurm_spec,
+    with_slurm,
 )
-from hpctune.study.spec import StudySpec
+from hpctune.spec import StudySpec
 
 logger = logging.getLogger(__name__)
 
@@ -46,20 +44,6 @@ _UNREACHABLE = (
     "connection refused",
     "zero bytes",
     "could not establish a configuration source",  # no slurm.conf and no DNS record of one
-)
-
-#: sbatch's error text -> the study.toml keys that cause it (first match wins).
-_ERROR_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("account", ("account",)),
-    ("qos", ("qos",)),
-    ("partition", ("partition",)),
-    ("time limit", ("time",)),
-    ("feature", ("constraint",)),
-    ("generic resource", ("gpus",)),
-    ("gres", ("gpus",)),
-    ("memory", ("mem",)),
-    ("node configuration", ("cpus", "gpus", "mem", "constraint")),
-    ("cpu count", ("cpus",)),
 )
 
 #: squeue's pending reasons that need a change of the job's settings, with the key to change.
@@ -165,7 +149,7 @@ def default_time(options: JobOptions, default_min: int, partition: Partition | N
 
 def resolve_times(spec: StudySpec, parts: Sequence[Partition] | None = None) -> StudySpec:
     """The spec with the unset time limits of the controller and the workers filled in."""
-    slurm = spec.slurm
+    slurm = slurm_spec(spec)
     if slurm.worker.time_min is not None and slurm.controller.time_min is not None:
         return spec
     parts = partitions() if parts is None else parts
@@ -183,9 +167,7 @@ def resolve_times(spec: StudySpec, parts: Sequence[Partition] | None = None) -> 
             find_partition(parts, slurm.controller.partition),
         ),
     )
-    return dataclasses.replace(
-        spec, slurm=dataclasses.replace(slurm, worker=worker, controller=controller)
-    )
+    return with_slurm(spec, dataclasses.replace(slurm, worker=worker, controller=controller))
 
 
 def sbatch_flags(parameters: Mapping[str, Any]) -> list[str]:
@@ -200,16 +182,6 @@ def sbatch_flags(parameters: Mapping[str, Any]) -> list[str]:
         flag = "--" + key.replace("_", "-")
         flags.append(flag if value is True else f"{flag}={value}")
     return flags
-
-
-def controller_flags(options: JobOptions) -> list[str]:
-    """The sbatch options of the controller's batch job (as its script sets them)."""
-    from hpctune.slurm.controller_job import controller_options
-
-    return [
-        f"--{key}" if value is None else f"--{key}={value}"
-        for key, value in controller_options(options)
-    ]
 
 
 def test_only(flags: Sequence[str]) -> str | None:
@@ -230,86 +202,6 @@ def test_only(flags: Sequence[str]) -> str | None:
     if any(phrase in message.lower() for phrase in _UNREACHABLE):
         raise SubmissionError(f"cannot reach Slurm to check the [slurm] options: {message}")
     return message
-
-
-def keys_for(message: str) -> tuple[str, ...]:
-    """The ``[slurm]`` keys an sbatch error message points at (empty: no telling)."""
-    lowered = message.lower()
-    for phrase, keys in _ERROR_KEYS:
-        if phrase in lowered:
-            return keys
-    return ()
-
-
-def _field_of(section: str, key: str) -> str:
-    if key in ("cpus", "gpus") and section == "slurm":
-        return f"resources.{key}_per_worker"
-    return f"{section}.{key}"
-
-
-def check_jobs(spec: StudySpec, source: Path | None = None) -> None:
-    """Check the controller's and the workers' options against the cluster; submit nothing.
-
-    Raises:
-        StudySpecError: Slurm would reject a job, or a time limit exceeds its partition's
-            ``MaxTime``; the message has Slurm's own words and names the key to change.
-        SubmissionError: Slurm cannot be reached.
-    """
-    from hpctune.slurm.executor import worker_parameters
-
-    path = source or spec.source
-    parts = partitions()
-    names = ", ".join(p.name + ("*" if p.default else "") for p in parts) or "see `sinfo`"
-    resolved = resolve_times(spec, parts)
-    jobs = (
-        (
-            "slurm.controller",
-            "the controller's batch job",
-            spec.slurm.controller,
-            controller_flags(resolved.slurm.controller),
-        ),
-        (
-            "slurm",
-            "the worker jobs",
-            spec.slurm.worker,
-            sbatch_flags(worker_parameters(resolved, env={})),
-        ),
-    )
-    for section, what, options, flags in jobs:
-        part = find_partition(parts, options.partition)
-        _check_time(options, part, section, what, path)
-        message = test_only(flags)
-        if message is None:
-            continue
-        keys = keys_for(message)
-        field = _field_of(section, keys[0]) if len(keys) == 1 else section
-        change = (
-            " or ".join(f"`{_field_of(section, k)}`" for k in keys) if keys else f"[{section}]"
-        )
-        raise StudySpecError(
-            path,
-            field,
-            f"Slurm rejects {what} (sbatch --test-only): {message}; change {change} "
-            f"(partitions: {names})",
-        )
-
-
-def _check_time(
-    options: JobOptions, part: Partition | None, section: str, what: str, path: Path
-) -> None:
-    """Refuse a time limit above the partition's (the job would pend forever)."""
-    if part is None or part.max_time_min is None or options.time_min is None:
-        return
-    limit = part.max_time_min
-    if options.time_min > limit:
-        raise StudySpecError(
-            path,
-            f"{section}.time",
-            f"{options.time_min} minutes exceeds the MaxTime of partition {part.name!r} "
-            f"({limit} minutes, `scontrol show partition {part.name}`): {what} would wait "
-            f"forever; set `time` in [{section}] to at most {limit} minutes, or leave it out "
-            "to get the partition's limit",
-        )
 
 
 @dataclass(frozen=True)
@@ -360,3 +252,36 @@ def pending_reasons(job_ids: Sequence[str]) -> dict[str, str]:
         if job in wanted:
             out[job] = reason
     return out
+
+
+def partition_billing(spec: Any, partition: str | None, *, gpu: bool = True) -> tuple[float, str]:
+    """Billed units per device-hour on ``partition`` (``None``: the study's ``[slurm]
+    partition``, else the cluster's default) for a study spec's workers, and where it came from.
+
+    Reads ``scontrol show partition``; one device comes with ``cpus_per_worker /
+    gpus_per_worker`` CPUs and its share of ``[slurm] mem``.
+
+    Raises:
+        PlanningError: The partition is not known to Slurm (or Slurm cannot be asked).
+    """
+    name = partition or slurm_spec(spec).worker.partition
+    part = find_partition(partitions(), name)
+    if part is None:
+        raise PlanningError(
+            f"partition {name or '(the default)'} is not known to `scontrol show partition`; "
+            "name one with --partition or give --billing-weight (in a study.toml: [slurm] "
+            "partition, or a number as [resources] billing_weight)"
+        )
+    resources = spec.resources
+    per_device = max(resources.gpus_per_worker, 1) if gpu else resources.cpus_per_worker
+    mem = slurm_spec(spec).worker.mem_gb or 0.0
+    weight = device_billing(
+        parse_tres_weights(part.billing_weights),
+        cpus_per_device=resources.cpus_per_worker / per_device,
+        mem_gb_per_device=mem / per_device,
+        gpu=gpu,
+    )
+    where = (
+        f"TRESBillingWeights of partition {part.name}: {part.billing_weights or '(none: CPUs)'}"
+    )
+    return weight, where

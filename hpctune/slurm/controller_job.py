@@ -9,17 +9,30 @@ requeue its job and exits; the restarted job carries on from the journal and ado
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import shlex
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import FrameType
+from typing import TextIO
 
+from hpctune.analysis.progress import LiveProgress
+from hpctune.analysis.summary import summary_lines
+from hpctune.backends.base import Backend
+from hpctune.controller import Controller
+from hpctune.controller.launch import controller_logging, prepare_study_dir, resume_command
 from hpctune.errors import SubmissionError
+from hpctune.slurm.cluster import job_status, resolve_times
 from hpctune.slurm.environment import export_lines
-from hpctune.slurm.options import DEFAULT_CONTROLLER_TIME_MIN, JobOptions
-from hpctune.study.spec import StudySpec
+from hpctune.slurm.executor import SlurmExecutor
+from hpctune.slurm.options import DEFAULT_CONTROLLER_TIME_MIN, JobOptions, slurm_spec
+from hpctune.spec import StudySpec
+from hpctune.study.states import StudyState
 from hpctune.wire.layout import StudyPaths
 
 CONTROLLER_SIGNAL_S = 120
@@ -74,7 +87,7 @@ def render_controller_script(
     ``SBATCH_EXPORT=NONE``. Unset time limits are the module default here; resolve them first
     (:func:`hpctune.slurm.cluster.resolve_times`) to get the partition's.
     """
-    options = spec.slurm.controller
+    options = slurm_spec(spec).controller
     lines = [
         f"#SBATCH --{key}" if value is None else f"#SBATCH --{key}={shlex.quote(value)}"
         for key, value in controller_options(options)
@@ -103,8 +116,6 @@ def submit_controller(paths: StudyPaths, spec: StudySpec) -> str:
     Raises:
         SubmissionError: sbatch failed (its message is included).
     """
-    from hpctune.slurm.cluster import resolve_times
-
     script = paths.root / "slurm" / "controller.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(render_controller_script(paths, resolve_times(spec)))
@@ -136,10 +147,65 @@ def last_controller_job(paths: StudyPaths) -> str | None:
 
 def queued_controller(paths: StudyPaths) -> str | None:
     """The id of the study's last controller job if it is still pending or running."""
-    from hpctune.slurm.cluster import job_status
-
     job = last_controller_job(paths)
     status = job_status(job) if job is not None else None
     if status is None:
         return None
     return job if status.state in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED") else None
+
+
+@contextlib.contextmanager
+def _job_signals(controller: Controller) -> Iterator[list[int]]:
+    """In a Slurm job: USR2 (time limit near, preemption) or SIGTERM (scancel) detach the
+    controller; the received signals are collected in the yielded list."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        controller.detach()
+
+    signums = (signal.SIGUSR2, signal.SIGTERM)
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield received
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def run_in_job(paths: StudyPaths, backend: Backend, *, out: TextIO | None = None) -> StudyState:
+    """Run the controller inside its Slurm batch job, with workers as Slurm jobs.
+
+    On SIGUSR2 (time limit near, preemption) the controller detaches and the job requeues
+    itself; on SIGTERM (scancel) it detaches and exits (``hpctune resume`` submits a new one).
+    """
+    out = sys.stdout if out is None else out
+    prepare_study_dir(paths)
+    with controller_logging(paths):
+        controller = Controller(
+            paths.root,
+            lambda spec: SlurmExecutor(paths.root, spec),
+            backend=backend,
+            poll_interval=0.5,
+            worker_timeout=120.0,
+            on_progress=LiveProgress(out, interval=30.0, live=False),
+        )
+        with _job_signals(controller) as received:
+            state = controller.run()
+        if signal.SIGUSR2 in received:
+            job = os.environ.get("SLURM_JOB_ID", "")
+            print(f"controller detached (SIGUSR2); requeueing job {job}", file=out, flush=True)
+            subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
+        elif controller.detached:
+            print(
+                f"controller detached (SIGTERM); resume with: "
+                f"{resume_command(paths, local=False)}",
+                file=out,
+                flush=True,
+            )
+        else:
+            for line in summary_lines(
+                controller.state, paths.root, resume_command(paths, local=False)
+            ):
+                print(line, file=out)
+        return state

@@ -24,10 +24,10 @@ from typing import Any
 
 import submitit
 
+from hpctune.backends.base import WorkerState
 from hpctune.curves.fitter import FitOptions
 from hpctune.curves.options import CurvesSpec
 from hpctune.curves.service import FitBackend, FitJob, run_fit_task
-from hpctune.executors._base import WorkerState
 from hpctune.slurm.environment import SRUN_ARGS, export_lines
 from hpctune.slurm.options import JobOptions
 from hpctune.slurm.queue import SlurmQueue

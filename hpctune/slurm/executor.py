@@ -25,14 +25,16 @@ from typing import Any
 import submitit
 from submitit.core.utils import JobPaths
 
+from hpctune.backends.base import Executor, WorkerState
 from hpctune.errors import SubmissionError
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.slurm.cluster import partition_billing, resolve_times
 from hpctune.slurm.environment import SRUN_ARGS, export_lines
-from hpctune.slurm.options import DEFAULT_WORKER_TIME_MIN
+from hpctune.slurm.options import DEFAULT_WORKER_TIME_MIN, slurm_spec
 from hpctune.slurm.queue import SlurmQueue, job_end_reason, job_end_time
-from hpctune.study.spec import StudySpec
+from hpctune.spec import StudySpec
 from hpctune.wire.layout import StudyPaths
 from hpctune.worker.context import DEVICES_VARIABLE
+from hpctune.worker.loop import Worker, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +55,6 @@ class WorkerJob:
 
     def __call__(self) -> int:
         """Run the worker loop in this job (also after a requeue: same worker id)."""
-        from hpctune.worker.loop import Worker, setup_logging
-
         if int(os.environ.get("SLURM_PROCID", "0")) != 0:
             return 0  # a whole-node worker's other nodes: its training function reaches them
         worker = Worker(self.study_dir, self.worker_id, controller_timeout=self.controller_timeout)
@@ -79,7 +79,8 @@ def worker_parameters(
     (``--exclusive``), one task per node: the worker runs on the first, and its training
     function reaches the others (``SLURM_JOB_NODELIST``, ``srun --overlap``).
     """
-    options, resources = spec.slurm.worker, spec.resources
+    slurm = slurm_spec(spec)
+    options, resources = slurm.worker, spec.resources
     size = 1 if devices is None else devices
     nodes = 1
     node = resources.node_devices
@@ -92,7 +93,7 @@ def worker_parameters(
         "job_name": f"hpctune-{spec.name}",
         "time": options.time_min or DEFAULT_WORKER_TIME_MIN,
         "cpus_per_task": threads,
-        "signal_delay_s": spec.slurm.signal_delay_s,
+        "signal_delay_s": slurm.signal_delay_s,
         "stderr_to_stdout": True,
         "array_parallelism": resources.slots,
         "srun_args": list(SRUN_ARGS),
@@ -138,9 +139,8 @@ class SlurmExecutor(Executor):
 
     def use_spec(self, spec: StudySpec) -> None:
         """Submit the next workers with ``spec``'s settings (unset times: the partition's)."""
-        from hpctune.slurm.cluster import resolve_times
-
         self.spec = resolve_times(spec)
+        self.max_pending = slurm_spec(spec).max_pending
         self._executors: dict[int | None, submitit.SlurmExecutor] = {}
         self._executor_for(None)  # its parameters checked now
 
@@ -166,7 +166,7 @@ class SlurmExecutor(Executor):
     ) -> dict[str, dict[str, Any]]:
         """Submit one job per worker (of ``devices`` devices each), as one job array when
         there are several."""
-        timeout = float(self.spec.slurm.controller_timeout_s)
+        timeout = float(slurm_spec(self.spec).controller_timeout_s)
         root = str(self.paths.root)
         try:
             executor = self._executor_for(devices)
@@ -204,6 +204,12 @@ class SlurmExecutor(Executor):
         job = info.get("job_id")
         return job_end_time(str(job)) if job else None
 
+    def billing_weight(
+        self, spec: StudySpec, partition: str | None, gpu: bool
+    ) -> tuple[float, str]:
+        """The partition's ``TRESBillingWeights`` per device of the study's workers."""
+        return partition_billing(spec, partition, gpu=gpu)
+
     def cancel(self, worker_id: str, info: Mapping[str, Any]) -> None:
         """``scancel`` the worker's job."""
         job = info.get("job_id")
@@ -214,8 +220,3 @@ class SlurmExecutor(Executor):
         except (OSError, subprocess.SubprocessError) as exc:
             logger.warning("scancel %s failed: %s", job, exc)
         self.queue.refresh(force=True)
-
-
-def in_slurm_job() -> bool:
-    """True inside a Slurm job."""
-    return "SLURM_JOB_ID" in os.environ

@@ -106,6 +106,21 @@ class SlurmSpec:
         )
 
 
+def slurm_spec(spec: Any) -> SlurmSpec:
+    """The ``[slurm]`` settings of a study spec (its ``backend_options["slurm"]``; the
+    defaults when the study.toml has no ``[slurm]``)."""
+    data = spec.backend_options.get(SECTION)
+    return SlurmSpec() if data is None else SlurmSpec.from_dict(data)
+
+
+def with_slurm(spec: Any, slurm: SlurmSpec) -> Any:
+    """``spec`` (a :class:`~hpctune.spec.StudySpec`) with the ``[slurm]`` settings ``slurm``."""
+    return spec.with_backend_options(SECTION, slurm.to_dict())
+
+
+#: The study.toml section of the Slurm backend.
+SECTION = "slurm"
+
 JOB_KEYS = ("partition", "account", "qos", "constraint", "time", "mem", "setup", "extra")
 CONTROLLER_KEYS = (*JOB_KEYS, "cpus")
 SLURM_KEYS = (*JOB_KEYS, "signal_delay_s", "max_pending", "controller_timeout_s", "controller")

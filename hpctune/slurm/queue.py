@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from hpctune.executors._base import WorkerState
+from hpctune.backends.base import WorkerState
 
 logger = logging.getLogger(__name__)
 

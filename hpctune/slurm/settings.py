@@ -1,9 +1,10 @@
-"""Changing the ``[slurm]`` settings of an existing study (``hpctune resume --slurm``/``--spec``).
+"""Changing the ``[slurm]`` settings of an existing study (``hpctune resume --set``/``--spec``).
 
 The search space, the policy and everything else stay as the journal has them; only
 ``[slurm]`` and ``[slurm.controller]`` change. ``resume`` checks the new settings like
-``launch`` does, submits the controller with them and leaves a ``slurm`` command in the inbox:
-the controller journals the change (a ``slurm_changed`` record) and submits its workers with it.
+``launch`` does, submits the controller with them and leaves a ``settings`` command in the
+inbox: the controller journals the change (a ``settings_changed`` record) and submits its
+workers with it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import StudySpecError
-from hpctune.slurm.options import CONTROLLER_KEYS, SLURM_KEYS, SlurmSpec, parse_slurm, slurm_table
+from hpctune.slurm.options import (
+    CONTROLLER_KEYS,
+    SECTION,
+    SLURM_KEYS,
+    SlurmSpec,
+    parse_slurm,
+    slurm_table,
+)
 
 #: The name the errors give as the source of ``--slurm`` values.
 COMMAND_LINE = Path("--slurm")
 
 #: The inbox command kind that carries new settings to the controller.
-COMMAND = "slurm"
+COMMAND = "settings"
 
 
 def parse_assignments(texts: Sequence[str]) -> dict[str, Any]:
@@ -104,19 +112,8 @@ def command(new: SlurmSpec, old: SlurmSpec, source: str) -> dict[str, Any]:
     """The inbox command that makes the next controller use (and journal) ``new``."""
     return {
         "command": COMMAND,
-        "slurm": new.to_dict(),
+        "section": SECTION,
+        "settings": new.to_dict(),
         "changes": differences(old, new),
         "source": source,
     }
-
-
-def read_command(command: Mapping[str, Any]) -> SlurmSpec:
-    """The settings of an inbox ``slurm`` command.
-
-    Raises:
-        ValueError: The command does not hold valid settings.
-    """
-    try:
-        return SlurmSpec.from_dict(command["slurm"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"an inbox `slurm` command needs valid settings: {exc}") from exc

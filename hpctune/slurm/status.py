@@ -6,11 +6,12 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from hpctune.backends.base import SUBMIT_TRIES
 from hpctune.journal.state import StudyRecord
 from hpctune.slurm.cluster import job_status, pending_reasons
 from hpctune.slurm.controller_job import last_controller_job
+from hpctune.study.states import StudyState, WorkerLife
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState, WorkerLife
 
 FINAL = (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
 
@@ -69,8 +70,6 @@ def status_lines(data: dict[str, Any], root: str) -> list[str]:
             lines.append(f"controller: job {job['job']} {job['state'].lower()}, starting")
     submission = data["submission"]
     if submission["failures"]:
-        from hpctune.core.pool import SUBMIT_TRIES
-
         lines.append(
             f"workers: submission failed {submission['failures']} time(s) in a row (the "
             f"study fails after {SUBMIT_TRIES}): {submission['error']}"

@@ -30,7 +30,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.pieces import ConfigPiece, TrialStage, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
 from hpctune.stagetree.schedulers import StepCost
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 
 def trial_end(record: StudyRecord, trial_id: int, max_steps: int, *, full: bool = False) -> int:

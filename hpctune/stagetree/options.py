@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hpctune.errors import StudySpecError, check_table_keys
+from hpctune.plugins import PluginError
+from hpctune.policies import policy_class, policy_names
 
 STAGES_KEYS = ("enabled", "scheduler", "store", "fingerprint")
 SCHEDULERS = ("critical-path", "bfs", "most-children")
@@ -22,9 +24,16 @@ SCHEDULERS = ("critical-path", "bfs", "most-children")
 
 def stage_policies() -> list[str]:
     """The registered policies that run over stage trees (the trait ``runs_on_stage_trees``)."""
-    from hpctune.policies import POLICIES
+    return policy_names(runs_on_stage_trees=True)
 
-    return [name for name, cls in POLICIES.items() if cls.traits.runs_on_stage_trees]
+
+def _runs_on_stage_trees(policy: str) -> bool:
+    """Whether the policy ``policy`` (a registered name or ``MODULE:CLASS``) runs over stage
+    trees; ``False`` for one that cannot be found."""
+    try:
+        return policy_class(policy).traits.runs_on_stage_trees
+    except PluginError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def parse_stages(
             f"`stages.scheduler` must be one of {', '.join(repr(s) for s in SCHEDULERS)}, "
             f"but got {scheduler!r}",
         )
-    if enabled and policy not in stage_policies():
+    if enabled and not _runs_on_stage_trees(policy):
         raise StudySpecError(
             path,
             "stages.enabled",

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpctune.analysis.formatting import format_schedule, format_value
+from hpctune.study.formatting import format_schedule, format_value
 from hpctune.study.schedules import (
     Constant,
     Cosine,

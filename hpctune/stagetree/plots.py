@@ -54,7 +54,7 @@ def plot_stage_tree(
     Raises:
         UsageError: matplotlib is not installed.
     """
-    from hpctune.analysis.plotting import pyplot
+    from hpctune.plotting import pyplot
 
     plt = pyplot()
     path = Path(path)

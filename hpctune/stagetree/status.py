@@ -18,7 +18,7 @@ from hpctune.journal.state import StudyRecord
 from hpctune.stagetree.from_study import path_ranges, plan_from_study
 from hpctune.stagetree.plan import SearchPlan
 from hpctune.stagetree.tree import StageTree, build_stage_tree
-from hpctune.wire.states import StudyState
+from hpctune.study.states import StudyState
 
 STATUSES = ("done", "running", "pending", "released")
 
@@ -75,4 +75,22 @@ def status_counts(statuses: list[str]) -> dict[str, int]:
     return {s: counts.get(s, 0) for s in STATUSES}
 
 
-__all__ = ["STATUSES", "status_counts", "study_stage_tree"]
+def stage_tree_json(tree: StageTree, statuses: list[str]) -> dict[str, object]:
+    """``hpctune stagetree --json`` (docs/cli.md): the counts by status and every stage with
+    its steps, parent, trials and status."""
+    stages = [
+        {
+            "id": s.id,
+            "node": s.node,
+            "start": s.start,
+            "end": s.end,
+            "parent": s.parent,
+            "trials": list(s.trials),
+            "status": statuses[s.id],
+        }
+        for s in tree.stages
+    ]
+    return {"version": 1, "counts": status_counts(statuses), "stages": stages}
+
+
+__all__ = ["STATUSES", "stage_tree_json", "status_counts", "study_stage_tree"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.wire.files import read_json, sha256_file, write_json_atomic
+from hpctune.files import read_json, sha256_file, write_json_atomic
 
 ENTRY_VERSION = 1
 

@@ -159,11 +159,27 @@ def forbid_io() -> Iterator[list[Violation]]:
     Blocks may nest (the inner one records the attempts made inside it) and run in several
     threads at once; each thread is guarded only by its own blocks.
     """
-    global _clock_patches
     _install_hook()
     thread = threading.get_ident()
     outer = _guards.get(thread)
     violations: list[Violation] = []
+    with patched_clocks():
+        _guards[thread] = violations
+        try:
+            yield violations
+        finally:
+            if outer is None:
+                del _guards[thread]
+            else:
+                _guards[thread] = outer
+
+
+@contextlib.contextmanager
+def patched_clocks() -> Iterator[None]:
+    """Keep the :mod:`time` module's clocks patched for the block (they refuse calls only from
+    a thread inside :func:`forbid_io`), so that many short guarded blocks inside it do not
+    patch and restore them each time."""
+    global _clock_patches
     with _lock:
         if _clock_patches == 0:
             for name in (*CLOCK_FUNCTIONS, "sleep"):
@@ -172,14 +188,9 @@ def forbid_io() -> Iterator[list[Violation]]:
                     _originals[name] = original
                     setattr(time, name, _patched(name, original))
         _clock_patches += 1
-    _guards[thread] = violations
     try:
-        yield violations
+        yield
     finally:
-        if outer is None:
-            del _guards[thread]
-        else:
-            _guards[thread] = outer
         with _lock:
             _clock_patches -= 1
             if _clock_patches == 0:

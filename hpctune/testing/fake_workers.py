@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctune.executors._base import Executor, WorkerState
+from hpctune.backends.base import Executor, WorkerState
+from hpctune.files import write_json_atomic
+from hpctune.study.states import SegmentStatus
 from hpctune.wire.eventlog import EventWriter
-from hpctune.wire.files import write_json_atomic
-from hpctune.wire.layout import StudyPaths
+from hpctune.wire.layout import StudyPaths, checkpoint_path
 from hpctune.wire.lease import highest_epoch
 from hpctune.wire.protocol import (
     EV_CHECKPOINT,
@@ -35,7 +36,6 @@ from hpctune.wire.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.wire.states import SegmentStatus
 from hpctune.worker.loop import HEARTBEAT_INTERVAL
 
 
@@ -143,7 +143,7 @@ class FakeFleet:
         metrics = {a.metric: score(a.params, run.step)}
         run.events.write({"kind": EV_REPORT, "t": now, "step": run.step, "metrics": metrics})
         self.steps += 1
-        path = f"checkpoints/trial-{a.trial_id:06d}/step-{run.step:08d}.pt"
+        path = checkpoint_path(a.trial_id, run.step, a.segment_id)
         run.events.write({"kind": EV_CHECKPOINT, "t": now, "step": run.step, "path": path,
                           "sha256": "", "nbytes": 1000})  # fmt: skip
         if run.step >= a.until_step:

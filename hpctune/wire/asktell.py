@@ -15,7 +15,7 @@ when it can be carried out), in the style of the inbox's other commands:
   (default ``max_steps``); ``state`` ``completed`` (the default), ``terminated`` or ``failed``
   ends it; ``"running"`` records an intermediate report and leaves it running.
 
-The journal keeps its one writer: :class:`AskTellClient` (``hpctune.open_study(dir,
+The journal keeps its one writer: :class:`AskTellClient` (``hpctune.read_study(dir,
 write=True)``) only drops inbox files and reads the controller's answers.
 """
 
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpctune.files import read_json
+from hpctune.journal.reader import read_study
 from hpctune.journal.state import StudyRecord
 from hpctune.study.space import (
     CategoricalParam,
@@ -40,10 +42,9 @@ from hpctune.study.space import (
     ScheduleParam,
     SearchSpace,
 )
-from hpctune.wire.files import read_json
+from hpctune.study.states import StudyState
 from hpctune.wire.inbox import check_keys, send_command
 from hpctune.wire.lease import Holder, holder, rival
-from hpctune.wire.states import StudyState
 
 ANSWERS_DIR = "asked"
 TELL_STATES = ("completed", "terminated", "failed", "running")
@@ -274,9 +275,7 @@ class AskTellClient:
     def _ended_without_answer(self, sent: Path) -> str:
         """Why an ask can no longer be answered now that the study's controller is gone (""
         while it may be): the study is in a final state. Withdraws the request then."""
-        from hpctune.journal.reader import open_study
-
-        record = open_study(self.directory).record
+        record = read_study(self.directory).record
         if record.state not in (StudyState.FINISHED, StudyState.FAILED, StudyState.STOPPED):
             return ""  # its controller may be requeued or resumed
         try:
@@ -305,9 +304,7 @@ class AskTellClient:
         """
         trial_id = trial.trial_id if isinstance(trial, AskedTrial) else int(trial)
         if not isinstance(values, Mapping):
-            from hpctune.journal.reader import open_study
-
-            values = {open_study(self.directory).metric: float(values)}
+            values = {read_study(self.directory).metric: float(values)}
         command: dict[str, Any] = {
             "command": "tell",
             "trial": trial_id,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpctune.wire.files import dumps
+from hpctune.files import dumps
 
 
 def encode_line(record: dict[str, Any]) -> bytes:

@@ -17,10 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpctune.files import write_bytes_atomic, write_json_atomic
 from hpctune.journal.state import StudyRecord
-from hpctune.slurm.settings import read_command as read_slurm_command
-from hpctune.wire.files import write_bytes_atomic, write_json_atomic
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 
 INBOX_GRACE = 2.0  # seconds: an unparsable file younger than this may still be being written
 MAX_COMMAND_BYTES = 1 << 20
@@ -90,16 +89,20 @@ def check_retry(command: Mapping[str, Any], record: StudyRecord) -> str:
     return ""
 
 
-def check_slurm(command: Mapping[str, Any], record: StudyRecord) -> str:
-    """``{"command": "slurm", "slurm": {...}, "changes": {...}, "source": "..."}`` (`hpctune
-    resume --slurm/--spec`): the ``[slurm]`` settings of the jobs submitted from now on."""
-    problem = check_keys(command, ("slurm", "changes", "source"))
+def check_settings(command: Mapping[str, Any], record: StudyRecord) -> str:
+    """``{"command": "settings", "section": "slurm", "settings": {...}, "changes": {...},
+    "source": "..."}`` (`hpctune resume --set/--spec`): the settings of the backend's section
+    for the jobs it starts from now on (the executor checks them when it takes them)."""
+    problem = check_keys(command, ("section", "settings", "changes", "source"))
     if problem:
         return problem
-    try:
-        read_slurm_command(command)
-    except ValueError as exc:
-        return str(exc)
+    if not isinstance(command.get("section"), str) or not command["section"]:
+        return f"'section' must name the backend's section, but got {command.get('section')!r}"
+    for key in ("settings", "changes"):
+        if not isinstance(command.get(key, {}), dict):
+            return f"{key!r} must be a table, but got {command[key]!r}"
+    if "settings" not in command:
+        return "'settings' (the section's new settings) is missing"
     return ""
 
 
@@ -120,7 +123,7 @@ VALIDATORS: dict[str, Validator] = {
     "stop": check_stop,
     "stop_trial": check_stop_trial,
     "retry": check_retry,
-    "slurm": check_slurm,
+    "settings": check_settings,
     "deadline": check_deadline,
 }
 

@@ -32,6 +32,17 @@ from pathlib import Path
 from hpctune.journal.epochs import current_journal
 
 
+def checkpoint_path(trial_id: int, step: int, segment_id: int) -> str:
+    """Where segment ``segment_id`` of trial ``trial_id`` saves its checkpoint at ``step``,
+    relative to the study directory (as the journal names it): the one place that names it."""
+    return f"checkpoints/{_trial_folder(trial_id)}/step-{step:08d}-segment-{segment_id:06d}.pt"
+
+
+def _trial_folder(trial_id: int) -> str:
+    """The name of the checkpoint folder of trial ``trial_id``."""
+    return f"trial-{trial_id:06d}"
+
+
 @dataclass(frozen=True)
 class StudyPaths:
     """Paths inside one study directory."""
@@ -136,7 +147,7 @@ class StudyPaths:
 
     def trial_checkpoints(self, trial_id: int) -> Path:
         """The checkpoint folder of trial ``trial_id``."""
-        return self.checkpoints / f"trial-{trial_id:06d}"
+        return self.checkpoints / _trial_folder(trial_id)
 
     def checkpoint_trials(self) -> list[int]:
         """The trials that have a folder of :meth:`trial_checkpoints` (none if unreadable)."""
@@ -148,7 +159,7 @@ class StudyPaths:
 
     def checkpoint_file(self, trial_id: int, step: int, segment_id: int) -> Path:
         """Where segment ``segment_id`` of trial ``trial_id`` saves its checkpoint at ``step``."""
-        return self.trial_checkpoints(trial_id) / f"step-{step:08d}-segment-{segment_id:06d}.pt"
+        return self.root / checkpoint_path(trial_id, step, segment_id)
 
     def imported_checkpoint(self, trial_id: int, step: int, key: str) -> Path:
         """A checkpoint taken from the stage store (``key``) for a trial."""

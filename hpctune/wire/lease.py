@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctune.errors import HpctuneError, UsageError
-from hpctune.wire.files import fsync_dir, read_json
+from hpctune.files import dumps, fsync_dir, read_json
 
 if TYPE_CHECKING:
     from hpctune.wire.layout import StudyPaths
@@ -357,8 +357,6 @@ def create_exclusive(path: Path, data: dict[str, Any]) -> bool:
     appears. If the reply of ``link`` is lost (NFS), the temporary file's link count says
     whether it worked. Where hard links are not allowed, ``O_CREAT | O_EXCL`` is used.
     """
-    from hpctune.wire.files import dumps
-
     data = {**data, "time": time.time()}
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     with open(tmp, "wb") as f:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpctune.wire.files import read_json, write_json_atomic
-from hpctune.wire.states import Decision, Mode
+from hpctune.files import read_json, write_json_atomic
+from hpctune.study.states import Decision, Mode
 
 # Event kinds in a segment's event file.
 EV_START = "start"

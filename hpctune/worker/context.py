@@ -32,11 +32,16 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from hpctune.errors import CheckpointError, HpctuneError
+from hpctune.files import sha256_file
+from hpctune.study.boundaries import at_boundary, checkpoint_due
 from hpctune.study.metric_names import MAX_METRIC_NAME, metric_name_problem
+from hpctune.study.schedules import evaluate
+from hpctune.study.seeding import step_seed
+from hpctune.study.states import Decision
 from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter
+from hpctune.wire.permissions import check_loadable
 from hpctune.wire.protocol import EV_CHECKPOINT, EV_REPORT, Assignment, DecisionMessage
-from hpctune.wire.states import Decision
 from hpctune.wire.storage import describe, storage_error
 
 DEVICES_VARIABLE = "HPCTUNE_DEVICES"
@@ -175,8 +180,6 @@ class TrialContext:
 
     def params_at(self, step: float) -> dict[str, Any]:
         """The hyperparameters in force at ``step`` (fractional steps allowed)."""
-        from hpctune.study.schedules import evaluate
-
         return {name: evaluate(value, step) for name, value in self._a.params.items()}
 
     def changed(self, step: int) -> dict[str, Any]:
@@ -192,19 +195,13 @@ class TrialContext:
         """A seed for the randomness of training ``step`` (data order, dropout, augmentation):
         it depends on :attr:`seed` and ``step`` only, so a run resumed from a checkpoint, or a
         stage trained once for several trials, draws exactly what an uninterrupted run would."""
-        from hpctune.study.seeding import step_seed
-
         return step_seed(self.seed, step)
 
     def checkpoint_due(self, step: int) -> bool:
         """True when a checkpoint must be saved after ``step``: at a boundary, at the end of
         this segment, and (stage trees) at the end of every stage, where other trials branch
         off. Saving at every step is always allowed."""
-        return (
-            step % self._a.boundary == 0
-            or step >= self.until_step
-            or step in self._a.checkpoint_steps
-        )
+        return checkpoint_due(step, self._a.boundary, self.until_step, self._a.checkpoint_steps)
 
     def value(self, name: str, step: float | None = None) -> Any:
         """One hyperparameter at ``step`` (default :attr:`step`)."""
@@ -255,7 +252,7 @@ class TrialContext:
                     f"{MAX_METRIC_NAME} characters works)"
                 )
         values = {name: _to_float(name, value) for name, value in metrics.items()}
-        boundary = step % self._a.boundary == 0 or step >= self.until_step
+        boundary = at_boundary(step, self._a.boundary, self.until_step)
         try:
             self._events.write(
                 {"kind": EV_REPORT, "t": self._clock.now(), "step": step, "metrics": values},
@@ -399,15 +396,11 @@ class TrialContext:
             return None
         import torch
 
-        from hpctune.wire.permissions import check_loadable
-
         path = self.study_dir / self._a.checkpoint
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} of trial {self.trial_id} is missing")
         check_loadable(path, "the checkpoint")
         if verify and self._a.checkpoint_sha256:
-            from hpctune.wire.files import sha256_file
-
             digest = sha256_file(path)
             if digest != self._a.checkpoint_sha256:
                 raise CheckpointError(

@@ -3,7 +3,7 @@
 The loop: read ``workers/<W>/assignment.json``; when it names a segment not run yet, look the
 segment up in the journal and run the user's function on it (events to the segment's own file,
 stdout/stderr to the trial's log files); when it is an exit order, exit. What runs comes from the
-journal, never from the file (:mod:`hpctune.journal.assignments`), and files of a controller
+journal, never from the file (:mod:`hpctune.worker.assignments`), and files of a controller
 epoch below the highest one are ignored (:mod:`hpctune.wire.lease`). A background thread keeps
 ``heartbeat.json`` fresh. A worker never waits on the controller for long: decisions are read at
 boundaries with a bounded wait, and a worker whose controller has been silent for
@@ -28,10 +28,10 @@ from types import FrameType
 from typing import Any
 
 from hpctune.errors import HpctuneError
-from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
+from hpctune.files import read_json, write_json_atomic
+from hpctune.study.states import Decision, SegmentStatus
 from hpctune.wire.clock import Clock, RealClock
 from hpctune.wire.eventlog import EventWriter, read_events
-from hpctune.wire.files import read_json, write_json_atomic
 from hpctune.wire.layout import StudyPaths
 from hpctune.wire.lease import highest_epoch
 from hpctune.wire.permissions import check_loadable, check_study_dir, use_umask_of
@@ -43,9 +43,10 @@ from hpctune.wire.protocol import (
     Heartbeat,
     read_assignment,
 )
-from hpctune.wire.states import Decision, SegmentStatus
 from hpctune.wire.storage import describe, storage_error
+from hpctune.worker.assignments import AssignmentRefused, trusted_assignment
 from hpctune.worker.context import TrialContext, TrialStop, devices_from_environment
+from hpctune.worker.process import own_job_id, process_start_time
 
 logger = logging.getLogger("hpctune.worker.loop")  # also when run as __main__
 
@@ -324,7 +325,9 @@ class Worker:
         return self.clock.now() - last > self.controller_timeout
 
     def _function(self, entry: dict[str, Any]) -> Callable[..., Any]:
-        from hpctune.study.spec import EntryPoint
+        # imported here: the spec package loads the journal's readers (zarr), which a worker
+        # otherwise loads later; its start-up time halves (0.5 s instead of 1 s)
+        from hpctune.spec import EntryPoint
 
         point = EntryPoint(
             file=Path(entry["file"]) if entry.get("file") else None,
@@ -487,97 +490,6 @@ def _from_decision(
     if decision is Decision.SUSPEND or ctx.step >= ctx.until_step:
         return SegmentStatus.SUSPENDED, reason or "suspended", ""
     return SegmentStatus.ENDED_EARLY, f"the function returned at step {ctx.step}", ""
-
-
-def own_job_id() -> str | None:
-    """This process's Slurm job as Slurm's commands name it: ``<array job>_<task>`` for an
-    array task (submitit's ``JobEnvironment.job_id``), else ``SLURM_JOB_ID``; ``None`` outside
-    Slurm."""
-    if not os.environ.get("SLURM_JOB_ID"):
-        return None
-    from submitit.slurm.slurm import SlurmJobEnvironment
-
-    return SlurmJobEnvironment().job_id
-
-
-def process_start_time(clock: Clock | None = None) -> float:
-    """When this worker's run started (``clock``'s time, the wall clock by default).
-
-    For a worker that is a Slurm job step's task (its parent is a ``slurmstepd``, as ``srun``
-    starts hpctune's Slurm workers) that is the start of the job's batch step (its
-    ``slurmstepd``, found in Linux's ``/proc``), so that the run counts Slurm's launch of the
-    step the worker runs in, as sacct does. Elsewhere (a local worker, even inside a Slurm
-    allocation), or where ``/proc`` hides that process, the start of this process if within the
-    last minute (a worker process starts its :class:`Worker` at once); else now."""
-    now = (clock or RealClock()).now()
-    job = os.environ.get("SLURM_JOB_ID")
-    age = _batch_step_age(job) if job and _parent_is_slurmstepd() else None
-    if age is None:
-        age = _process_age("self")
-        if age is None or age > 60.0:
-            return now
-    return now - age
-
-
-def _stat_fields(pid: str) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...).
-
-    Raises:
-        OSError, IndexError: No such process, or an unreadable line.
-    """
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
-def _is_slurmstepd(pid: str) -> bool:
-    """Whether process ``pid`` is Slurm's step daemon (by its executable's name)."""
-    with open(f"/proc/{pid}/comm", "rb") as f:
-        return f.read().strip() == b"slurmstepd"
-
-
-def _process_age(pid: str) -> float | None:
-    """Seconds since process ``pid`` started (from ``/proc``), or ``None`` if unknown."""
-    try:
-        ticks = int(_stat_fields(pid)[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    return age if age >= 0.0 else None
-
-
-def _parent_is_slurmstepd() -> bool:
-    """Whether this process was started by Slurm's step daemon (it is a step's task)."""
-    try:
-        return _is_slurmstepd(_stat_fields("self")[1])
-    except (OSError, IndexError):
-        return False
-
-
-def _batch_step_age(job: str) -> float | None:
-    """Seconds since the batch step of Slurm job ``job`` started on this node (its process is
-    titled ``slurmstepd: [<job>.batch]``; the youngest, should an earlier run's be ending), or
-    ``None`` if no such process is visible."""
-    title = f"slurmstepd: [{job}.batch]".encode()
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return None
-    ages: list[float] = []
-    for pid in pids:
-        try:
-            if not _is_slurmstepd(pid):
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if not f.read().rstrip(b"\0").startswith(title):
-                    continue
-        except OSError:
-            continue
-        age = _process_age(pid)
-        if age is not None:
-            ages.append(age)
-    return min(ages, default=None)
 
 
 def setup_logging(path: Path) -> None:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves import CurvePrediction, CurveRequest, FitOptions, fit_many
 from hpctune.curves.amortised import load_weights, predict_curves
 from hpctune.curves.prior import sample_curves
+from hpctune.simulator.traces import Trace
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "benchmarks" / "traces"

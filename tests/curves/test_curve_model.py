@@ -13,7 +13,7 @@ from scipy import stats
 from hpctune.curves import FAMILIES, build_model, get_families, sample_prior_curve
 from hpctune.curves.model import (
     LOG_SIGMA_PRIOR,
-    CurveModel,
+    CombinationModel,
     fit_family_ml,
     initial_walkers,
     ml_start,
@@ -28,19 +28,19 @@ def _data(n: int = 20, seed: int = 0) -> np.ndarray:
     return 0.85 - 0.6 * x**-0.7 + np.random.default_rng(seed).normal(0.0, 0.01, n)
 
 
-def _model(names: tuple[str, ...] = ("pow3", "ilog2"), **kwargs: object) -> CurveModel:
+def _model(names: tuple[str, ...] = ("pow3", "ilog2"), **kwargs: object) -> CombinationModel:
     return build_model(get_families(list(names)), _data(), X_MAX, **kwargs)  # type: ignore[arg-type]
 
 
 def _theta(
-    model: CurveModel, parts: list[list[float]], log_sigma: float, w: list[float]
+    model: CombinationModel, parts: list[list[float]], log_sigma: float, w: list[float]
 ) -> np.ndarray:
     flat = [v for part in parts for v in part]
     assert len(flat) == model.offsets[-1]
     return np.array([*flat, log_sigma, *w])
 
 
-def _independent_valid(model: CurveModel, theta: np.ndarray, mode: str = "soft") -> bool:
+def _independent_valid(model: CombinationModel, theta: np.ndarray, mode: str = "soft") -> bool:
     """The documented constraints, checked family by family without the vectorised code."""
     if not np.all((theta >= model.prior_lower) & (theta <= model.prior_upper)):
         return False

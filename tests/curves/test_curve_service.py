@@ -208,8 +208,8 @@ def test_the_curves_section_is_checked_precisely(tmp_path: Path) -> None:
     # a study journaled before the option existed used Domhan's model
     assert CurvesSpec.from_dict({"backend": "auto"}).model == "domhan"
     cases = {
-        "model": ("lcpfn", "must be one of 'amortised', 'domhan'"),
-        "backend": ("gpu", "must be one of 'auto', 'pool', 'slurm'"),
+        "model": ("lcpfn", "unknown curve model 'lcpfn'; known curve models: amortised, domhan"),
+        "backend": ("gpu", "must be one of 'auto', 'pool', 'jobs', 'slurm'"),
         "workers": (0, "an integer >= 1"),
         "budget": ("fast", "must be one of 'hyperdrive', 'domhan'"),
         "task_seconds": (0.5, "a number of seconds >= 1"),

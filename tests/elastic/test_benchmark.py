@@ -52,7 +52,7 @@ def test_the_real_benchmarks_study_plans_and_its_report_reads(tmp_path: Path) ->
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     from hpctune.elastic import Profile
-    from hpctune.study.spec import load_spec, with_deadline
+    from hpctune.spec import load_spec, with_deadline
 
     ast.parse(elastic_real.TRAIN.format(passes=2))
     (tmp_path / "train.py").write_text(elastic_real.TRAIN.format(passes=2))

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.elastic import Profile
-from hpctune.elastic.profiling import study_decisions, study_latencies, study_stages
-from hpctune.journal import open_study
+from hpctune.elastic.measured import study_decisions, study_latencies, study_stages
+from hpctune.simulator.traces import Trace
 from tests.conftest import DIGITS as DIGITS_JOB
 from tests.conftest import run_hpctune, write_study
 
@@ -251,7 +251,7 @@ def test_profile_and_plan_from_a_real_local_study(
 
 def test_stages_of_sha_hyperband_and_asha(tmp_path: Path) -> None:
     from hpctune.elastic import experiment_from_study
-    from hpctune.study.spec import load_spec
+    from hpctune.spec import load_spec
 
     def stages(policy: str, trials: int) -> list[tuple[int, int, int, int]]:
         path = _study(tmp_path, policy)

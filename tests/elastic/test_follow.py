@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.elastic.cost import CostModel
 from hpctune.elastic.experiment import ExperimentSpec, PlanningError, Stage
@@ -31,20 +32,19 @@ from hpctune.elastic.follow import (
     load_study_profile,
     measured_profile,
     plan_record,
-    plan_status,
     plan_study,
     replan,
     study_cost_model,
 )
+from hpctune.elastic.measured import study_decisions, study_latencies
 from hpctune.elastic.planner import PlanResult
 from hpctune.elastic.profile import Profile
-from hpctune.elastic.profiling import study_decisions, study_latencies
 from hpctune.elastic.report import format_plan
+from hpctune.elastic.status import plan_status
 from hpctune.errors import StudySpecError
-from hpctune.journal import open_study
 from hpctune.journal.state import StudyRecord
-from hpctune.study.spec import load_spec, with_deadline
-from hpctune.wire.states import StudyState
+from hpctune.spec import load_spec, with_deadline
+from hpctune.study.states import StudyState
 from tests.conftest import kill_workers, run_hpctune, start_hpctune, wait_for, write_study
 
 TRAIN = """

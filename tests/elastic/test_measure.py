@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
+from hpctune.backends.local import local_executor
 from hpctune.cli import main
-from hpctune.controller.launch import local_executor
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import PlanningError, Stage, experiment_from_study
-from hpctune.elastic.measure import SizeRun, parse_sizes, size_spec, sync_spec, together_fields
-from hpctune.elastic.profiling import study_decisions
-from hpctune.journal import open_study
-from hpctune.study.spec import StudySpec, load_spec
+from hpctune.elastic.measured import study_decisions
+from hpctune.profiler.measure import SizeRun, parse_sizes, size_spec, sync_spec, together_fields
+from hpctune.spec import StudySpec, load_spec
 from hpctune.wire.layout import StudyPaths
 from hpctune.worker.context import devices_from_environment
 from tests.conftest import REPO, run_hpctune, write_study

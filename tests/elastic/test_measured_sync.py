@@ -9,16 +9,12 @@ import dataclasses
 import pytest
 
 from hpctune.elastic import CostModel, ExperimentSpec, PlanOptions, Profile, Stage, plan_elastic
-from hpctune.elastic.follow import (
-    format_plan_status,
-    measured_profile,
-    plan_record,
-    plan_status,
-    replan,
-)
-from hpctune.elastic.profiling import study_decisions, study_stages
-from hpctune.journal.state import SegmentRecord, StudyRecord
-from hpctune.wire.states import SegmentStatus
+from hpctune.elastic.follow import measured_profile, plan_record, replan
+from hpctune.elastic.measured import study_decisions, study_stages
+from hpctune.elastic.status import format_plan_status, plan_status
+from hpctune.journal.entities import SegmentRecord
+from hpctune.journal.state import StudyRecord
+from hpctune.study.states import SegmentStatus
 
 # bracket 0: trials 0-3 to steps 1, 2, 4; bracket 1: trials 4-5 to steps 1, 2
 SPEC = ExperimentSpec(

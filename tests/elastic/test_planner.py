@@ -34,8 +34,8 @@ from hpctune.elastic.allocation import (
 )
 from hpctune.elastic.cost import device_billing, parse_tres_weights
 from hpctune.elastic.planner import naive_elastic
+from hpctune.elastic.predict import mean_latencies
 from hpctune.elastic.profile import at_together
-from hpctune.elastic.simulate import mean_latencies
 
 # -- the paper's example (§6.3.1, Tables 2 and 3) ----------------------------------------------
 
@@ -469,7 +469,7 @@ def test_the_critical_path_is_the_longest_path(problem, seed: int, static: bool)
     source to the end whose latencies add up to the end's finish time, and every node finishes
     after each of its predecessors by exactly its latency or more."""
     from hpctune.elastic.dag import finish_times
-    from hpctune.elastic.simulate import sample_latencies
+    from hpctune.elastic.predict import sample_latencies
 
     spec, profile, _ = problem
     sizes = device_sizes(profile.max_devices)

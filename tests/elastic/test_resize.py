@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from hpctune.analysis.usage import study_usage
+from hpctune.api import open_study
 from hpctune.elastic.follow import plan_study
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import StudyState, WorkerLife
+from hpctune.journal.usage import study_usage
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState, WorkerLife
 from tests.conftest import run_hpctune, write_study
 
 # Each step adds x to a running total kept in the checkpoint, and takes 0.2 s on one device,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.analysis.formatting import format_duration
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.controller.launch import create_study
 from hpctune.elastic.experiment import ExperimentSpec
@@ -27,11 +27,11 @@ from hpctune.elastic.follow import (
     replan,
     stage_steps_left,
 )
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
+from hpctune.study.formatting import format_duration
+from hpctune.study.states import StudyState
 from hpctune.wire.inbox import check_deadline, send_command
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState
 from tests.conftest import run_hpctune
 from tests.elastic.test_follow import PROFILE, _busy_per_stage, _study
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._tmpfs import fill, free
-from hpctune.journal import open_study
+from hpctune.api import open_study
 from tests.conftest import count_reports, start_hpctune, wait_for, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

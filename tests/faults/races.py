@@ -177,9 +177,10 @@ def _stray_commits(study_dir: Path) -> int:
 
 def check_journal(study_dir: Path, outcome: RaceOutcome) -> RaceOutcome:
     """Fill in the journal's figures: readable, duplicate rows, completed trials."""
-    from hpctune.journal import JournalReader, open_study
+    from hpctune.api import open_study
+    from hpctune.journal.store import JournalReader
+    from hpctune.study.states import TrialStatus
     from hpctune.wire.layout import StudyPaths
-    from hpctune.wire.states import TrialStatus
 
     outcome.stray_commits = _stray_commits(study_dir)
     try:
@@ -226,8 +227,8 @@ def _launch_and_wait(
 
 def resume_resume(tmp: Path, gap: float = 0.3) -> RaceOutcome:
     """``hpctune stop``, then two ``hpctune resume --local`` started ``gap`` s apart."""
-    from hpctune.journal import open_study
-    from hpctune.wire.states import StudyState
+    from hpctune.api import open_study
+    from hpctune.study.states import StudyState
 
     study_dir, gate = tmp / "study", tmp / "gate"
     try:

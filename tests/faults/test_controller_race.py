@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.controller.launch import create_study
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import StudyState
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState
 from tests.conftest import run_hpctune
 from tests.faults import races
 

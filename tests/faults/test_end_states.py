@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.executors import LocalExecutor, WorkerState
-from hpctune.journal import Study, open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import Study, open_study
+from hpctune.backends import LocalExecutor, WorkerState
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import launch_local, run_hpctune, wait_for, write_study
 from tests.faults.faulty import NAMES
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.errors import JournalError
-from hpctune.journal import open_study
 from tests.conftest import WORKLOADS, hpctune_env, run_hpctune, write_study
 
 NOBODY = 65534

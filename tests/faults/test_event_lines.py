@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import Study, open_study
+from hpctune.api import Study, open_study
 from hpctune.journal.store import JournalReader
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.eventlog import decode_line, encode_line, read_events
-from hpctune.wire.states import StudyState, TrialStatus
 from tests.conftest import kill_workers, run_hpctune, start_hpctune, wait_for, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import launch_local, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

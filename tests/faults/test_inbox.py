@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.controller.launch import create_study
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import kill_workers, run_hpctune, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.journal import Study, open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import Study, open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import (
     count_reports,
     kill_workers,

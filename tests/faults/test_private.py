@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.controller.launch import create_study
 from hpctune.errors import CheckpointError
-from hpctune.journal import open_study
-from hpctune.study.spec import load_spec
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.wire.eventlog import EventWriter
 from hpctune.wire.protocol import Assignment
-from hpctune.wire.states import StudyState, TrialStatus
 from hpctune.worker.context import TrialContext
 from tests.conftest import WORKLOADS, hpctune_env, run_hpctune, write_study
 
@@ -174,7 +174,7 @@ def test_a_forged_assignment_is_not_executed(tmp_path: Path) -> None:
     assert open_study(study).record.state is StudyState.FINISHED
 
     # a real segment with its entry point and checkpoint replaced: the journal's are run
-    from hpctune.journal.assignments import AssignmentRefused, trusted_assignment
+    from hpctune.worker.assignments import AssignmentRefused, trusted_assignment
 
     trusted = trusted_assignment(study, genuine, "w0000")
     assert trusted is not None
@@ -200,7 +200,7 @@ def test_checkpoints_load_weights_only(tmp_path: Path) -> None:
     path = tmp_path / "checkpoints" / "ck.pt"
     path.parent.mkdir()
     torch.save({"model": torch.ones(2), "extra": _Payload(marker)}, path)
-    from hpctune.wire.files import sha256_file
+    from hpctune.files import sha256_file
 
     assignment = Assignment(
         segment_id=1,

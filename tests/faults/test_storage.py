@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from benchmarks._tmpfs import tmpfs_command
-from hpctune.journal import open_study
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.api import open_study
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import REPO, hpctune_env, kill_workers, run_hpctune, write_study
 
 FAULTY = Path(__file__).with_name("faulty.py")

@@ -19,11 +19,11 @@ from hpctune.policies import (
     HyperbandPolicy,
     MedianStoppingPolicy,
     PbtPolicy,
+    PolicyDecision,
     PopPolicy,
     ShaPolicy,
     TruncationPbtPolicy,
 )
-from hpctune.policies import Decision as PolicyDecision
 from hpctune.policies._base import Action, Event, EventKind, StudyView, TrialView
 from hpctune.policies._common import best_until, last_step
 from hpctune.policies._fitness import Objective, compare, fitness
@@ -33,7 +33,7 @@ from hpctune.policies.asha import AshaBracket
 from hpctune.policies.median import median_of_running_means
 from hpctune.policies.pbt import _Round, generation
 from hpctune.policies.pop import Assessment, Split
-from hpctune.wire.states import Decision, TrialStatus
+from hpctune.study.states import Decision, TrialStatus
 
 
 class ReferenceAshaBracket(AshaBracket):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hpctune.policies import StudyContext, StudyView, TrialView
-from hpctune.wire.states import Mode, TrialStatus
+from hpctune.study.states import Mode, TrialStatus
 
 
 def trial(

@@ -9,7 +9,7 @@ import pytest
 
 from hpctune.policies import ActionKind, AshaPolicy, Event, OptionError, make_policy
 from hpctune.policies.asha import AshaBracket
-from hpctune.wire.states import Decision, TrialStatus
+from hpctune.study.states import Decision, TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from hpctune.policies import ActionKind, BanditPolicy, Event, OptionError, make_policy
 from hpctune.policies.bandit import eliminated
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 

@@ -1,5 +1,6 @@
 """The policy conformance kit (hpctune.testing): every registered policy passes it, and every
-check catches a policy built to break it."""
+check catches a policy built to break it. The kit's studies run on the real scheduling core, so
+a test policy declares in its traits the events it acts on (the core gives it no others)."""
 
 from __future__ import annotations
 
@@ -21,31 +22,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctune.cli import main
+from hpctune.core import SchedulingCore
 from hpctune.policies import (
     POLICIES,
     Action,
     AshaPolicy,
-    Decision,
     DefaultPolicy,
     Event,
     EventKind,
     Policy,
+    PolicyDecision,
+    PolicyTraits,
     StudyContext,
     StudyView,
     TruncationPbtPolicy,
     make_policy,
 )
+from hpctune.study.states import StudyState, TrialStatus
 from hpctune.testing import (
     CHECKS,
     ConformanceError,
     ForbiddenIOError,
-    StudyWalk,
+    RandomStudy,
     check_policy,
     default_space,
     forbid_io,
     view_problems,
 )
-from hpctune.wire.states import TrialStatus
 from tests.policies._views import context
 
 PLAN = [
@@ -76,6 +79,10 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("hybrid", {"check_every": 1, "reduction_factor": 2, "noise_guard": 0.0, "rungs": 2}),
     ("hybrid", {"adaptive": True}),
     ("hybrid", {"adaptive": True, "probes": 3, "min_pairs": 3, "reliable": -1.0}),
+    ("freeze-thaw", {}),
+    ("freeze-thaw", {"segment": 0.25, "first": 2, "candidates": 4, "lookahead": False}),
+    ("one-epoch", {}),
+    ("one-epoch", {"screen": 2, "screened": 4, "top_k": 2}),
     ("pbt", {"population_size": 4, "steps_per_generation": 3}),
     (
         "pbt",
@@ -90,6 +97,18 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("pbt-truncation", {"population_size": 4, "perturbation_interval": 2}),
     ("replay", {"trials": PLAN}),
 ]
+
+
+def _events_for(traits: PolicyTraits) -> set[str]:
+    """The event kinds the scheduling core gives a policy with ``traits``."""
+    kinds = {EventKind.SLOT_FREE}
+    if traits.wants_boundaries or traits.boundary_decisions:
+        kinds.add(EventKind.BOUNDARY)
+    if traits.wants_reports:
+        kinds.add(EventKind.REPORT)
+    if traits.wants_predictions:
+        kinds.add(EventKind.PREDICTION)
+    return {kind.value for kind in kinds}
 
 
 def _id(config: tuple[str, dict[str, Any]]) -> str:
@@ -108,7 +127,8 @@ def test_registered_policy_conforms(config: tuple[str, dict[str, Any]]) -> None:
     assert report.policy == name
     assert report.decisions == 250
     assert report.checks == CHECKS
-    assert set(report.events) == {kind.value for kind in EventKind}  # every event kind
+    traits = make_policy(name, options, context()).traits
+    assert set(report.events) == _events_for(traits)  # every event kind the core gives it
     assert report.actions  # the policy acted
 
 
@@ -125,19 +145,20 @@ class OverPlacing(DefaultPolicy):
 
     name: ClassVar[str] = "over-placing"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE:
-            return Decision.of([Action.start() for _ in range(event.free_slots + 1)])
-        return Decision()
+            return PolicyDecision.of([Action.start() for _ in range(event.free_slots + 1)])
+        return PolicyDecision()
 
 
 class Reading(DefaultPolicy):
     """Does I/O when a trial reports: ``action`` says which."""
 
     name: ClassVar[str] = "reading"
+    traits: ClassVar[PolicyTraits] = dataclasses.replace(DefaultPolicy.traits, wants_reports=True)
     action: ClassVar[Callable[[], Any]] = staticmethod(lambda: open(os.devnull).close())
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.REPORT:
             with contextlib.suppress(OSError):  # swallowing the refusal hides nothing
                 type(self).action()
@@ -149,9 +170,9 @@ class ClockReading(DefaultPolicy):
 
     name: ClassVar[str] = "clock-reading"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.SLOT_FREE and time.monotonic() < 0:
-            return Decision()
+            return PolicyDecision()
         return super().decide(view, event, rng)
 
 
@@ -164,7 +185,7 @@ class SetState(DefaultPolicy):
         super().__init__(context)
         self.seen: set[int] = set()
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.trial_id is not None:
             self.seen.add(event.trial_id)
         return super().decide(view, event, rng)
@@ -182,7 +203,7 @@ class Forgetful(DefaultPolicy):
         super().__init__(context)
         self.decisions = 0
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         self.decisions += 1
         return super().decide(view, event, rng)
 
@@ -202,21 +223,26 @@ class HiddenState(DefaultPolicy):
         super().__init__(context)
         self.started = False
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is not EventKind.SLOT_FREE or self.started:
-            return Decision()
+            return PolicyDecision()
         self.started = True
-        return Decision.of([Action.start()])
+        return PolicyDecision.of([Action.start()])
+
+
+#: Default's traits, but it is given BOUNDARY events (policies that act at boundaries).
+AT_BOUNDARIES = dataclasses.replace(DefaultPolicy.traits, wants_boundaries=True)
 
 
 class Nondeterministic(DefaultPolicy):
     """Draws priorities from Python's global generator instead of ``rng``."""
 
     name: ClassVar[str] = "nondeterministic"
+    traits: ClassVar[PolicyTraits] = AT_BOUNDARIES
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.BOUNDARY and event.trial_id is not None:
-            return Decision.of([Action.continue_(event.trial_id, priority=random.random())])
+            return PolicyDecision.of([Action.continue_(event.trial_id, priority=random.random())])
         return super().decide(view, event, rng)
 
 
@@ -225,9 +251,9 @@ class TerminatesEnded(DefaultPolicy):
 
     name: ClassVar[str] = "terminates-ended"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         done = view.with_status(TrialStatus.COMPLETED)
-        return Decision.of(
+        return PolicyDecision.of(
             [Action.terminate(t.trial_id) for t in done]
             + list(super().decide(view, event, rng).actions)
         )
@@ -237,34 +263,40 @@ class Misplacing(DefaultPolicy):
     """Places trials the controller cannot place; ``mistake`` says how."""
 
     name: ClassVar[str] = "misplacing"
+    traits: ClassVar[PolicyTraits] = AT_BOUNDARIES
     mistake: ClassVar[str] = "resume-running"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         running = view.with_status(TrialStatus.RUNNING)
         if self.mistake == "start-at-boundary" and event.kind is EventKind.BOUNDARY:
-            return Decision.of([Action.start()])
+            return PolicyDecision.of([Action.start()])
         if self.mistake == "continue-other" and event.kind is EventKind.BOUNDARY:
-            return Decision.of([Action.continue_(t.trial_id) for t in running])
+            return PolicyDecision.of([Action.continue_(t.trial_id) for t in running])
         if event.kind is not EventKind.SLOT_FREE:
-            return Decision()
+            return PolicyDecision()
         if self.mistake == "resume-running" and running:
-            return Decision.of([Action.resume(running[0].trial_id)])
+            return PolicyDecision.of([Action.resume(running[0].trial_id)])
         if self.mistake == "fork-without-checkpoint":
             bare = [t for t in view.trials.values() if t.checkpoint_step is None]
-            return Decision.of([Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else [])
+            return PolicyDecision.of(
+                [Action.fork(bare[0].trial_id, 1, {"lr": 0.1})] if bare else []
+            )
         if self.mistake == "too-many-starts":
-            return Decision.of([Action.start() for _ in range(event.free_slots)])
-        return Decision()
+            return PolicyDecision.of([Action.start() for _ in range(event.free_slots)])
+        return PolicyDecision()
 
 
 class Raising(DefaultPolicy):
-    """Fails on learning-curve predictions."""
+    """Fails on learning-curve predictions: takes ``view.trials`` for a list."""
 
     name: ClassVar[str] = "raising"
+    traits: ClassVar[PolicyTraits] = dataclasses.replace(
+        DefaultPolicy.traits, wants_predictions=True
+    )
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         if event.kind is EventKind.PREDICTION:
-            return Decision.of([Action.terminate(view.predictions[event.trial_id or 0].n)])
+            return PolicyDecision.of([Action.terminate(view.trials[-1].trial_id)])
         return super().decide(view, event, rng)
 
 
@@ -386,9 +418,10 @@ class Mutating(DefaultPolicy):
     """Changes the view it is given: ``how`` says what."""
 
     name: ClassVar[str] = "mutating"
+    traits: ClassVar[PolicyTraits] = AT_BOUNDARIES
     how: ClassVar[str] = "params"
 
-    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> Decision:
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
         trial = view.trials.get(event.trial_id) if event.trial_id is not None else None
         if trial is not None and self.how == "params":
             trial.params["seen"] = True  # type: ignore[index]
@@ -450,41 +483,51 @@ def test_an_exception_in_decide_is_caught() -> None:
 # -- the parts: views, the I/O guard ------------------------------------------------------------
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_the_kit_makes_valid_views(seed: int) -> None:
-    policy = DefaultPolicy(context())
-    study = StudyWalk(
-        np.random.default_rng(seed),
-        default_space(),
-        makes_configurations=True,
+class Recording(DefaultPolicy):
+    """Default, keeping every view and event the core gives it; it asks for forks' fields
+    (the prelude forks for it), predictions and boundaries."""
+
+    name: ClassVar[str] = "recording"
+    traits: ClassVar[PolicyTraits] = dataclasses.replace(
+        DefaultPolicy.traits,
+        wants_boundaries=True,
         wants_predictions=True,
-        wants_fit=lambda step: True,
+        makes_configurations=True,
     )
-    for _ in range(6):
-        events = study.advance()
-        assert view_problems(study.view(0)) == []
-        assert all(e.trial_id in study.trials for e in events)
-        free = study.free_slots()
-        if free > 0:
-            view = study.view(free)
-            assert view_problems(view) == []
-            study.place(
-                list(policy.decide(view, Event.slot_free(free), np.random.default_rng(0)).actions),
-                free,
-            )
-        assert view_problems(study.view(0)) == []
+
+    def __init__(self, context: StudyContext) -> None:
+        super().__init__(context)
+        self.seen: list[tuple[StudyView, Event]] = []
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
+        self.seen.append((view, event))
+        return super().decide(view, event, rng)
+
+
+def _recorded(seed: int) -> tuple[Recording, StudyState]:
+    """A random study of the kit run to its end under :class:`Recording`."""
+    study = RandomStudy.draw(seed, default_space())
+    policy = Recording(study.context)
+    sim = study.simulator(policy)
+    sim.run()
+    return policy, sim.record.state
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_kits_studies_give_valid_views(seed: int) -> None:
+    """The real core's views of the kit's random studies are valid, and the studies end (the
+    policy may see none: a prelude that ends its study before taking it over)."""
+    policy, state = _recorded(seed)
+    assert state in (StudyState.FINISHED, StudyState.STOPPED, StudyState.FAILED)
+    for view, event in policy.seen:
+        assert view_problems(view) == []
+        assert event.trial_id is None or event.trial_id in view.trials
 
 
 def test_view_problems_finds_impossible_views() -> None:
-    study = StudyWalk(
-        np.random.default_rng(4),
-        default_space(),
-        makes_configurations=False,
-        wants_predictions=False,
-        wants_fit=lambda step: False,
-    )
-    view = study.view(0)
+    policy, _ = _recorded(4)
+    view = next(v for v, _ in policy.seen if any(t.step > 0 for t in v.trials.values()))
     assert view_problems(view) == []
     trial = next(t for t in view.trials.values() if t.step > 0)
     bad_trial = dataclasses.replace(trial, checkpoint_step=trial.step + 1)
@@ -494,6 +537,59 @@ def test_view_problems_finds_impossible_views() -> None:
     ]
     too_free = dataclasses.replace(view, free_slots=view.total_slots + 1)
     assert "free slots" in view_problems(too_free)[0]
+
+
+def test_the_kit_runs_the_real_scheduling_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kit's studies are iterations of the controller's own core (no stand-in)."""
+    steps = []
+    step = SchedulingCore.step
+
+    def counted(self: SchedulingCore) -> bool:
+        steps.append(self)
+        return step(self)
+
+    monkeypatch.setattr(SchedulingCore, "step", counted)
+    report = check_policy(DefaultPolicy, n_views=20)
+    assert report.decisions == 20
+    assert len({id(core) for core in steps}) > report.studies  # and the liveness study's
+
+
+# -- liveness ---------------------------------------------------------------------------------
+
+
+class NeverStarts(DefaultPolicy):
+    """Decides nothing, ever: on free slots it places no trial."""
+
+    name: ClassVar[str] = "never-starts"
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
+        return PolicyDecision()
+
+
+class NeverEnds(DefaultPolicy):
+    """Fills every free slot with a new configuration of its own, without end (a START with
+    parameters is not counted against the study's trials)."""
+
+    name: ClassVar[str] = "never-ends"
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
+        if event.kind is not EventKind.SLOT_FREE or view.space is None:
+            return PolicyDecision()
+        params = [dict(view.space.sample(rng)) for _ in range(event.free_slots)]
+        return PolicyDecision.of([Action.start(params=p) for p in params])
+
+
+def test_a_policy_that_never_starts_a_trial_fails_liveness() -> None:
+    err = _caught(NeverStarts, "liveness")
+    assert "never started a trial" in err.detail
+    assert "run from its start" in str(err)
+    assert err.views == 300  # the whole run reproduces it
+
+
+def test_a_policy_that_never_lets_a_study_end_fails_liveness() -> None:
+    err = _caught(NeverEnds, "liveness")
+    assert "the study did not end" in err.detail
+    assert "running" in err.detail
 
 
 def test_forbid_io_refuses_this_thread_only_and_allows_imports(tmp_path: Path) -> None:
@@ -563,7 +659,7 @@ def test_check_policy_command_takes_factories_and_class_options(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["nosuch"], "neither a registered policy"),
+        (["nosuch"], "unknown policy 'nosuch'"),
         (["nosuch_module:Policy"], "cannot import 'nosuch_module'"),
         (["hpctune.policies:NoSuch"], "has no 'NoSuch'"),
         (["hpctune.policies:POLICIES"], "not a Policy subclass"),

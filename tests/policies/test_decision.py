@@ -6,19 +6,19 @@ import dataclasses
 
 import pytest
 
-from hpctune.policies import POLICIES, Action, Decision, Event, Policy, make_policy
+from hpctune.policies import POLICIES, Action, Event, Policy, PolicyDecision, make_policy
 from tests.policies._views import RNG, context, trial, view
 
 
 def test_a_decision_holds_its_actions_as_a_tuple() -> None:
     actions = [Action.start(), Action.terminate(3, reason="r")]
-    decision = Decision.of(a for a in actions)
+    decision = PolicyDecision.of(a for a in actions)
     assert decision.actions == tuple(actions)
-    assert decision == Decision(actions=tuple(actions))
-    assert Decision(actions=actions).actions == tuple(actions)  # type: ignore[arg-type]
-    assert Decision() == Decision.of([])
-    assert not Decision().hold_idle_workers
-    assert Decision.of([], hold_idle_workers=True).hold_idle_workers
+    assert decision == PolicyDecision(actions=tuple(actions))
+    assert PolicyDecision(actions=actions).actions == tuple(actions)  # type: ignore[arg-type]
+    assert PolicyDecision() == PolicyDecision.of([])
+    assert not PolicyDecision().hold_idle_workers
+    assert PolicyDecision.of([], hold_idle_workers=True).hold_idle_workers
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.hold_idle_workers = True  # type: ignore[misc]
 
@@ -32,7 +32,7 @@ def test_every_policy_returns_a_decision(name: str) -> None:
     policy = make_policy(name, {}, context())
     v = view([trial(0, [0.5, 0.6])], free=2, remaining=3)
     for event in (Event.slot_free(2), Event.boundary(0, 2), Event.report(0, 2)):
-        assert isinstance(policy.decide(v, event, RNG), Decision)
+        assert isinstance(policy.decide(v, event, RNG), PolicyDecision)
 
 
 def test_pbt_holds_idle_workers_while_a_trial_that_will_reproduce_runs() -> None:

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.api import open_study
 from hpctune.curves.predict import LEVELS
-from hpctune.journal import open_study
 from hpctune.policies import Event, StudyContext, StudyView, TrialView
 from hpctune.policies.freeze_thaw import FreezeThawOptions, FreezeThawPolicy, expected_improvement
 from hpctune.policies.one_epoch import OneEpochOptions, OneEpochPolicy
 from hpctune.simulator import simulate
+from hpctune.simulator.traces import Trace
 from hpctune.study.space import SearchSpace
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
 
 DIGITS_TRACE = Path(__file__).resolve().parents[2] / "benchmarks" / "traces" / "digits.h5"

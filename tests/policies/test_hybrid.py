@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.analysis.traces import Trace
 from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
 from hpctune.policies.hybrid import HybridOptions, HybridPolicy, noise, rank_correlation
 from hpctune.simulator import simulate
-from hpctune.wire.states import TrialStatus
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 

@@ -6,7 +6,7 @@ import json
 
 from hpctune.policies import ActionKind, Event, HyperbandPolicy, make_policy
 from hpctune.policies._halving import BracketShape
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 S = TrialStatus

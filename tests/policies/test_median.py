@@ -8,7 +8,7 @@ import pytest
 
 from hpctune.policies import ActionKind, Event, MedianStoppingPolicy, make_policy
 from hpctune.policies.median import median_of_running_means, running_mean
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 S = TrialStatus

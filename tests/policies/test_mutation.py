@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hpctune.policies._fitness import compare, parse_objectives
 from hpctune.policies._mutation import explore, mutate, mutate_value, neighbour
 from hpctune.study.space import CategoricalParam, FixedParam, FloatParam, IntParam
-from hpctune.testing._study_walk import default_space
+from hpctune.testing._random_study import default_space
 
 seeds = st.integers(0, 2**32 - 1)
 

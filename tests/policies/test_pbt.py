@@ -16,15 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.analysis.traces import Trace
 from hpctune.errors import StudySpecError
-from hpctune.journal.state import (
-    CHECKPOINT_DELETED,
-    SEGMENT_ASSIGNED,
-    TRIAL_CREATED,
-    StudyRecord,
-    TrialRecord,
-)
+from hpctune.journal.entities import TrialRecord
+from hpctune.journal.state import CHECKPOINT_DELETED, SEGMENT_ASSIGNED, TRIAL_CREATED, StudyRecord
 from hpctune.policies import (
     ActionKind,
     Event,
@@ -37,9 +31,10 @@ from hpctune.policies import (
     make_policy,
 )
 from hpctune.simulator import Simulator, SimulatorConfig, simulation_context
+from hpctune.simulator.traces import Trace
+from hpctune.spec import load_spec
 from hpctune.study.space import parse_space
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.conftest import write_study
 from tests.policies._views import context
 

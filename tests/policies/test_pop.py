@@ -12,7 +12,7 @@ from hpctune.curves.predict import LEVELS, CurvePrediction
 from hpctune.policies import ActionKind, Event, OptionError, make_policy
 from hpctune.policies.earlyterm import EarlyTermPolicy
 from hpctune.policies.pop import Assessment, PopPolicy, epoch_seconds, split_slots
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.policies._views import RNG, context, trial, view
 
 

@@ -1,35 +1,36 @@
 """The scalable policies decide exactly as the straightforward computation (issue 15, item 2).
 
 :mod:`tests.policies._reference` keeps each changed policy's former computation; here both are
-driven side by side through random studies (the conformance kit's walk, with the controller's
-reuse of unchanged trials' views) and through large hand-made ones, and must return the same
+driven side by side through random studies (the conformance kit's, run by the real scheduling
+core) and through large hand-made ones, and must return the same
 actions (reasons included), states and needed checkpoints. The order statistics read from
 sorted values are numpy's, bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import struct
 import warnings
-from collections.abc import Iterator, Mapping
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctune.policies import Event, EventKind, Policy, StudyView, TrialView
+from hpctune.policies import Event, EventKind, Policy, PolicyDecision, StudyView, TrialView
 from hpctune.policies._order import median_skipping, percentile_of_sorted
 from hpctune.policies.asha import AshaBracket
 from hpctune.policies.median import MedianOptions, MedianStoppingPolicy
 from hpctune.policies.pbt import PbtOptions, PbtPolicy
-from hpctune.testing._study_walk import StudyWalk, default_space
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
+from hpctune.testing import RandomStudy, default_space
+from hpctune.testing._random_study import wrapper_type
 from tests.policies._reference import (
     REFERENCES,
     ReferenceAshaBracket,
@@ -141,104 +142,86 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-class _Reuse:
-    """Give an unchanged trial the same :class:`TrialView` object in the next view, as the
-    controller does (``Controller._trial_view``), so that caches keyed by the object are hit."""
+class _Enough(BaseException):
+    """The study was followed long enough (its core is left where it is)."""
 
-    def __init__(self) -> None:
-        self.known: dict[int, tuple[Any, TrialView]] = {}
 
-    @staticmethod
-    def _key(t: TrialView) -> Any:
-        return (
-            t.status,
-            t.step,
-            t.steps.tobytes(),
-            t.values.tobytes(),
-            t.times.tobytes(),
-            t.checkpoint_step,
-            t.parent_trial,
-            t.parent_step,
-            t.priority,
-            t.retries,
-            t.end_step,
-            t.generation,
-            t.initiator,
-            json.dumps(t.last_metrics, sort_keys=True),
-            json.dumps(t.params, sort_keys=True, default=str),
-        )
+class _SideBySide(Policy):
+    """The policy and its straightforward reference given the same calls by the core: their
+    actions (reasons included), states and needed checkpoints must be the same. Every 7th
+    instant the policy is rebuilt from its state (a restarted controller: its caches start
+    empty)."""
 
-    def __call__(self, view: StudyView) -> StudyView:
-        trials: dict[int, TrialView] = {}
-        for tid, trial in view.trials.items():
-            key = self._key(trial)
-            known = self.known.get(tid)
-            if known is not None and known[0] == key:
-                trials[tid] = known[1]
-            else:
-                self.known[tid] = (key, trial)
-                trials[tid] = trial
-        return dataclasses.replace(view, trials=MappingProxyType(trials))
+    name: ClassVar[str] = "side-by-side"
+
+    def __init__(self, make: Callable[[], Policy], reference: Policy, seed: int) -> None:
+        super().__init__(reference.context)
+        self.make = make
+        self.policy = make()
+        self.reference = reference
+        self.seed = seed
+        self.decisions = 0
+        self.instants = 0
+        self.now = -1.0
+        self.limit = 40  # instants followed
+
+    def decide(self, view: StudyView, event: Event, rng: np.random.Generator) -> PolicyDecision:
+        if view.now != self.now:
+            self.now, self.instants = view.now, self.instants + 1
+            if self.instants > self.limit:
+                raise _Enough
+            if self.instants % 7 == 3:
+                state = json.loads(json.dumps(self.policy.state_dict()))
+                self.policy = self.make()
+                self.policy.load_state_dict(state)
+        self.decisions += 1
+        ours = self.policy.decide(view, event, _rng(self.seed, self.decisions))
+        theirs = self.reference.decide(view, event, _rng(self.seed, self.decisions))
+        where = f"seed {self.seed}, decision {self.decisions}, {event}"
+        assert ours == theirs, f"{where}: {ours} != {theirs}"
+        assert self.policy.state_dict() == self.reference.state_dict(), where
+        if event.kind is EventKind.SLOT_FREE:
+            self.needed_checkpoints(view)
+        return ours
+
+    def wants_fit(self, step: int) -> bool:
+        assert self.policy.wants_fit(step) == self.reference.wants_fit(step)
+        return self.policy.wants_fit(step)
+
+    def needed_checkpoints(self, view: StudyView) -> set[int] | None:
+        needed = self.policy.needed_checkpoints(view)
+        assert needed == self.reference.needed_checkpoints(view)
+        return needed
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.policy.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state)
+        self.reference.load_state_dict(state)
+
+    def state_changes(self) -> dict[str, Any]:
+        return self.policy.state_changes()
 
 
 def _rng(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, index])
 
 
-def _same_actions(ours: list[Any], theirs: list[Any], where: str) -> None:
-    assert ours == theirs, f"{where}: {ours} != {theirs}"
-
-
-def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
-    """Drive the policy and its reference through one random study; return the decisions."""
+def _walk(name: str, options: Mapping[str, Any], seed: int) -> int:
+    """Drive the policy and its reference through one random study of the conformance kit (the
+    real scheduling core, which gives an unchanged trial the same view object, so caches keyed
+    by it are hit); return the decisions."""
     new_type, reference_type = REFERENCES[name]
-    rng = np.random.default_rng(seed)
-    study = StudyWalk(
-        rng,
-        default_space(),
-        makes_configurations=new_type.traits.makes_configurations,
-        wants_predictions=new_type.traits.wants_predictions,
-        wants_fit=lambda step: policy.wants_fit(step),
+    study = RandomStudy.draw(seed, default_space())
+    twin = wrapper_type(_SideBySide, new_type(study.context, new_type.Options(**options)))(
+        lambda: new_type(study.context, new_type.Options(**options)),
+        reference_type(study.context, new_type.Options(**options)),
+        seed,
     )
-    policy: Policy = new_type(study.context, new_type.Options(**options))
-    reference: Policy = reference_type(study.context, new_type.Options(**options))
-    if rng.random() < 0.5:
-        study.num_trials = None  # an unbounded study grows to many trials
-    reuse = _Reuse()
-    decisions = 0
-    for round_ in range(rounds):
-        events = study.advance()
-        view = reuse(study.view(0))
-        for event in events:
-            if not study.deliverable(event):
-                continue
-            if event.kind is EventKind.REPORT and not policy.traits.wants_reports:
-                continue
-            decisions += 1
-            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
-            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
-            _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
-            assert policy.state_dict() == reference.state_dict()
-            for action in ours:
-                study.apply(action)
-        if round_ % 7 == 3:  # a restarted controller: the new policy's caches start empty
-            state = json.loads(json.dumps(policy.state_dict()))
-            policy = new_type(study.context, new_type.Options(**options))
-            policy.load_state_dict(state)
-        free = study.free_slots()
-        if free > 0:
-            view = reuse(study.view(free))
-            decisions += 1
-            event = Event.slot_free(free)
-            ours = list(policy.decide(view, event, _rng(seed, decisions)).actions)
-            theirs = list(reference.decide(view, event, _rng(seed, decisions)).actions)
-            _same_actions(ours, theirs, f"seed {seed}, round {round_}, {event}")
-            assert policy.state_dict() == reference.state_dict()
-            needed = policy.needed_checkpoints(view)
-            assert needed == reference.needed_checkpoints(view)
-            study.place(ours, free)
-            study.collect_checkpoints(needed)
-    return decisions
+    with contextlib.suppress(_Enough):
+        study.simulator(twin).run()
+    return twin.decisions
 
 
 @pytest.mark.parametrize(
@@ -247,7 +230,7 @@ def _walk(name: str, options: Mapping[str, Any], seed: int, rounds: int) -> int:
 def test_a_policy_decides_as_its_straightforward_reference(
     name: str, options: dict[str, Any]
 ) -> None:
-    decisions = sum(_walk(name, options, seed, rounds=40) for seed in range(12))
+    decisions = sum(_walk(name, options, seed) for seed in range(12))
     assert decisions > 100
 
 

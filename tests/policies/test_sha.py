@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
-from hpctune.journal import open_study
+from hpctune.api import open_study
 from hpctune.policies import ActionKind, Event, ShaPolicy, make_policy
 from hpctune.policies._halving import (
     BracketShape,
@@ -19,7 +18,8 @@ from hpctune.policies._halving import (
     max_bracket,
 )
 from hpctune.simulator import simulate
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.simulator.traces import Trace
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import DIGITS, run_hpctune, write_study
 from tests.policies._views import RNG, context, trial, view
 

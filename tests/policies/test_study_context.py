@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.analysis.traces import Trace
+from hpctune.backends.local import local_executor
 from hpctune.controller import Controller
-from hpctune.controller.launch import create_study, local_executor
+from hpctune.controller.launch import create_study
 from hpctune.policies import POLICIES, Action, ActionKind, Event, StudyContext, make_policy
 from hpctune.simulator import Simulator, SimulatorError, simulation_context
-from hpctune.study.spec import load_spec, study_context
+from hpctune.simulator.traces import Trace
+from hpctune.spec import load_spec, study_context
 from tests.conftest import write_study
 from tests.policies._views import RNG, trial, view
 
@@ -35,10 +36,10 @@ def test_the_controller_builds_its_policy_with_the_studys_context(tmp_path: Path
     paths = create_study(load_spec(path))
     controller = Controller(paths.root, lambda spec: local_executor(paths, spec))
     try:
-        assert controller.policy.context == StudyContext(max_steps=16, mode="max", boundary=2)
-        assert controller.policy.state_dict()["max_t"] == 16
+        assert controller.core.policy.context == StudyContext(max_steps=16, mode="max", boundary=2)
+        assert controller.core.policy.state_dict()["max_t"] == 16
     finally:
-        controller.executor.close()
+        controller.core.executor.close()
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))

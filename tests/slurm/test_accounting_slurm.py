@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.analysis.usage import study_usage
+from hpctune.journal.usage import study_usage
 from hpctune.slurm.accounting import sacct_allocated_s
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.test_hpctune_slurm import _reports, _sacct, _wait_final

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.cli import main
 from hpctune.controller.launch import create_study, run_local
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import ExperimentSpec
 from hpctune.elastic.follow import study_cost_model
-from hpctune.journal import open_study
 from hpctune.slurm.executor import SlurmExecutor
-from hpctune.study.spec import load_spec
-from hpctune.wire.states import StudyState
+from hpctune.spec import load_spec
+from hpctune.study.states import StudyState
 from tests.conftest import DIGITS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
 

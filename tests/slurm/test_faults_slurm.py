@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.wire.states import TrialStatus
+from hpctune.study.states import TrialStatus
 from tests.conftest import run_hpctune, write_study
 from tests.slurm.test_hpctune_slurm import _wait_final
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpctune.analysis.usage import study_usage
-from hpctune.journal import Study, open_study
+from hpctune.api import Study, open_study
+from hpctune.journal.usage import study_usage
 from hpctune.slurm.accounting import sacct_allocated_s
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import DIGITS, WORKLOADS, run_hpctune, wait_for, write_study
-from tests.test_kill import SPACE
+from tests.core.test_kill import SPACE
 
 pytestmark = pytest.mark.slurm
 BEHAVIOURS = WORKLOADS / "behaviours.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
 from tests.slurm.test_hpctune_slurm import (
     _reports,

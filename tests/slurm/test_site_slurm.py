@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
+from hpctune.api import open_study
 from hpctune.cli import main
-from hpctune.journal import open_study
 from hpctune.journal import state as st
 from hpctune.journal.state import decode_data
 from hpctune.journal.store import JournalReader
 from hpctune.slurm.options import parse_time
+from hpctune.study.states import SegmentStatus, StudyState, TrialStatus
 from hpctune.wire.eventlog import read_events
-from hpctune.wire.states import SegmentStatus, StudyState, TrialStatus
 from tests.conftest import WORKLOADS, run_hpctune, wait_for, write_study
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.test_hpctune_slurm import _controller_job, _reports, _wait_final
@@ -117,7 +117,7 @@ def test_launch_refuses_what_slurm_would_not_run_and_creates_nothing(
         resources={"slots": 1},
         slurm={"partition": "nosuchpartition", "controller": {"partition": "nosuchpartition"}},
     )
-    monkeypatch.setattr("hpctune.slurm.cluster.check_jobs", lambda *args, **kwargs: None)
+    monkeypatch.setattr("hpctune.slurm.checks.check_jobs", lambda *args, **kwargs: None)
     capsys.readouterr()
     assert main(["launch", str(spec)]) == 1
     assert "sbatch" in capsys.readouterr().err
@@ -296,7 +296,7 @@ def test_failing_worker_submissions_show_stop_and_resume_with_other_settings(
     study = _wait_final(stopped, 180)
     assert study.record.state is StudyState.FINISHED, study.record.reason
     assert all(t.status is TrialStatus.COMPLETED for t in study.trials)
-    (change,) = study.record.slurm_changes
+    (change,) = study.record.settings_changes
     assert change["changes"]["worker.partition"] == [doomed, part]
     assert study.record.spec["slurm"]["worker"]["time_min"] == 5
     assert len(_journal_records(stopped, st.SLURM_CHANGED)) == 1

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpctune.journal import open_study
+from hpctune.api import open_study
 from hpctune.stagetree.from_study import plan_from_study
 from hpctune.stagetree.preview import plan_configs
-from hpctune.wire.states import StudyState, TrialStatus
+from hpctune.study.states import StudyState, TrialStatus
 from tests.conftest import run_hpctune, wait_for, write_study
 from tests.slurm.test_hpctune_slurm import (
     _reports,
@@ -20,7 +20,7 @@ from tests.slurm.test_hpctune_slurm import (
     assert_preemptions_suspended,
     submit_preemptor,
 )
-from tests.test_stage_execution import TRAIN, _grid_space, _pbt_spec, _trained_steps
+from tests.stagetree.test_stage_execution import TRAIN, _grid_space, _pbt_spec, _trained_steps
 
 pytestmark = pytest.mark.slurm
 

@@ -23,7 +23,7 @@ from hpctune.stagetree.from_study import (
 )
 from hpctune.stagetree.plan import RequestStatus
 from hpctune.stagetree.tree import Point, build_stage_tree, needed_checkpoints
-from hpctune.wire.states import StudyState
+from hpctune.study.states import StudyState
 from tests.policies._views import context
 
 

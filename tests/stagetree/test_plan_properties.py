@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpctune.stagetree.makespan import simulate_plan
 from hpctune.stagetree.pieces import ConfigPiece, trial_stages
 from hpctune.stagetree.plan import RequestStatus, SearchPlan
 from hpctune.stagetree.schedulers import Scheduler
-from hpctune.stagetree.simulate import simulate_plan
 from hpctune.stagetree.tree import Point, StageTree, build_stage_tree, needed_checkpoints
 
 MAX = 12

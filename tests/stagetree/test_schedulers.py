@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpctune.stagetree.makespan import simulate, trial_makespan
 from hpctune.stagetree.pieces import ConfigPiece, Piece
 from hpctune.stagetree.schedulers import (
     Scheduler,
@@ -16,7 +17,6 @@ from hpctune.stagetree.schedulers import (
     pick_most_children,
     unit_cost,
 )
-from hpctune.stagetree.simulate import simulate, trial_makespan
 from hpctune.stagetree.tree import Stage, StageTree
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import sys
 
+from hpctune.backends import Backend, Executor
 from hpctune.controller.launch import run_local
+from hpctune.spec import StudySpec
+from hpctune.study.states import StudyState
 from hpctune.testing.fake_workers import FakeExecutor
 from hpctune.wire.layout import StudyPaths
-from hpctune.wire.states import StudyState
 
 
 class DiesSubmitting(FakeExecutor):
@@ -22,13 +24,20 @@ class DiesSubmitting(FakeExecutor):
         os._exit(137)
 
 
+class FakeBackend(Backend):
+    """Workers written by a fake fleet in another process."""
+
+    name = "fake"
+
+    def __init__(self, dies: bool) -> None:
+        self.dies = dies
+
+    def executor(self, paths: StudyPaths, spec: StudySpec) -> Executor:
+        return (DiesSubmitting if self.dies else FakeExecutor)(paths)
+
+
 if __name__ == "__main__":
-    executor = DiesSubmitting if "--die-submitting" in sys.argv else FakeExecutor
+    backend = FakeBackend("--die-submitting" in sys.argv)
     with open(os.devnull, "w") as out:
-        state = run_local(
-            StudyPaths.of(sys.argv[1]),
-            out=out,
-            poll_interval=0.05,
-            executor=lambda spec: executor(StudyPaths.of(sys.argv[1])),
-        )
+        state = run_local(StudyPaths.of(sys.argv[1]), backend=backend, out=out, poll_interval=0.05)
     sys.exit(0 if state is StudyState.FINISHED else 1)

@@ -3,55 +3,28 @@
 Generators are separate from policies (HyperDrive's Hyperparameter Generator). Each is a
 :class:`Generator` with a ``name``, options (an ``Options`` dataclass, parsed by
 :meth:`Generator.parse`) and the constructor ``(space, seed, options)``; :func:`make_generator`
-builds one from the ``[generator]`` table. ``random`` and ``grid`` are hpctune's own; ``tpe``,
+builds one from the ``[generator]`` table, by a name of :mod:`.registry` (hpctune's own, another
+package's, or ``MODULE:CLASS``). ``random`` and ``grid`` are hpctune's own; ``tpe``,
 ``cmaes``, ``gp``, ``qmc``, ``nsga2`` and ``optuna`` (any of them, or Optuna's random sampler,
 with ``sampler = ...``) are Optuna's samplers fed from the journal (:mod:`.optuna_sampler`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpctune.policies._base import OptionError
+from hpctune.policies._base import StudyView, TrialView
 from hpctune.policies.generators._base import Generator, Proposal
 from hpctune.policies.generators.grid import GridGenerator, GridOptions
-from hpctune.policies.generators.optuna_sampler import NAMED, OptunaGenerator, OptunaOptions
+from hpctune.policies.generators.optuna_sampler import OptunaGenerator, OptunaOptions
 from hpctune.policies.generators.random import RandomGenerator, RandomOptions
-from hpctune.wire.states import Mode
-
-if TYPE_CHECKING:
-    from hpctune.study.space import SearchSpace
-
-GENERATORS: Mapping[str, type[Generator]] = {
-    RandomGenerator.name: RandomGenerator,
-    GridGenerator.name: GridGenerator,
-    **NAMED,
-    OptunaGenerator.name: OptunaGenerator,
-}
-
-
-def make_generator(
-    name: str, options: Mapping[str, Any], space: SearchSpace, seed: int
-) -> Generator:
-    """Build the generator ``name`` with ``options`` (the ``[generator]`` table without ``name``).
-
-    Args:
-        name: A key of :data:`GENERATORS`.
-        options: The generator's options.
-        space: The study's search space.
-        seed: The generator's seed, ``component_seed(study_seed, "generator")`` in a study.
-
-    Raises:
-        OptionError: The name is unknown (``key`` is ``"name"``) or an option is invalid.
-        NoGridError: The grid generator was asked for a space with a range without a grid.
-    """
-    if name not in GENERATORS:
-        raise OptionError(
-            "name", f"unknown generator {name!r}; known generators: {', '.join(GENERATORS)}"
-        )
-    cls = GENERATORS[name]
-    return cls(space, seed, cls.parse(options))
+from hpctune.policies.generators.registry import (
+    GENERATORS,
+    generator_class,
+    generator_names,
+    make_generator,
+)
+from hpctune.study.states import Mode, TrialStatus
 
 
 def first_proposals(
@@ -68,9 +41,6 @@ def first_proposals(
     A model-based generator sees each earlier proposal as a queued trial (as the controller
     filling ``count`` slots at once does); the others draw by index.
     """
-    from hpctune.policies._base import StudyView, TrialView
-    from hpctune.wire.states import TrialStatus
-
     trials: dict[int, TrialView] = {}
     out = []
     for index in range(count):
@@ -103,5 +73,7 @@ __all__ = [
     "RandomGenerator",
     "RandomOptions",
     "first_proposals",
+    "generator_class",
+    "generator_names",
     "make_generator",
 ]

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpctune.policies._base import OptionError, parse_options
+
 if TYPE_CHECKING:
     from hpctune.policies._base import StudyView
     from hpctune.study.space import SearchSpace
@@ -60,10 +62,25 @@ class Generator(abc.ABC):
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Any:
-        """Parse the ``[generator]`` table without ``name`` into the options object."""
-        from hpctune.policies._base import parse_options
+        """Parse the ``[generator]`` table without ``name`` into the options object: its
+        ``Options`` dataclass (:func:`~hpctune.policies.parse_options`), or ``None`` for a
+        generator without one (which takes no options).
 
-        return parse_options(cls.Options, options)  # type: ignore[attr-defined]
+        Raises:
+            OptionError: An option is unknown or invalid (``key`` names which).
+        """
+        options_type = getattr(cls, "Options", None)
+        if options_type is None:
+            for key in options:
+                raise OptionError(
+                    key, f"unknown option; {cls.__name__} has no Options dataclass, so no options"
+                )
+            return None
+        return parse_options(options_type, options)
+
+    def objectives_problem(self, count: int) -> str:
+        """Why the generator cannot serve a study of ``count`` objectives ("" if it can)."""
+        return ""
 
     def size(self) -> int | None:
         """Return how many distinct configurations there are, ``None`` if unbounded."""

@@ -47,7 +47,7 @@ import numpy as np
 
 from hpctune.policies._base import OptionError
 from hpctune.policies.generators._base import Generator, Proposal
-from hpctune.wire.states import Mode, TrialStatus, as_mode
+from hpctune.study.states import Mode, TrialStatus, as_mode
 
 if TYPE_CHECKING:
     import optuna
@@ -109,7 +109,7 @@ class OptunaOptions:
 
 def sampler_class(name: str) -> type[optuna.samplers.BaseSampler]:
     """The Optuna sampler class of ``name`` (a key of :data:`SAMPLERS`)."""
-    import optuna
+    import optuna  # here, not at the top: importing optuna costs every command start-up time
 
     return getattr(optuna.samplers, SAMPLERS[name])  # type: ignore[no-any-return]
 
@@ -284,6 +284,7 @@ class OptunaGenerator(Generator):
         self, space: SearchSpace, seed: int, options: OptunaOptions | None = None
     ) -> None:
         super().__init__(space, seed, options or OptunaOptions(self.sampler_name or "tpe"))
+        # here, not at the top: _optuna_space imports optuna (start-up time)
         from hpctune.policies.generators._optuna_space import all_dimensions
 
         self.dimensions = {d.name: d for d in all_dimensions(space)}
@@ -293,6 +294,16 @@ class OptunaGenerator(Generator):
     def parse(cls, options: Mapping[str, Any]) -> OptunaOptions:
         """Parse the ``[generator]`` table (without ``name``)."""
         return parse_optuna_options(options, cls.sampler_name, cls.sampler_name or cls.name)
+
+    def objectives_problem(self, count: int) -> str:
+        """CMA-ES optimises one metric."""
+        sampler = self.options.sampler
+        if count > 1 and sampler in SINGLE_OBJECTIVE:
+            return (
+                f"the {sampler!r} generator optimises one metric, but [study] objectives "
+                f"names {count}; use tpe or nsga2 (or random, qmc, gp)"
+            )
+        return ""
 
     @property
     def min_points(self) -> int:
@@ -309,7 +320,7 @@ class OptunaGenerator(Generator):
         The proposal's ``info`` holds the sampler's system attributes of the new trial (and the
         study attributes it changed), which later rebuilds put back.
         """
-        import optuna
+        import optuna  # here, not at the top: start-up time (as _optuna_space, which imports it)
 
         from hpctune.policies.generators._optuna_space import draw_config
 
@@ -386,7 +397,7 @@ class OptunaGenerator(Generator):
         number: int,
     ) -> Any:
         """The Optuna trial standing for ``trial`` (``None``: left out)."""
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # here, not at the top: start-up time
 
         from hpctune.policies.generators._optuna_space import TrialTemplate, encode_config
 
@@ -431,7 +442,7 @@ class OptunaGenerator(Generator):
         pending: str,
         liar: float | None,
     ) -> tuple[Any, tuple[float, ...] | None]:
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState  # here, not at the top: start-up time
 
         ended = trial.status in _FINAL
         if len(objectives) > 1:
@@ -481,6 +492,9 @@ def _named(sampler: str) -> type[OptunaGenerator]:
         {"name": sampler, "sampler_name": sampler, "__doc__": f"Optuna's {sampler} sampler."},
     )
 
+
+#: Samplers of one objective only.
+SINGLE_OBJECTIVE = ("cmaes",)
 
 NAMED: Mapping[str, type[OptunaGenerator]] = {
     name: _named(name) for name in ("tpe", "cmaes", "gp", "qmc", "nsga2")
