@@ -36,7 +36,7 @@ from typing import Any
 from _record_trace import replace_lines
 
 REPO = Path(__file__).resolve().parent.parent
-JOBS = ("charlm", "digits-cnn")
+JOBS = ("charlm", "digits-cnn", "parity", "friedman", "cartpole")
 
 
 def write_study(

@@ -50,6 +50,12 @@ DECIMALS = 5
 #: Stratified standard-normal nodes per posterior sample for the predictive's noise.
 NOISE_NODES = 10
 FORMAT_VERSION = 1
+#: Targets at or within this share of the metric's range below its best bound are asked as
+#: ``1 - BOUND_TOLERANCE`` on the normalised scale: a value at the bound (an accuracy of exactly
+#: 1.0, the maximum return) is reached by values that round to it, and a continuous predictive
+#: never puts mass on the bound itself, so asking for the bound exactly would answer 0 for every
+#: trial (issue 32).
+BOUND_TOLERANCE = 0.002
 
 
 def _empty() -> FloatArray:
@@ -184,8 +190,10 @@ class CurvePrediction:
         """P(y(m) at least as good as ``target`` | y(1..n)) for m = n+1..x_max (eq. 1, §3.1.1).
 
         Predictive: the noise is included. Linear interpolation of the stored quantile function;
-        beyond the outermost stored levels (0.1 % and 99.9 %) the probability is 1 or 0. The
-        result is read-only and remembered per target (a few dozen).
+        beyond the outermost stored levels (0.1 % and 99.9 %) the probability is 1 or 0. A target
+        at or within :data:`BOUND_TOLERANCE` of the metric's best bound is asked as that
+        tolerance below it (reachable, not 0 for every trial). The result is read-only and
+        remembered per target (a few dozen).
         """
         if self.unknown:
             return self._nan()
@@ -194,6 +202,8 @@ class CurvePrediction:
         if cached is not None:  # policies ask again for the same target within a decision
             return cached
         t = float(normalise(key, self.bounds, self.mode))
+        if 1.0 - BOUND_TOLERANCE < t <= 1.0:  # at the best bound, or within rounding of it
+            t = 1.0 - BOUND_TOLERANCE
         q = self.u_quantiles
         lev = np.asarray(self.levels)
         count = np.sum(q <= t, axis=1)  # F(t) lies between levels[count-1] and levels[count]

@@ -19,9 +19,11 @@ from hpctune.policies.asha import AshaPolicy
 from hpctune.policies.bandit import BanditPolicy
 from hpctune.policies.default import DefaultPolicy
 from hpctune.policies.earlyterm import EarlyTermPolicy
+from hpctune.policies.freeze_thaw import FreezeThawPolicy
 from hpctune.policies.hybrid import HybridPolicy
 from hpctune.policies.hyperband import HyperbandPolicy
 from hpctune.policies.median import MedianStoppingPolicy
+from hpctune.policies.one_epoch import OneEpochPolicy
 from hpctune.policies.pbt import PbtPolicy
 from hpctune.policies.pbt_truncation import TruncationPbtPolicy
 from hpctune.policies.pop import PopPolicy
@@ -41,6 +43,8 @@ POLICIES: Mapping[str, type[Policy]] = {
     PopPolicy.name: PopPolicy,
     EarlyTermPolicy.name: EarlyTermPolicy,
     HybridPolicy.name: HybridPolicy,
+    FreezeThawPolicy.name: FreezeThawPolicy,
+    OneEpochPolicy.name: OneEpochPolicy,
     PbtPolicy.name: PbtPolicy,
     TruncationPbtPolicy.name: TruncationPbtPolicy,
     ReplayPolicy.name: ReplayPolicy,

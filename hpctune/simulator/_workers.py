@@ -69,14 +69,15 @@ from hpctune.wire.protocol import (
 class TraceRows:
     """Which trace row (configuration) gives each trial its values.
 
-    A trial the generator proposed carries its row in ``info["trace_row"]``. Any other trial (a
-    PBT child, a trial added with given parameters, a replayed one) takes the row nearest to its
-    parameters (:class:`~hpctune.simulator.nearest.NearestConfigurations`' distance, used rows
-    included)
-    among the rows that recorded the first step it trains (a child forked at step s: step s + 1),
-    else the nearest row: a forked child therefore continues, from its parent's checkpoint step,
-    on the curve of the recorded configuration nearest to its mutated hyperparameters (in a
-    trace exported from a PBT study, its own row).
+    A trial the generator proposed carries its row in ``info["trace_row"]``. A trial started
+    with given parameters and no parent (a policy's own proposal, as freeze-thaw makes them; a
+    user's) takes the nearest row no other trial uses, as a generator's proposal does (the
+    nearest row when every row is used). A forked trial (a PBT child, a replayed fork) takes the
+    row nearest to its parameters (:class:`~hpctune.simulator.nearest.NearestConfigurations`'
+    distance, used rows included) among the rows that recorded the first step it trains (a
+    child forked at step s: step s + 1), else the nearest row: a forked child therefore
+    continues, from its parent's checkpoint step, on the curve of the recorded configuration
+    nearest to its mutated hyperparameters (in a trace exported from a PBT study, its own row).
     """
 
     def __init__(self, trace: Trace, nearest: NearestConfigurations) -> None:
@@ -91,6 +92,20 @@ class TraceRows:
             given = trial.info.get("trace_row") if isinstance(trial.info, Mapping) else None
             if isinstance(given, int):
                 self._rows[trial_id] = given
+            elif trial.parent_trial is None:
+                # a configuration given with the trial (a policy's own proposal, freeze-thaw;
+                # a user's): the nearest row no other trial uses, as a generator's proposal
+                # is answered (the tabular protocol), else the nearest row
+                used = set(self._rows.values())
+                for other in record.trials.values():
+                    row = other.info.get("trace_row") if isinstance(other.info, Mapping) else None
+                    if isinstance(row, int):
+                        used.add(row)
+                distances = self.nearest.distances(trial.params)
+                distances[list(used)] = np.inf
+                if not np.isfinite(distances).any():
+                    distances = self.nearest.distances(trial.params)
+                self._rows[trial_id] = int(distances.argmin())
             else:
                 distances = self.nearest.distances(trial.params)
                 first = min(int(trial.parent_step or 0), self.trace.num_epochs - 1)

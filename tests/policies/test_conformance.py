@@ -79,6 +79,10 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("hybrid", {"check_every": 1, "reduction_factor": 2, "noise_guard": 0.0, "rungs": 2}),
     ("hybrid", {"adaptive": True}),
     ("hybrid", {"adaptive": True, "probes": 3, "min_pairs": 3, "reliable": -1.0}),
+    ("freeze-thaw", {}),
+    ("freeze-thaw", {"segment": 0.25, "first": 2, "candidates": 4, "lookahead": False}),
+    ("one-epoch", {}),
+    ("one-epoch", {"screen": 2, "screened": 4, "top_k": 2}),
     ("pbt", {"population_size": 4, "steps_per_generation": 3}),
     (
         "pbt",

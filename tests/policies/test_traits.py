@@ -40,7 +40,15 @@ def test_the_traits_say_what_the_names_said() -> None:
     predictions = {n for n, cls in POLICIES.items() if cls.traits.wants_predictions}
     assert predictions == {"pop", "earlyterm", "hybrid"}
     no_boundary = {n for n, cls in POLICIES.items() if not cls.traits.boundary_decisions}
-    assert no_boundary == {"default", "sha", "hyperband", "pbt", "replay"}
+    assert no_boundary == {
+        "default",
+        "sha",
+        "hyperband",
+        "pbt",
+        "replay",
+        "freeze-thaw",
+        "one-epoch",
+    }
     assert {n for n, cls in POLICIES.items() if cls.traits.tracks_state_changes} == {"asha"}
 
 

@@ -283,7 +283,8 @@ class _Restarting(Policy):
 )
 def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(name: str) -> None:
     fits = name in ("pop", "earlyterm")  # learning-curve fits: fewer configurations
-    trace = Trace.load(DIGITS_TRACE).subset(range(12 if fits else 60))
+    small = fits or name == "freeze-thaw"  # a model call per decision: fewer configurations
+    trace = Trace.load(DIGITS_TRACE).subset(range(12 if small else 60))
     options: dict[str, Any] = {"reduction_factor": 2} if name in ("asha",) else {}
     if name == "asha":
         options["brackets"] = 2  # exercises the generator-drawn bracket assignment too
@@ -293,7 +294,7 @@ def test_a_policy_restored_from_its_state_decides_exactly_as_the_one_that_ran(na
     plain = simulate(trace, name, options, slots=3, seed=1, predictions=cache)
     proxy = _Restarting(simulation_context(trace), name, options)
     restarted = simulate(trace, proxy, slots=3, seed=1, predictions=cache)
-    assert proxy.restarts > (20 if fits else 100)
+    assert proxy.restarts > (20 if small else 100)
     assert restarted.decisions == plain.decisions
     assert _spans(restarted) == _spans(plain)
     assert restarted.time_to_target == plain.time_to_target
