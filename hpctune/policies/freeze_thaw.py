@@ -57,7 +57,6 @@ from hpctune.policies._base import (
     Action,
     Event,
     EventKind,
-    OptionError,
     Policy,
     PolicyDecision,
     PolicyTraits,
@@ -66,6 +65,7 @@ from hpctune.policies._base import (
     TrialView,
 )
 from hpctune.policies._common import require
+from hpctune.policies._options import OptionError
 from hpctune.study.states import TrialStatus
 
 #: Most future steps at which each option's expected improvement is evaluated.

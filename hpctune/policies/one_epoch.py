@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hpctune.policies._base import OptionError, PolicyTraits, StudyContext
+from hpctune.policies._base import PolicyTraits, StudyContext
 from hpctune.policies._common import require
 from hpctune.policies._halving import BracketShape, SyncHalvingPolicy
+from hpctune.policies._options import OptionError
 
 
 @dataclass(frozen=True)
