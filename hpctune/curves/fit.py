@@ -242,12 +242,10 @@ def fit_curve(
     if started is None:
         return _unknown("every family's ML fit failed", n, x_max, scale, mode, strict)
     model, start = started
-    ndim = model.ndim
-    nwalkers = max(spec.nwalkers, 2 * ndim)
+    nwalkers = max(spec.nwalkers, 2 * model.ndim)
     nwalkers += nwalkers % 2
-    p0 = initial_walkers(
-        model, start.theta, nwalkers, rng, cov=start.cov if init == "laplace" else None
-    )
+    cov = start.cov if init == "laplace" else None
+    p0 = initial_walkers(model, start.theta, nwalkers, rng, cov=cov)
     if not np.all(np.isfinite(model.log_prob(p0))):
         return _unknown("no valid starting ensemble", n, x_max, scale, mode, strict)
 
@@ -256,12 +254,25 @@ def fit_curve(
         return _unknown("the sampler kept no valid sample", n, x_max, scale, mode, strict)
     f = model.f_comb(chain, np.arange(1, x_max + 1, dtype=float))
     ok = np.all(np.isfinite(f), axis=1)
-    chain, f = chain[ok], f[ok]
-    if chain.shape[0] < 2:
+    if ok.sum() < 2:
         return _unknown("non-finite posterior curves", n, x_max, scale, mode, strict)
+    return _posterior(model, chain[ok], f[ok], acceptance, spec, n, scale, mode)
+
+
+def _posterior(
+    model: CombinationModel,
+    chain: FloatArray,
+    f: FloatArray,
+    acceptance: float,
+    spec: Budget,
+    n: int,
+    scale: tuple[float, float],
+    mode: Mode,
+) -> CurvePosterior:
+    """The posterior of the samples ``chain`` and their curves ``f`` (one row per sample)."""
     return CurvePosterior(
         n=n,
-        x_max=x_max,
+        x_max=f.shape[1],
         bounds=scale,
         mode=mode,
         f=f.astype(np.float32),
