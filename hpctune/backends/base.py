@@ -110,6 +110,7 @@ class Backend(abc.ABC):
 
     Attributes:
         name: The registered name.
+        title: The name people read (``"Slurm"``; default: ``name``).
         section: The study.toml section the backend owns (``"slurm"``), or ``None``.
         runs_controller_here: ``True``: the controller runs in the foreground of the command
             that launches or resumes the study (``local``); ``False``: the backend submits it
@@ -118,6 +119,7 @@ class Backend(abc.ABC):
     """
 
     name: str = ""
+    title: str = ""
     section: str | None = None
     runs_controller_here: bool = True
     cluster: bool = False

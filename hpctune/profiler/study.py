@@ -94,7 +94,7 @@ class ProfilePlan:
 
     def headline(self, backend: Backend) -> str:
         """What is about to run, in one line."""
-        where = f"as {backend.name} jobs" if backend.cluster else "here"
+        where = f"as {backend.title or backend.name} jobs" if backend.cluster else "here"
         counts = " and ".join(map(str, self.together))
         also = f", then {counts} workers at once" if self.together else ""
         shorts = self.short_studies(cluster=backend.cluster)

@@ -30,6 +30,7 @@ class SlurmBackend(Backend):
     itself; ``[slurm]`` and ``[slurm.controller]`` say what the jobs ask for."""
 
     name = "slurm"
+    title = "Slurm"
     section = SECTION
     runs_controller_here = False
     cluster = True

@@ -48,7 +48,7 @@ def _service(folder: Path, backend: SlurmArrayBackend) -> CurveService:
         folder,
         CurvesSpec(backend="slurm", task_seconds=1.0),
         OPTIONS,
-        slurm_backend=lambda: backend,
+        jobs_backend=lambda: backend,
     )
     service.fit_seconds = 0.4
     return service

@@ -9,7 +9,6 @@ import io
 import json
 import shutil
 import subprocess
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from hpctune.controller.launch import create_study, run_local
 from hpctune.elastic import Profile
 from hpctune.elastic.experiment import ExperimentSpec
 from hpctune.elastic.follow import study_cost_model
-from hpctune.slurm.executor import SlurmExecutor
+from hpctune.slurm.backend import SlurmBackend
 from hpctune.spec import load_spec
 from hpctune.study.states import StudyState
 from tests.conftest import DIGITS, run_hpctune, wait_for, write_study
@@ -83,7 +82,7 @@ def test_plan_elastic_bills_by_the_partitions_weights(
             },
             slurm={"mem": "8G", "partition": name},
         )  # fmt: skip
-        model = study_cost_model(load_spec(priced))
+        model = study_cost_model(load_spec(priced), SlurmBackend().billing_weight)
         assert (model.billing_weight, model.price, model.unit) == (8.0, 0.5, "$")
         assert weights in model.billing_source
     finally:
@@ -279,7 +278,7 @@ def test_a_resized_trial_goes_on_in_a_whole_node_worker_job(
             paths,
             out=io.StringIO(),
             poll_interval=0.5,
-            executor=partial(SlurmExecutor, paths.root),
+            backend=SlurmBackend(),
         )
         assert state is StudyState.FINISHED
         study = open_study(paths.root)

@@ -281,7 +281,7 @@ def test_a_stopped_trial_frees_its_worker_for_the_next(tmp_path: Path, study_nam
         train=BEHAVIOURS,
         name=study_name,
         num_trials=3,
-        max_steps=30,
+        max_steps=60,  # a margin for the stop command on a loaded machine
         generator={"name": "grid"},
         space={"x": [1.0, 2.0, 3.0], "sleep": 0.3},
         resources={"slots": 1},

@@ -299,7 +299,7 @@ def test_failing_worker_submissions_show_stop_and_resume_with_other_settings(
     (change,) = study.record.settings_changes
     assert change["changes"]["worker.partition"] == [doomed, part]
     assert study.record.spec["slurm"]["worker"]["time_min"] == 5
-    assert len(_journal_records(stopped, st.SLURM_CHANGED)) == 1
+    assert len(_journal_records(stopped, st.SETTINGS_CHANGED)) == 1
     assert retrained_steps(stopped) == 0
 
 
