@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from hpctune.curves.families import FloatArray
-from hpctune.curves.fit import MAX_HORIZON, MIN_POINTS, check_scale, normalise
+from hpctune.curves.fit import MAX_HORIZON, MIN_POINTS, check_scale, degenerate, normalise
 from hpctune.curves.fitter import unknown_prediction
 from hpctune.curves.predict import DECIMALS, LEVELS, CurvePrediction
 from hpctune.study.states import Mode
@@ -203,23 +203,6 @@ def load_weights(path: str | None = None) -> dict[str, FloatArray]:
             return {k: np.asarray(data[k], dtype=np.float64) for k in data.files}
     with np.load(Path(path)) as data:
         return {k: np.asarray(data[k], dtype=np.float64) for k in data.files}
-
-
-def degenerate(raw: FloatArray, x_max: int, min_points: int = MIN_POINTS) -> str:
-    """Why a curve cannot be predicted ('' if it can).
-
-    The rules of :func:`~.fit.fit_curve` but one: a constant curve is predicted (a curve flat so
-    far, at chance or diverged, may stay flat or start to learn; the prior has both), where
-    Domhan's model, which cannot fit it, says unknown.
-    """
-    n = raw.size
-    if n < min_points:
-        return f"{n} observed points, at least {min_points} needed"
-    if not np.all(np.isfinite(raw)):
-        return "non-finite observed values"
-    if n >= x_max:
-        return f"no epoch left to predict (n={n} >= x_max={x_max})"
-    return ""
 
 
 def predict_curves(

@@ -223,9 +223,9 @@ def fit_curve(
     x_max = _check_points(min_points, x_max)
     raw = np.asarray(y, dtype=float).ravel()
     n = int(raw.size)
-    degenerate = _degenerate(raw, x_max, min_points)
-    if degenerate:
-        return _unknown(degenerate, n, x_max, scale, mode, strict)
+    degenerate_reason = degenerate(raw, x_max, min_points)
+    if degenerate_reason:
+        return _unknown(degenerate_reason, n, x_max, scale, mode, strict)
     u = normalise(raw, scale, mode)
     if float(np.ptp(u)) < 1e-9:
         return _unknown("constant curve", n, x_max, scale, mode, strict)
@@ -297,8 +297,13 @@ def _check_points(min_points: int, x_max: int) -> int:
     return int(x_max)
 
 
-def _degenerate(raw: FloatArray, x_max: int, min_points: int) -> str:
-    """Why the observed values ``raw`` cannot be fitted (``""``: they can)."""
+def degenerate(raw: FloatArray, x_max: int, min_points: int = MIN_POINTS) -> str:
+    """Why the observed values ``raw`` cannot be fitted (``""``: they can).
+
+    Both curve models' rule, but for one case :func:`fit_curve` adds: a constant curve, which
+    Domhan's model cannot fit, while the amortised model predicts it (a curve flat so far, at
+    chance or diverged, may stay flat or start to learn; its prior has both).
+    """
     n = int(raw.size)
     if n < min_points:
         return f"{n} observed points, at least {min_points} needed"
